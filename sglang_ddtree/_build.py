@@ -1,0 +1,79 @@
+"""Compiling and loading the native extension (JIT through torch.utils.cpp_extension, cached).
+
+Two shared libraries register implementations of the ops that `ops.py` declares:
+  * sglang_ddtree_cpu  — kernels/cpu/*.cpp, built on any machine with a C++ compiler;
+  * sglang_ddtree_cuda — kernels/*.cu + kernels/torch_cuda/*.cpp, built only where torch has CUDA and
+    nvcc exists.
+They carry no Python module: they register into the torch dispatcher on load (TORCH_LIBRARY_IMPL), so
+the ops stay visible to CUDA-graph capture and torch.compile. The cache lives in TORCH_EXTENSIONS_DIR
+(torch rebuilds when a source changes).
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+def kernels_dir() -> Path:
+    """kernels/ next to the package (repository checkout / editable install) or inside it (wheel)."""
+    for cand in (_PKG / "kernels", _PKG.parent / "kernels"):
+        if (cand / "cpu").is_dir():
+            return cand
+    raise FileNotFoundError(f"kernels/ sources not found next to {_PKG}")
+
+
+def _verbose() -> bool:
+    return os.environ.get("SGLANG_DDTREE_BUILD_VERBOSE", "0") == "1"
+
+
+@functools.cache
+def load_cpu() -> None:
+    from torch.utils import cpp_extension
+
+    kdir = kernels_dir()
+    sources = sorted(glob.glob(str(kdir / "cpu" / "*.cpp")))
+    cpp_extension.load(
+        name="sglang_ddtree_cpu",
+        sources=sources,
+        extra_include_paths=[str(kdir)],
+        # No fast-math and no FP contraction: the builder's float64 path weights must match the oracle.
+        extra_cflags=["-O3", "-std=c++17", "-fno-fast-math", "-ffp-contract=off", "-fopenmp"],
+        extra_ldflags=["-fopenmp"],
+        is_python_module=False,
+        verbose=_verbose(),
+    )
+
+
+def cuda_arch_flags() -> list[str]:
+    """sm_90a on Hopper (wgmma/setmaxnreg available), the device's own arch elsewhere."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"{major}{minor}" + ("a" if major == 9 else "")
+    return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+
+
+@functools.cache
+def load_cuda() -> None:
+    import torch
+    from torch.utils import cpp_extension
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the CUDA extension needs a CUDA build of torch and a visible GPU")
+    load_cpu()
+    kdir = kernels_dir()
+    sources = sorted(glob.glob(str(kdir / "*.cu"))) + sorted(glob.glob(str(kdir / "torch_cuda" / "*.cpp")))
+    cpp_extension.load(
+        name="sglang_ddtree_cuda",
+        sources=sources,
+        extra_include_paths=[str(kdir)],
+        extra_cflags=["-O3", "-std=c++17"],
+        extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
+                           *cuda_arch_flags()],
+        is_python_module=False,
+        verbose=_verbose(),
+    )

@@ -1,0 +1,18 @@
+"""Status bits shared by every backend (one home, so CPU, CUDA and the oracle cannot drift).
+
+A flag never stops a batch: the request gets a well-defined fallback (root-only tree, or the walk
+stopped where the input went bad) and the caller decides what to do with it.
+"""
+
+OK = 0
+NONFINITE_INPUT = 1   # a NaN/±inf draft log-prob was seen; the tree is root-only
+HEAP_EXHAUSTED = 2    # fewer than `budget` nodes exist (k^1 + … + k^L < budget)
+MALFORMED_TREE = 4    # accept walk met an out-of-range / non-increasing link or exceeded the depth limit
+
+NAMES = {NONFINITE_INPUT: "nonfinite_input", HEAP_EXHAUSTED: "heap_exhausted", MALFORMED_TREE: "malformed_tree"}
+
+
+def describe(value: int) -> str:
+    """Human-readable form of a flags word, e.g. 'heap_exhausted|malformed_tree'."""
+    names = [name for bit, name in NAMES.items() if value & bit]
+    return "|".join(names) if names else "ok"

@@ -1,0 +1,119 @@
+"""The project's torch custom ops: schemas, fake (meta) implementations and backend loading.
+
+Schemas are declared here, once; kernels/cpu/*.cpp and kernels/torch_cuda/*.cpp only register
+implementations (TORCH_LIBRARY_IMPL), so CPU and CUDA cannot disagree on a signature. Fake impls let
+torch.compile / CUDA-graph tooling trace shapes without running kernels. Public wrappers with argument
+checking live in tree.py / accept.py / attention.py; these ops trust their inputs' dtypes and shapes.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+NS = "sglang_ddtree"
+
+_TREE_OUT = ("num_nodes", "tokens", "parents", "depths", "ranks", "logw", "positions", "retrive_index",
+             "retrive_next_token", "retrive_next_sibling", "tree_mask", "mask_bits", "flags")
+
+SCHEMAS = {
+    # lp f32 [B,L,k], ids i64 [B,L,k], root_tokens i64 [B], seq_lens i64 [B] -> the TreeBatch fields
+    "build_tree_from_topk": "(Tensor lp, Tensor ids, Tensor root_tokens, Tensor seq_lens, int budget) -> ("
+                            + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
+    # tokens i64 [B,n], next_token i64 [B,n], next_sibling i64 [B,n], num_nodes i32 [B], target i64 [B,n]
+    #   -> accept_index i32 [B,L+1], accept_len i32 [B], bonus i64 [B], flags i32 [B]
+    "accept_tree": "(Tensor tokens, Tensor next_token, Tensor next_sibling, Tensor num_nodes, Tensor target, "
+                   "int depth_limit) -> (Tensor, Tensor, Tensor, Tensor)",
+    # logits [R, V] (bf16/fp16/fp32) -> lp f32 [R, k], ids i64 [R, k] in canonical order (value desc, id asc)
+    "topk_lse": "(Tensor logits, int k) -> (Tensor, Tensor)",
+    # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample (argmax when temperature == 0) -> i64 [R]
+    "sample_rows": "(Tensor logits, float temperature, Tensor seed, Tensor step, Tensor node) -> Tensor",
+}
+
+_lib = torch.library.Library(NS, "DEF")
+for _name, _schema in SCHEMAS.items():
+    _lib.define(_name + _schema)
+
+
+def mask_words(n: int) -> int:
+    return (n + 31) // 32
+
+
+@torch.library.register_fake(f"{NS}::build_tree_from_topk")
+def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget):
+    B, n = lp.shape[0], budget + 1
+    i32 = dict(dtype=torch.int32, device=lp.device)
+    i64 = dict(dtype=torch.int64, device=lp.device)
+    return (lp.new_empty((B,), **i32), lp.new_empty((B, n), **i64), lp.new_empty((B, n), **i32),
+            lp.new_empty((B, n), **i32), lp.new_empty((B, n), **i32),
+            lp.new_empty((B, n), dtype=torch.float64), lp.new_empty((B, n), **i64),
+            lp.new_empty((B, n), **i64), lp.new_empty((B, n), **i64), lp.new_empty((B, n), **i64),
+            lp.new_empty((B, n, n), dtype=torch.bool), lp.new_empty((B, n, mask_words(n)), **i32),
+            lp.new_empty((B,), **i32))
+
+
+@torch.library.register_fake(f"{NS}::accept_tree")
+def _accept_fake(tokens, next_token, next_sibling, num_nodes, target, depth_limit):
+    B = tokens.shape[0]
+    return (tokens.new_empty((B, depth_limit + 1), dtype=torch.int32), tokens.new_empty((B,), dtype=torch.int32),
+            tokens.new_empty((B,), dtype=torch.int64), tokens.new_empty((B,), dtype=torch.int32))
+
+
+@torch.library.register_fake(f"{NS}::topk_lse")
+def _topk_lse_fake(logits, k):
+    R = logits.shape[0]
+    return logits.new_empty((R, k), dtype=torch.float32), logits.new_empty((R, k), dtype=torch.int64)
+
+
+@torch.library.register_fake(f"{NS}::sample_rows")
+def _sample_rows_fake(logits, temperature, seed, step, node):
+    return logits.new_empty((logits.shape[0],), dtype=torch.int64)
+
+
+def op(name: str):
+    return getattr(torch.ops.sglang_ddtree, name)
+
+
+@functools.cache
+def cuda_available() -> bool:
+    """True when the CUDA extension is (or can be) built and loaded on this machine."""
+    if not torch.cuda.is_available():
+        return False
+    from . import _build
+    try:
+        _build.load_cuda()
+    except Exception as exc:  # surfaced loudly: a user asking for backend="cuda" gets the cause
+        _cuda_error.append(exc)
+        return False
+    return True
+
+
+_cuda_error: list = []
+
+
+def ensure_backend(backend: str) -> None:
+    """Load the native library that implements `backend` ('cpu' or 'cuda')."""
+    from . import _build
+    if backend == "cpu":
+        _build.load_cpu()
+    elif backend == "cuda":
+        if not cuda_available():
+            cause = f": {_cuda_error[0]!r}" if _cuda_error else " (no CUDA device)"
+            raise RuntimeError("backend='cuda' is unavailable" + cause)
+    else:
+        raise ValueError(f"unknown native backend {backend!r}")
+
+
+def resolve_backend(backend: str, device: torch.device, *, allowed=("auto", "cuda", "cpu", "reference")) -> str:
+    """Map 'auto' to the native backend of the tensors' device and check the choice fits the device."""
+    if backend not in allowed:
+        raise ValueError(f"backend must be one of {allowed}, got {backend!r}")
+    if backend == "auto":
+        backend = "cuda" if device.type == "cuda" else "cpu"
+    if backend == "cuda" and device.type != "cuda":
+        raise ValueError(f"backend='cuda' needs CUDA tensors, got device {device}")
+    if backend == "cpu" and device.type != "cpu":
+        raise ValueError(f"backend='cpu' needs CPU tensors, got device {device}")
+    if backend in ("cpu", "cuda"):
+        ensure_backend(backend)
+    return backend

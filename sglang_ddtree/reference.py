@@ -1,0 +1,160 @@
+"""The oracle: DDTree exactly as the paper's reference code defines it, for one request, in numpy.
+
+Every other backend (C++ CPU, CUDA) must reproduce these arrays bit for bit on the same (lp, ids).
+Path weights are Python floats (binary64) combined in the reference's order, and the heap is Python's
+`heapq` over (-logw, ranks tuple), which is what makes ties deterministic: equal weights fall back to the
+ranks tuple compared lexicographically, a shorter tuple (a prefix) winning.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from . import flags as F
+
+
+def _empty_tree(n: int, root_token: int, seq_len: int) -> dict:
+    mask = np.eye(n, dtype=bool)
+    return {
+        "num_nodes": 1,
+        "tokens": np.zeros(n, np.int64),
+        "parents": np.full(n, -1, np.int32),
+        "depths": np.zeros(n, np.int32),
+        "ranks": np.full(n, -1, np.int32),
+        "logw": np.concatenate([[0.0], np.full(n - 1, -np.inf)]),
+        "positions": np.full(n, seq_len, np.int64),
+        "retrive_index": np.arange(n, dtype=np.int64),
+        "retrive_next_token": np.full(n, -1, np.int64),
+        "retrive_next_sibling": np.full(n, -1, np.int64),
+        "tree_mask": mask,
+        "flags": F.OK,
+        "_root_token": root_token,
+    }
+
+
+def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: int = 0,
+                         request_index: int = 0) -> dict:
+    """Best-first DDTree build for one request.
+
+    lp: float32 [L, k] log-probs, each row sorted descending (ties by token id ascending);
+    ids: int [L, k] token ids. Returns a dict with every TreeBatch field for this request (n = budget+1
+    slots; `retrive_index` is offset by request_index * n like SGLang's).
+    """
+    lp = np.asarray(lp, dtype=np.float32)
+    ids = np.asarray(ids, dtype=np.int64)
+    if lp.ndim != 2 or ids.shape != lp.shape:
+        raise ValueError(f"lp and ids must both be [L, k]; got {lp.shape} and {ids.shape}")
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    L, k = lp.shape
+    n = budget + 1
+    out = _empty_tree(n, root_token, seq_len)
+    out.pop("_root_token")
+    out["tokens"][0] = root_token
+    out["retrive_index"] += request_index * n
+    if not np.all(np.isfinite(lp)):
+        out["flags"] = F.NONFINITE_INPUT
+        return out
+
+    tokens, parents, depths = out["tokens"], out["parents"], out["depths"]
+    ranks, logws = out["ranks"], out["logw"]
+    heap: list = []
+    if L > 0 and k > 0 and budget > 0:
+        w0 = float(lp[0, 0])
+        heap.append((-w0, (0,), 0, 1, 0, w0))
+    count = 0
+    while heap and count < budget:
+        _, rtuple, parent, depth, rank, logw = heapq.heappop(heap)
+        count += 1
+        i = count
+        tokens[i] = ids[depth - 1, rank]
+        parents[i] = parent
+        depths[i] = depth
+        ranks[i] = rank
+        logws[i] = logw
+        if rank + 1 < k:
+            sib = logw - float(lp[depth - 1, rank]) + float(lp[depth - 1, rank + 1])
+            heapq.heappush(heap, (-sib, rtuple[:-1] + (rank + 1,), parent, depth, rank + 1, sib))
+        if depth < L:
+            child = logw + float(lp[depth, 0])
+            heapq.heappush(heap, (-child, rtuple + (0,), i, depth + 1, 0, child))
+    if count < budget:
+        out["flags"] |= F.HEAP_EXHAUSTED
+    out["num_nodes"] = count + 1
+    out["positions"][:] = seq_len + depths
+
+    # Visibility exactly as the reference builds it: a node's row is its parent's row plus itself.
+    mask = out["tree_mask"]
+    for i in range(1, count + 1):
+        mask[i, :i] = mask[parents[i], :i]
+        mask[i, i] = True
+
+    # SGLang's linked-list form: first child (lowest index), then siblings in increasing index order.
+    nxt, sib_link = out["retrive_next_token"], out["retrive_next_sibling"]
+    last_child = np.full(n, -1, np.int64)
+    for i in range(1, count + 1):
+        p = parents[i]
+        if nxt[p] == -1:
+            nxt[p] = i
+        else:
+            sib_link[last_child[p]] = i
+        last_child[p] = i
+    return out
+
+
+def walk_reference(tokens, next_token, next_sibling, num_nodes: int, target, depth_limit: int):
+    """Greedy walk for one request over SGLang's child/sibling links.
+
+    From the root, descend to the child whose token equals the target token at the current node (the
+    first such child in index order), until none matches. Links must point strictly forward (a child
+    after its parent, a sibling after the previous one) and inside [1, num_nodes); anything else — and a
+    path longer than depth_limit — sets MALFORMED_TREE and stops the walk, so a cyclic or corrupt tree
+    terminates after at most n link reads. Returns (accepted node indices incl. root, bonus, flags).
+    """
+    n = len(tokens)
+    flags = F.OK
+    if not 1 <= num_nodes <= n:
+        flags |= F.MALFORMED_TREE
+        num_nodes = min(max(int(num_nodes), 1), n)
+    accepted = [0]
+    cur = 0
+    steps = 0
+    while True:
+        matched = -1
+        prev = cur
+        c = int(next_token[cur])
+        while c != -1:
+            steps += 1
+            if not (prev < c < num_nodes) or steps > n:
+                flags |= F.MALFORMED_TREE
+                c = -2
+                break
+            if int(tokens[c]) == int(target[cur]):
+                matched = c
+                break
+            prev = c
+            c = int(next_sibling[c])
+        if c == -2 or matched == -1:
+            break
+        if len(accepted) == depth_limit + 1:
+            flags |= F.MALFORMED_TREE
+            break
+        accepted.append(matched)
+        cur = matched
+    return accepted, int(target[cur]), flags
+
+
+def sample_reference(logits, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    """Per-node target tokens as the reference draws them: argmax (first index) when T ~ 0, else one
+    independent multinomial draw per node from softmax(logits / T), in float64."""
+    x = np.asarray(logits, dtype=np.float64)
+    if temperature < 1e-5:
+        return x.argmax(axis=-1)
+    z = x / temperature
+    z = z - z.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)
+    flat = p.reshape(-1, p.shape[-1])
+    out = np.array([rng.choice(flat.shape[1], p=row) for row in flat], dtype=np.int64)
+    return out.reshape(p.shape[:-1])
