@@ -1,0 +1,181 @@
+// Native CPU DDTree builder: DESIGN.md §3 bit for bit, batched over requests (OpenMP via at::parallel_for).
+//
+// The heap holds (path log-weight, parent, depth, rank); its order is weight descending, then the ranks
+// tuple (parent's ranks ++ rank) lexicographically with a prefix first — exactly Python's comparison of
+// the reference's (-logw, ranks) heap items. Weights are doubles combined in the reference's order:
+// sibling = (logw - lp[d-1][r]) + lp[d-1][r+1], child = logw + lp[d][0]. Compiled without fast-math.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int32_t kNonfiniteInput = 1;
+constexpr int32_t kHeapExhausted = 2;
+
+struct Entry {
+  double logw;
+  int32_t parent;
+  int32_t depth;  // depth of the node this entry would emit (1-based)
+  int32_t rank;
+};
+
+// Per-request scratch, reused across requests handled by one thread.
+struct Scratch {
+  std::vector<Entry> heap;
+  std::vector<int32_t> paths;  // [n][L] ranks tuple of each emitted node
+  std::vector<int64_t> last_child;
+};
+
+class Builder {
+ public:
+  Builder(int64_t L, int64_t k, int64_t budget) : L_(L), k_(k), budget_(budget), n_(budget + 1) {}
+
+  void build(const float* lp, const int64_t* ids, int64_t root_token, int64_t seq_len, int64_t b, Scratch& s,
+             int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths, int32_t* ranks, double* logw,
+             int64_t* positions, int64_t* retrive_index, int64_t* next_token, int64_t* next_sibling, bool* mask,
+             int32_t* bits, int32_t* flags) const {
+    const int64_t n = n_, words = (n + 31) / 32;
+    for (int64_t i = 0; i < n; ++i) {
+      tokens[i] = 0; parents[i] = -1; depths[i] = 0; ranks[i] = -1;
+      logw[i] = -INFINITY; positions[i] = seq_len; retrive_index[i] = b * n + i;
+      next_token[i] = -1; next_sibling[i] = -1;
+    }
+    std::fill(mask, mask + n * n, false);
+    std::fill(bits, bits + n * words, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      mask[i * n + i] = true;
+      bits[i * words + i / 32] |= static_cast<int32_t>(1u << (i % 32));
+    }
+    tokens[0] = root_token;
+    logw[0] = 0.0;
+    *num_nodes = 1;
+    *flags = 0;
+    for (int64_t j = 0; j < L_ * k_; ++j) {
+      if (!std::isfinite(lp[j])) { *flags = kNonfiniteInput; return; }
+    }
+
+    const int64_t L = L_, k = k_;
+    s.paths.assign(static_cast<size_t>(n * std::max<int64_t>(L, 1)), 0);
+    s.heap.clear();
+    const int32_t* paths = s.paths.data();
+    // a before b (a has priority): higher weight, else lexicographically smaller ranks tuple.
+    auto higher = [&](const Entry& a, const Entry& b) {
+      if (a.logw != b.logw) return a.logw > b.logw;
+      const int32_t* pa = paths + static_cast<int64_t>(a.parent) * L;
+      const int32_t* pb = paths + static_cast<int64_t>(b.parent) * L;
+      const int32_t la = a.depth, lb = b.depth;
+      for (int32_t j = 0; j < std::min(la, lb); ++j) {
+        const int32_t ra = j == la - 1 ? a.rank : pa[j];
+        const int32_t rb = j == lb - 1 ? b.rank : pb[j];
+        if (ra != rb) return ra < rb;
+      }
+      return la < lb;
+    };
+    auto heap_less = [&](const Entry& a, const Entry& b) { return higher(b, a); };  // max-heap by priority
+
+    int64_t count = 0;
+    if (L > 0 && k > 0 && budget_ > 0) s.heap.push_back({static_cast<double>(lp[0]), 0, 1, 0});
+    int32_t* mutable_paths = s.paths.data();
+    while (!s.heap.empty() && count < budget_) {
+      std::pop_heap(s.heap.begin(), s.heap.end(), heap_less);
+      const Entry e = s.heap.back();
+      s.heap.pop_back();
+      const int64_t i = ++count;
+      const int64_t d = e.depth, r = e.rank;
+      tokens[i] = ids[(d - 1) * k + r];
+      parents[i] = e.parent;
+      depths[i] = static_cast<int32_t>(d);
+      ranks[i] = static_cast<int32_t>(r);
+      logw[i] = e.logw;
+      positions[i] = seq_len + d;
+      // ranks tuple of node i = parent's tuple ++ r
+      std::copy(mutable_paths + static_cast<int64_t>(e.parent) * L,
+                mutable_paths + static_cast<int64_t>(e.parent) * L + (d - 1), mutable_paths + i * L);
+      mutable_paths[i * L + d - 1] = static_cast<int32_t>(r);
+      // ancestor mask: parent's row plus self (parent < i, so its row is final)
+      std::copy(mask + e.parent * n, mask + e.parent * n + i, mask + i * n);
+      for (int64_t w = 0; w < words; ++w) bits[i * words + w] = bits[e.parent * words + w];
+      bits[i * words + i / 32] |= static_cast<int32_t>(1u << (i % 32));
+      // linked lists: the first child popped is the lowest index; later siblings chain in pop order
+      if (next_token[e.parent] == -1) next_token[e.parent] = i;
+      else next_sibling[s.last_child[e.parent]] = i;
+      s.last_child[i] = -1;
+      s.last_child[e.parent] = i;
+
+      if (r + 1 < k) {
+        const double sib = (e.logw - static_cast<double>(lp[(d - 1) * k + r])) +
+                           static_cast<double>(lp[(d - 1) * k + r + 1]);
+        s.heap.push_back({sib, e.parent, static_cast<int32_t>(d), static_cast<int32_t>(r + 1)});
+        std::push_heap(s.heap.begin(), s.heap.end(), heap_less);
+      }
+      if (d < L) {
+        const double child = e.logw + static_cast<double>(lp[d * k]);
+        s.heap.push_back({child, static_cast<int32_t>(i), static_cast<int32_t>(d + 1), 0});
+        std::push_heap(s.heap.begin(), s.heap.end(), heap_less);
+      }
+    }
+    if (count < budget_) *flags |= kHeapExhausted;
+    *num_nodes = static_cast<int32_t>(count + 1);
+  }
+
+ private:
+  int64_t L_, k_, budget_, n_;
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+           at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, const at::Tensor& root_tokens_in,
+                         const at::Tensor& seq_lens_in, int64_t budget) {
+  TORCH_CHECK(lp_in.dim() == 3 && lp_in.scalar_type() == at::kFloat, "lp must be float32 [B, L, k]");
+  TORCH_CHECK(ids_in.sizes() == lp_in.sizes() && ids_in.scalar_type() == at::kLong, "ids must be int64 [B, L, k]");
+  TORCH_CHECK(budget >= 0, "budget must be >= 0");
+  const auto lp = lp_in.contiguous();
+  const auto ids = ids_in.contiguous();
+  const auto root_tokens = root_tokens_in.to(at::kLong).contiguous();
+  const auto seq_lens = seq_lens_in.to(at::kLong).contiguous();
+  const int64_t B = lp.size(0), L = lp.size(1), k = lp.size(2), n = budget + 1, words = (n + 31) / 32;
+  TORCH_CHECK(root_tokens.numel() == B && seq_lens.numel() == B, "root_tokens and seq_lens must be [B]");
+  const auto i32 = lp.options().dtype(at::kInt), i64 = lp.options().dtype(at::kLong);
+  auto num_nodes = at::empty({B}, i32);
+  auto tokens = at::empty({B, n}, i64);
+  auto parents = at::empty({B, n}, i32);
+  auto depths = at::empty({B, n}, i32);
+  auto ranks = at::empty({B, n}, i32);
+  auto logw = at::empty({B, n}, lp.options().dtype(at::kDouble));
+  auto positions = at::empty({B, n}, i64);
+  auto retrive_index = at::empty({B, n}, i64);
+  auto next_token = at::empty({B, n}, i64);
+  auto next_sibling = at::empty({B, n}, i64);
+  auto mask = at::empty({B, n, n}, lp.options().dtype(at::kBool));
+  auto bits = at::empty({B, n, words}, i32);
+  auto flags = at::empty({B}, i32);
+
+  const Builder builder(L, k, budget);
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    Scratch s;
+    s.last_child.assign(static_cast<size_t>(n), -1);
+    for (int64_t b = begin; b < end; ++b) {
+      builder.build(lp.data_ptr<float>() + b * L * k, ids.data_ptr<int64_t>() + b * L * k,
+                    root_tokens.data_ptr<int64_t>()[b], seq_lens.data_ptr<int64_t>()[b], b, s,
+                    num_nodes.data_ptr<int32_t>() + b, tokens.data_ptr<int64_t>() + b * n,
+                    parents.data_ptr<int32_t>() + b * n, depths.data_ptr<int32_t>() + b * n,
+                    ranks.data_ptr<int32_t>() + b * n, logw.data_ptr<double>() + b * n,
+                    positions.data_ptr<int64_t>() + b * n, retrive_index.data_ptr<int64_t>() + b * n,
+                    next_token.data_ptr<int64_t>() + b * n, next_sibling.data_ptr<int64_t>() + b * n,
+                    mask.data_ptr<bool>() + b * n * n, bits.data_ptr<int32_t>() + b * n * words,
+                    flags.data_ptr<int32_t>() + b);
+    }
+  });
+  return {num_nodes, tokens, parents, depths, ranks, logw, positions, retrive_index, next_token, next_sibling,
+          mask, bits, flags};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) { m.impl("build_tree_from_topk", &build_tree_from_topk_cpu); }

@@ -1,0 +1,47 @@
+"""Argument checks shared by the public API: every failure names the argument it is about."""
+from __future__ import annotations
+
+import torch
+
+
+def tensor(name: str, value, *, ndim: int | None = None, dtypes=None, device: torch.device | None = None):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if ndim is not None and value.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
+    if dtypes is not None and value.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype in ({names}), got {str(value.dtype).replace('torch.', '')}")
+    if device is not None and value.device != device:
+        raise ValueError(f"{name} must be on {device}, got {value.device}")
+    return value
+
+
+def shape(name: str, value: torch.Tensor, expected: tuple) -> None:
+    if tuple(value.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(value.shape)}")
+
+
+def integer(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+INT_DTYPES = (torch.int32, torch.int64)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def per_request(name: str, value, batch: int, device: torch.device, *, default: int = 0) -> torch.Tensor:
+    """An optional per-request integer vector (None → default, int → broadcast) as int64 [batch]."""
+    if value is None:
+        return torch.full((batch,), default, dtype=torch.int64, device=device)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return torch.full((batch,), value, dtype=torch.int64, device=device)
+    tensor(name, value, ndim=1, dtypes=INT_DTYPES, device=device)
+    shape(name, value, (batch,))
+    return value.to(torch.int64).contiguous()

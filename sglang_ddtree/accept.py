@@ -1,0 +1,166 @@
+"""Accepting a verified tree: per-node target tokens (greedy or sampled) and the bounded greedy walk.
+
+At T > 0 every node gets an independent sample of the target distribution at that node, then the same
+walk runs: the emitted tokens are exact ancestral samples of the target (DESIGN.md §3), so no [B, n, V]
+probability tensors and no rejection sampling are needed.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from . import _checks as C
+from . import ops
+from .tree import TreeBatch
+
+
+@dataclasses.dataclass
+class AcceptResult:
+    accept_index: torch.Tensor     # int32 [B, L+1] accepted node indices (root first), −1 pad
+    accept_len: torch.Tensor       # int32 [B] accepted nodes incl. root = tokens committed incl. bonus
+    bonus: torch.Tensor            # int64 [B] the target's token after the last accepted node
+    accepted_tokens: torch.Tensor  # int64 [B, L+1] committed tokens: accepted nodes' tokens, then bonus; −1 pad
+    flags: torch.Tensor            # int32 [B] flags.MALFORMED_TREE where the walk stopped on bad links
+
+
+def _committed_tokens(tree_tokens, accept_index, accept_len, bonus) -> torch.Tensor:
+    """Tokens of accepted nodes 1..len−1 followed by the bonus, −1 padded (pure tensor ops, no sync)."""
+    width = accept_index.shape[1]
+    nxt = torch.cat([accept_index[:, 1:], accept_index.new_full((accept_index.shape[0], 1), -1)], dim=1)
+    toks = torch.gather(tree_tokens, 1, nxt.clamp(min=0).to(torch.int64))
+    col = torch.arange(width, device=tree_tokens.device).unsqueeze(0)
+    last = (accept_len.to(torch.int64) - 1).unsqueeze(1)
+    toks = torch.where(col == last, bonus.unsqueeze(1), toks)
+    return torch.where(col <= last, toks, torch.full_like(toks, -1))
+
+
+def _walk_reference(tree: TreeBatch, target: torch.Tensor):
+    from .reference import walk_reference
+
+    B, L = tree.batch_size, tree.depth_limit
+    idx = torch.full((B, L + 1), -1, dtype=torch.int32)
+    length = torch.zeros(B, dtype=torch.int32)
+    bonus = torch.zeros(B, dtype=torch.int64)
+    flg = torch.zeros(B, dtype=torch.int32)
+    host = {k: v.cpu().numpy() for k, v in (("tokens", tree.tokens), ("nt", tree.retrive_next_token),
+                                              ("ns", tree.retrive_next_sibling), ("nn", tree.num_nodes),
+                                              ("t", target))}
+    for b in range(B):
+        acc, bon, f = walk_reference(host["tokens"][b], host["nt"][b], host["ns"][b], int(host["nn"][b]),
+                                     host["t"][b], L)
+        idx[b, :len(acc)] = torch.tensor(acc, dtype=torch.int32)
+        length[b], bonus[b], flg[b] = len(acc), bon, f
+    dev = tree.tokens.device
+    return idx.to(dev), length.to(dev), bonus.to(dev), flg.to(dev)
+
+
+def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, backend: str = "auto") -> AcceptResult:
+    """Greedy walk of `tree` with the target's per-node tokens (int64 [B, n]); bounded by n link reads
+    per request whatever the links say (malformed trees are flagged, never followed)."""
+    if not isinstance(tree, TreeBatch):
+        raise TypeError(f"tree must be a TreeBatch, got {type(tree).__name__}")
+    device = tree.tokens.device
+    C.tensor("target_tokens", target_tokens, ndim=2, dtypes=C.INT_DTYPES, device=device)
+    C.shape("target_tokens", target_tokens, (tree.batch_size, tree.n))
+    for name in ("tokens", "retrive_next_token", "retrive_next_sibling"):
+        C.tensor(f"tree.{name}", getattr(tree, name), ndim=2, dtypes=(torch.int64,), device=device)
+        C.shape(f"tree.{name}", getattr(tree, name), (tree.batch_size, tree.n))
+    C.tensor("tree.num_nodes", tree.num_nodes, ndim=1, dtypes=(torch.int32,), device=device)
+    backend = ops.resolve_backend(backend, device)
+    target = target_tokens.to(torch.int64).contiguous()
+    if backend == "reference":
+        idx, length, bonus, flg = _walk_reference(tree, target)
+    else:
+        idx, length, bonus, flg = ops.op("accept_tree")(
+            tree.tokens.contiguous(), tree.retrive_next_token.contiguous(),
+            tree.retrive_next_sibling.contiguous(), tree.num_nodes.contiguous(), target, tree.depth_limit)
+    return AcceptResult(idx, length, bonus, _committed_tokens(tree.tokens, idx, length, bonus), flg)
+
+
+# --- sampling ---------------------------------------------------------------------------------------
+
+_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+_MASK32 = 0xFFFFFFFF
+
+
+def philox4x32(counter: tuple, key: tuple, rounds: int = 10) -> tuple:
+    """Philox4x32-10 on int64 tensors holding uint32 values (the CUDA kernel uses the same generator)."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key
+    for _ in range(rounds):
+        hi0, lo0 = _mul32(_PHILOX_M0, c0)
+        hi1, lo1 = _mul32(_PHILOX_M1, c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = (k0 + _PHILOX_W0) & _MASK32
+        k1 = (k1 + _PHILOX_W1) & _MASK32
+    return c0, c1, c2, c3
+
+
+def _mul32(m: int, x):
+    """(hi, lo) 32-bit words of m·x for uint32 m and x (int64 tensors or ints), exactly."""
+    x_lo, x_hi = x & 0xFFFF, x >> 16
+    lo_part = m * x_lo                    # < 2^48
+    hi_part = m * x_hi                    # < 2^48
+    total_lo = lo_part + ((hi_part & 0xFFFF) << 16)
+    lo = total_lo & _MASK32
+    hi = ((hi_part >> 16) + (total_lo >> 32)) & _MASK32
+    return hi, lo
+
+
+def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, vocab: int) -> torch.Tensor:
+    """float32 [R, V] Gumbel noise, one independent stream per (seed, step, node) row; the counter runs
+    over the vocabulary index. u = (x + 0.5)·2⁻³² ∈ (0, 1) open, g = −log(−log u) in float32."""
+    dev = seed.device
+    v = torch.arange(vocab, device=dev, dtype=torch.int64)
+    R = seed.shape[0]
+    c0 = (v >> 2).unsqueeze(0).expand(R, -1) & _MASK32
+    c1 = (node.unsqueeze(1) & _MASK32).expand(-1, vocab)
+    c2 = (step.unsqueeze(1) & _MASK32).expand(-1, vocab)
+    c3 = ((step.unsqueeze(1) >> 32) & _MASK32).expand(-1, vocab)
+    k0 = (seed.unsqueeze(1) & _MASK32).expand(-1, vocab)
+    k1 = ((seed.unsqueeze(1) >> 32) & _MASK32).expand(-1, vocab)
+    words = philox4x32((c0, c1, c2, c3), (k0, k1))
+    lane = (v & 3).unsqueeze(0).expand(R, -1)
+    x = torch.where(lane == 0, words[0], torch.where(lane == 1, words[1], torch.where(lane == 2, words[2], words[3])))
+    u = (x.to(torch.float64) + 0.5) * (2.0 ** -32)
+    u = u.to(torch.float32)
+    return -torch.log(-torch.log(u))
+
+
+def sample_rows_torch(logits: torch.Tensor, temperature: float, seed, step, node) -> torch.Tensor:
+    """Row-wise Gumbel-max sample (argmax at temperature 0) with plain torch ops (the CPU backend)."""
+    if temperature == 0.0:
+        return torch.argmax(logits.float(), dim=-1)
+    score = logits.float() / temperature + gumbel_noise(seed, step, node, logits.shape[-1])
+    return torch.argmax(score, dim=-1)
+
+
+def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=0, step=0,
+                       backend: str = "auto") -> torch.Tensor:
+    """Per-node target tokens int64 [B, n] from target logits [B, n, V].
+
+    temperature 0 → argmax (first index on ties, like torch.argmax); > 0 → Gumbel-max, i.e. an exact draw
+    from softmax(logits / T), independent across nodes, reproducible from (seed, step, node).
+    seed / step: int or int64 [B] (per request; keep them tensors under CUDA graphs).
+    """
+    C.tensor("target_logits", target_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a float, got {type(temperature).__name__}")
+    if not temperature >= 0.0 or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite value >= 0, got {temperature}")
+    B, n, V = target_logits.shape
+    device = target_logits.device
+    if V < 1:
+        raise ValueError(f"target_logits must have a non-empty vocabulary dimension, got {tuple(target_logits.shape)}")
+    seeds = C.per_request("seed", seed, B, device).repeat_interleave(n)
+    steps = C.per_request("step", step, B, device).repeat_interleave(n)
+    nodes = torch.arange(n, device=device, dtype=torch.int64).repeat(B)
+    backend = ops.resolve_backend(backend, device, allowed=("auto", "cuda", "cpu"))
+    rows = target_logits.reshape(B * n, V)
+    if backend == "cuda":
+        out = ops.op("sample_rows")(rows.contiguous(), float(temperature), seeds, steps, nodes)
+    else:
+        out = sample_rows_torch(rows, float(temperature), seeds, steps, nodes)
+    return out.reshape(B, n)

@@ -1,0 +1,145 @@
+"""TreeBatch — the contract between build, verify, accept and SGLang — and the public build functions.
+
+Every field is a device tensor with a fixed n = budget + 1 slots per request, so one decode round can be
+captured in a CUDA graph; nothing here is read on the host.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from . import _checks as C
+from . import ops
+from .topk import topk_logprobs
+
+MAX_BUDGET = 4096  # bounds mask memory (B·n² bytes); the CUDA builder supports up to 512
+
+
+@dataclasses.dataclass
+class TreeBatch:
+    """DESIGN.md §4. Pads: tokens 0, parents −1, depths 0, ranks −1, logw −inf, links −1, mask = self."""
+
+    num_nodes: torch.Tensor             # int32 [B]   real nodes incl. root
+    tokens: torch.Tensor                # int64 [B,n] node 0 = root token, then pop order
+    parents: torch.Tensor               # int32 [B,n]
+    depths: torch.Tensor                # int32 [B,n]
+    ranks: torch.Tensor                 # int32 [B,n] rank of the token in its depth's top-k
+    logw: torch.Tensor                  # float64 [B,n] path log-weight
+    positions: torch.Tensor             # int64 [B,n] seq_len + depth
+    retrive_index: torch.Tensor         # int64 [B,n] b·n + i
+    retrive_next_token: torch.Tensor    # int64 [B,n] first child or −1
+    retrive_next_sibling: torch.Tensor  # int64 [B,n] next sibling or −1
+    tree_mask: torch.Tensor             # bool  [B,n,n] ancestor-or-self
+    mask_bits: torch.Tensor             # int32 [B,n,⌈n/32⌉] packed tree_mask (bit j%32 of word j//32)
+    flags: torch.Tensor                 # int32 [B]   flags.py bits
+    budget: int
+    depth_limit: int                    # L: deepest node depth allowed
+    topk: int                           # k: candidates per depth
+
+    @property
+    def n(self) -> int:
+        return self.budget + 1
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    def tensors(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)}
+
+    def full_mask(self, prefix_lens: torch.Tensor) -> torch.Tensor:
+        """SGLang's FULL_MASK layout: per request, n rows of (prefix_len + n) columns, prefix all visible,
+        flattened and concatenated over requests (bool [Σ n·(prefix_len + n)]).
+        Sizes come from host-side prefix lengths, as SGLang's scheduler provides them."""
+        lens = [int(x) for x in (prefix_lens.tolist() if isinstance(prefix_lens, torch.Tensor) else prefix_lens)]
+        parts = []
+        for b, plen in enumerate(lens):
+            rows = torch.ones(self.n, plen + self.n, dtype=torch.bool, device=self.tree_mask.device)
+            rows[:, plen:] = self.tree_mask[b]
+            parts.append(rows.reshape(-1))
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool, device=self.tree_mask.device)
+
+
+def _tree_from_outputs(outs, budget: int, depth_limit: int, topk: int) -> TreeBatch:
+    fields = dict(zip(ops._TREE_OUT, outs))
+    return TreeBatch(**fields, budget=budget, depth_limit=depth_limit, topk=topk)
+
+
+def _build_reference(lp, ids, budget, root_tokens, seq_lens) -> tuple:
+    """Loop the numpy oracle over requests (tests and tools; never a hot path)."""
+    from .reference import build_tree_reference
+
+    B, n = lp.shape[0], budget + 1
+    lp_np, ids_np = lp.detach().cpu().numpy(), ids.detach().cpu().numpy()
+    roots, lens = root_tokens.cpu().tolist(), seq_lens.cpu().tolist()
+    per = [build_tree_reference(lp_np[b], ids_np[b], budget, root_token=roots[b], seq_len=lens[b],
+                                request_index=b) for b in range(B)]
+    words = ops.mask_words(n)
+    stack = lambda key, dt: torch.from_numpy(np.stack([p[key] for p in per]) if per else np.zeros((0, n), dt))
+    mask = torch.from_numpy(np.stack([p["tree_mask"] for p in per]) if per else np.zeros((0, n, n), bool))
+    return (torch.tensor([p["num_nodes"] for p in per], dtype=torch.int32),
+            stack("tokens", np.int64), stack("parents", np.int32), stack("depths", np.int32),
+            stack("ranks", np.int32), stack("logw", np.float64), stack("positions", np.int64),
+            stack("retrive_index", np.int64), stack("retrive_next_token", np.int64),
+            stack("retrive_next_sibling", np.int64), mask, pack_mask(mask, words),
+            torch.tensor([p["flags"] for p in per], dtype=torch.int32))
+
+
+def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
+    """bool [..., n, n] → int32 [..., n, words], bit j%32 of word j//32 = mask[..., j]."""
+    n = mask.shape[-1]
+    padded = torch.zeros(*mask.shape[:-1], words * 32, dtype=torch.int64, device=mask.device)
+    padded[..., :n] = mask.to(torch.int64)
+    weights = (torch.ones(32, dtype=torch.int64, device=mask.device) << torch.arange(32, device=mask.device))
+    packed = (padded.reshape(*mask.shape[:-1], words, 32) * weights).sum(-1)
+    return torch.where(packed >= (1 << 31), packed - (1 << 32), packed).to(torch.int32)
+
+
+def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budget: int, *,
+                         root_tokens=None, seq_lens=None, backend: str = "auto") -> TreeBatch:
+    """Best-first DDTree build (DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
+
+    top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
+    root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth).
+    backend: 'auto' (the tensors' device), 'cuda', 'cpu' or 'reference' (the numpy oracle); all agree
+    exactly on the same inputs.
+    """
+    C.tensor("top_logprobs", top_logprobs, ndim=3, dtypes=(torch.float32,))
+    device = top_logprobs.device
+    C.tensor("top_ids", top_ids, ndim=3, dtypes=C.INT_DTYPES, device=device)
+    C.shape("top_ids", top_ids, tuple(top_logprobs.shape))
+    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    B, L, k = top_logprobs.shape
+    roots = C.per_request("root_tokens", root_tokens, B, device)
+    lens = C.per_request("seq_lens", seq_lens, B, device)
+    backend = ops.resolve_backend(backend, device)
+    lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
+    if backend == "reference":
+        outs = [t.to(device) for t in _build_reference(lp, ids, budget, roots, lens)]
+    else:
+        outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget)
+    return _tree_from_outputs(outs, budget, L, k)
+
+
+def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = None, root_tokens=None,
+               seq_lens=None, backend: str = "auto") -> TreeBatch:
+    """Stage 1 (canonical top-k + log-normaliser) then the best-first build.
+
+    draft_logits: [B, L, V] (bf16/fp16/fp32) for the L = block_size − 1 draft positions.
+    k = min(topk or budget, V) as in the paper (topk=1 gives the DFlash chain).
+    """
+    C.tensor("draft_logits", draft_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
+    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    if topk is not None:
+        C.integer("topk", topk, minimum=1)
+    B, L, V = draft_logits.shape
+    if V < 1:
+        raise ValueError(f"draft_logits must have a non-empty vocabulary dimension, got shape {tuple(draft_logits.shape)}")
+    k = min(topk if topk is not None else budget, V)
+    native = ops.resolve_backend(backend, draft_logits.device)
+    stage1 = "cuda" if native == "cuda" else "cpu"
+    lp, ids = topk_logprobs(draft_logits, k, stage1)
+    return build_tree_from_topk(lp, ids, budget, root_tokens=root_tokens, seq_lens=seq_lens, backend=native)
