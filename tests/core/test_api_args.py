@@ -1,0 +1,63 @@
+"""Every public function rejects bad arguments with a ValueError/TypeError that names the argument."""
+import pytest
+import torch
+
+from sglang_ddtree import accept_tree, build_tree, build_tree_from_topk, sample_node_tokens
+
+LP = torch.log_softmax(torch.randn(2, 3, 4), -1).sort(-1, descending=True).values
+IDS = torch.arange(4).expand(2, 3, 4).contiguous()
+LOGITS = torch.randn(2, 3, 50)
+
+
+def tree():
+    return build_tree_from_topk(LP, IDS, 5, backend="cpu")
+
+
+CASES = [
+    # (callable, expected exception, name that must appear in the message)
+    (lambda: build_tree(LOGITS[0], 4), ValueError, "draft_logits"),
+    (lambda: build_tree(LOGITS.long(), 4), TypeError, "draft_logits"),
+    (lambda: build_tree(LOGITS.numpy(), 4), TypeError, "draft_logits"),
+    (lambda: build_tree(LOGITS, -1), ValueError, "budget"),
+    (lambda: build_tree(LOGITS, 2.5), TypeError, "budget"),
+    (lambda: build_tree(LOGITS, 4, topk=0), ValueError, "topk"),
+    (lambda: build_tree(LOGITS, 4, backend="gpu"), ValueError, "backend"),
+    (lambda: build_tree(LOGITS, 4, backend="cuda"), ValueError, "backend"),
+    (lambda: build_tree(LOGITS[:, :, :0], 4), ValueError, "draft_logits"),
+    (lambda: build_tree(LOGITS, 4, root_tokens=torch.zeros(3, dtype=torch.long)), ValueError, "root_tokens"),
+    (lambda: build_tree(LOGITS, 4, seq_lens=torch.zeros(2)), TypeError, "seq_lens"),
+    (lambda: build_tree(LOGITS, 4, seq_lens=torch.zeros(2, 1, dtype=torch.long)), ValueError, "seq_lens"),
+    (lambda: build_tree_from_topk(LP.double(), IDS, 4), TypeError, "top_logprobs"),
+    (lambda: build_tree_from_topk(LP[0], IDS[0], 4), ValueError, "top_logprobs"),
+    (lambda: build_tree_from_topk(LP, IDS[:, :, :3], 4), ValueError, "top_ids"),
+    (lambda: build_tree_from_topk(LP, IDS.float(), 4), TypeError, "top_ids"),
+    (lambda: build_tree_from_topk(LP, IDS, -3), ValueError, "budget"),
+    (lambda: build_tree_from_topk(LP, IDS, 10**9), ValueError, "budget"),
+    (lambda: build_tree_from_topk(LP, IDS.to("meta"), 4), ValueError, "top_ids"),
+    (lambda: accept_tree("tree", torch.zeros(2, 6, dtype=torch.long)), TypeError, "tree"),
+    (lambda: accept_tree(tree(), torch.zeros(2, 5, dtype=torch.long)), ValueError, "target_tokens"),
+    (lambda: accept_tree(tree(), torch.zeros(2, 6)), TypeError, "target_tokens"),
+    (lambda: accept_tree(tree(), torch.zeros(12, dtype=torch.long)), ValueError, "target_tokens"),
+    (lambda: accept_tree(tree(), torch.zeros(2, 6, dtype=torch.long), backend="x"), ValueError, "backend"),
+    (lambda: sample_node_tokens(LOGITS[0], 1.0), ValueError, "target_logits"),
+    (lambda: sample_node_tokens(LOGITS.long(), 1.0), TypeError, "target_logits"),
+    (lambda: sample_node_tokens(LOGITS, -0.5), ValueError, "temperature"),
+    (lambda: sample_node_tokens(LOGITS, float("nan")), ValueError, "temperature"),
+    (lambda: sample_node_tokens(LOGITS, "hot"), TypeError, "temperature"),
+    (lambda: sample_node_tokens(LOGITS, 1.0, seed=torch.zeros(5, dtype=torch.long)), ValueError, "seed"),
+    (lambda: sample_node_tokens(LOGITS, 1.0, step=torch.zeros(2)), TypeError, "step"),
+    (lambda: sample_node_tokens(LOGITS, 1.0, backend="reference"), ValueError, "backend"),
+]
+
+
+@pytest.mark.parametrize("call,exc,name", CASES, ids=[f"{i}-{c[2]}" for i, c in enumerate(CASES)])
+def test_bad_argument_is_rejected_with_its_name(call, exc, name):
+    with pytest.raises(exc, match=name):
+        call()
+
+
+def test_tree_with_wrong_link_dtype_is_rejected():
+    t = tree()
+    t.retrive_next_token = t.retrive_next_token.int()
+    with pytest.raises(TypeError, match="tree.retrive_next_token"):
+        accept_tree(t, torch.zeros(2, 6, dtype=torch.long))
