@@ -117,3 +117,21 @@ def resolve_backend(backend: str, device: torch.device, *, allowed=("auto", "cud
     if backend in ("cpu", "cuda"):
         ensure_backend(backend)
     return backend
+
+
+# --- verify attention (kernels/verify_attn.cu) ----------------------------------------------------------
+# q_a [T,Hq,Da] (+ q_b [T,Hq,Db] for MLA), k_cache [slots,Hkv,Dqk], v_cache [slots,Hkv,Dv] (strided views
+# allowed), page_table i32 [B,P], prefix_lens i32 [B], k_tree [T,Hkv,Dqk], v_tree [T,Hkv,Dv], mask_bits
+# i32 [B,n,W]; prefix keys in num_splits chunks of kv_chunk, the tree keys (masked) after the last one
+# -> out [T,Hq,Dv] (q's dtype), natural-log lse f32 [T,Hq]
+SCHEMAS["verify_attn"] = ("(Tensor q_a, Tensor? q_b, Tensor k_cache, Tensor v_cache, int page_size, Tensor page_table, "
+                          "Tensor prefix_lens, Tensor k_tree, Tensor v_tree, Tensor mask_bits, float sm_scale, "
+                          "int num_splits, int kv_chunk, bool with_tree) -> (Tensor, Tensor)")
+_lib.define("verify_attn" + SCHEMAS["verify_attn"])
+
+
+@torch.library.register_fake(f"{NS}::verify_attn")
+def _verify_attn_fake(q_a, q_b, k_cache, v_cache, page_size, page_table, prefix_lens, k_tree, v_tree, mask_bits,
+                      sm_scale, num_splits, kv_chunk, with_tree):
+    T, Hq = q_a.shape[0], q_a.shape[1]
+    return q_a.new_empty((T, Hq, v_cache.shape[-1])), q_a.new_empty((T, Hq), dtype=torch.float32)
