@@ -1,0 +1,71 @@
+"""Tree verify attention: the n tree queries of each request over its prefix KV and its own tree KV.
+
+Cascade (DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
+(FlashMLA, FlashInfer, or our kernel) → (O_p, LSE_p); the tree tail with the ancestor mask (our kernel)
+→ (O_t, LSE_t); merged by LSE with each library's base converted explicitly. backend="native" runs
+prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree tile last).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import fallback, libraries, native
+from .merge import LN2, lse_from_natural, lse_to_natural, merge_states
+from .problem import Problem, make_problem, unpack_mask
+from .reference import reference_tree_attention
+
+BACKENDS = ("auto", "native", "flashmla", "flashinfer", "torch")
+
+__all__ = ["tree_verify_attention", "reference_tree_attention", "merge_states", "lse_to_natural",
+           "lse_from_natural", "LN2", "BACKENDS", "resolve_backend", "make_problem", "unpack_mask", "Problem"]
+
+
+def resolve_backend(prob: Problem, backend: str) -> str:
+    """'auto': a library prefix where it imports and fits (FlashMLA needs page size 64), else our kernel;
+    the torch path on the CPU and for dtypes/shapes the kernel does not take."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        if not native.supports(prob):
+            return "torch"
+        for lib in ("flashmla", "flashinfer"):
+            if libraries.supports(lib, prob) and libraries.available(lib):
+                return lib
+        return "native"
+    if backend == "native" and not native.supports(prob):
+        raise ValueError("backend='native' needs CUDA bf16 tensors in the MLA (512+64 → 512) or GQA (128) shapes")
+    if backend in libraries.PREFIX:
+        if not libraries.supports(backend, prob):
+            raise ValueError(f"backend={backend!r} does not take these inputs (device, dtype, layout or page size)")
+        if not libraries.available(backend):
+            raise RuntimeError(f"backend={backend!r} is not importable here")
+    return backend
+
+
+def tree_verify_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale: float, *,
+                          backend: str = "auto", max_prefix_len: int | None = None, plan: dict | None = None):
+    """Attention of every tree node over its request's prefix and its tree ancestors (itself included).
+
+    MLA absorbed form (DeepSeek-V3 / Kimi-K2):
+      q = (q_nope [T, H, 512], q_pe [T, H, 64]); kv_cache [pages, page_size, 576] (c_kv ‖ k_pe, SGLang's
+      MLA pool; [pages, page_size, 1, 576] too); tree_kv [T, 576]; output in latent space [T, H, 512].
+    GQA (Qwen3): q [T, Hq, D]; kv_cache = (k [pages, ps, Hkv, D], v [pages, ps, Hkv, Dv]);
+      tree_kv = (k [T, Hkv, D], v [T, Hkv, Dv]); output [T, Hq, Dv].
+    Common: T = B·n (request b's node i at row b·n + i); page_table int [B, max_pages] lists each request's
+    prefix pages in order; prefix_lens int [B] (the tree is not part of it); tree_mask: TreeBatch.mask_bits
+    int32 [B, n, ⌈n/32⌉], a TreeBatch, or bool [B, n, n]; sm_scale: the model's softmax scale (MLA:
+    1/sqrt(192)·mscale², not 1/sqrt(576)).
+    backend: see BACKENDS and `resolve_backend`. max_prefix_len (≥ every prefix length) avoids reading
+    prefix_lens on the host. plan: a dict reused by all layers of one batch (library planning state).
+    Returns (O in q's dtype, LSE float32 [T, Hq] (float64 for float64 q), natural log).
+    """
+    prob = make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale)
+    backend = resolve_backend(prob, backend)
+    if backend == "torch":
+        o, lse = fallback.attend(prob, max_prefix_len=max_prefix_len)
+        return o.to(prob.dtype), lse.to(torch.float64 if prob.dtype == torch.float64 else torch.float32)
+    if backend == "native":
+        return native.attend(prob, max_prefix_len=max_prefix_len)
+    o_p, lse_p, base = libraries.PREFIX[backend](prob, {} if plan is None else plan)
+    o_t, lse_t = native.attend(prob, with_prefix=False)
+    return merge_states(o_p, lse_p, o_t, lse_t, base_a=base, base_b="e", out_dtype=prob.dtype)

@@ -1,0 +1,115 @@
+"""Prefix attention through FlashMLA (sgl_kernel) and FlashInfer, when they import.
+
+Each adapter returns (O_p [T, Hq, Dv], LSE_p [T, Hq], base) for the n tree queries of every request over
+its prefix only (no mask: one KV pass per request shared by all n queries). The base is what the library
+returns ("e" for FlashMLA, "2" for FlashInfer) and travels with the LSE to `merge_states`.
+Library planning (FlashInfer's plan, FlashMLA's tile metadata) happens once per batch and is kept in the
+caller's `plan` dict, so the layers of one forward reuse it; planning reads the prefix lengths on the host.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from .problem import Problem
+
+_WORKSPACE_BYTES = 128 << 20
+
+
+@functools.cache
+def available(name: str) -> bool:
+    try:
+        if name == "flashmla":
+            from sgl_kernel import flash_mla
+            return flash_mla._flashmla_import_error is None
+        if name == "flashinfer":
+            import flashinfer  # noqa: F401
+            return True
+    except Exception:
+        return False
+    raise ValueError(f"unknown library {name!r}")
+
+
+def supports(name: str, prob: Problem) -> bool:
+    if prob.q_a.device.type != "cuda" or prob.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    if name == "flashmla":
+        return prob.layout == "mla" and prob.page_size == 64 and prob.Dqk == 576 and prob.Dv == 512
+    if name == "flashinfer":
+        return True
+    return False
+
+
+def _cache_4d(flat: torch.Tensor, page_size: int) -> torch.Tensor:
+    """[slots, Hkv, D] (a view of the paged cache) → [pages, page_size, Hkv, D]."""
+    return flat.unflatten(0, (-1, page_size))
+
+
+def _empty_rows_to_neg_inf(prob: Problem, lse: torch.Tensor) -> torch.Tensor:
+    """Requests with no prefix have no keys: force LSE −inf whatever the library wrote there."""
+    empty = (prob.prefix_lens == 0).repeat_interleave(prob.n).unsqueeze(1)
+    return torch.where(empty, torch.full_like(lse, -math.inf), lse)
+
+
+def flashmla_prefix(prob: Problem, plan: dict):
+    from sgl_kernel.flash_mla import flash_mla_with_kvcache, get_mla_metadata
+
+    B, n, Hq = prob.B, prob.n, prob.Hq
+    if "flashmla_meta" not in plan:
+        plan["flashmla_meta"] = get_mla_metadata(prob.prefix_lens, n * Hq, 1)
+    tsm, splits = plan["flashmla_meta"]
+    q = prob.q_full().reshape(B, n, Hq, prob.Dqk)
+    k_cache = _cache_4d(prob.k_cache, prob.page_size)
+    o, lse = flash_mla_with_kvcache(q, k_cache, prob.page_table, prob.prefix_lens, prob.Dv, tsm, splits,
+                                    softmax_scale=prob.sm_scale, causal=False)
+    lse = lse.transpose(1, 2).reshape(B * n, Hq)
+    return o.reshape(B * n, Hq, prob.Dv), _empty_rows_to_neg_inf(prob, lse), "e"
+
+
+def _paged_indices(prob: Problem):
+    """FlashInfer's CSR page lists from the dense page table (host side, at plan time)."""
+    lens = prob.prefix_lens.to(torch.int64)
+    pages = (lens + prob.page_size - 1) // prob.page_size
+    indptr = torch.zeros(prob.B + 1, dtype=torch.int32, device=lens.device)
+    indptr[1:] = torch.cumsum(pages, 0)
+    cols = torch.arange(prob.page_table.shape[1], device=lens.device)
+    indices = prob.page_table[cols.unsqueeze(0) < pages.unsqueeze(1)].to(torch.int32)
+    if indices.numel() == 0:
+        indices = torch.zeros(1, dtype=torch.int32, device=lens.device)
+    last = torch.where(lens > 0, (lens - 1) % prob.page_size + 1, torch.zeros_like(lens)).to(torch.int32)
+    qo_indptr = (torch.arange(prob.B + 1, device=lens.device) * prob.n).to(torch.int32)
+    return qo_indptr, indptr, indices, last
+
+
+def flashinfer_prefix(prob: Problem, plan: dict):
+    import flashinfer
+
+    dev = prob.q_a.device
+    if "flashinfer" not in plan:
+        ws = plan.get("flashinfer_workspace")
+        if ws is None:
+            ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+        qo_indptr, kv_indptr, kv_indices, last = _paged_indices(prob)
+        if prob.layout == "mla":
+            w = flashinfer.mla.BatchMLAPagedAttentionWrapper(ws, backend=plan.get("flashinfer_mla_backend", "auto"))
+            w.plan(qo_indptr, kv_indptr, kv_indices, prob.prefix_lens, prob.Hq, prob.Dv, prob.Dqk - prob.Dv,
+                   prob.page_size, False, prob.sm_scale, prob.dtype, prob.dtype)
+        else:
+            w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+            w.plan(qo_indptr, kv_indptr, kv_indices, last, prob.Hq, prob.Hkv, prob.Dqk, prob.page_size,
+                   head_dim_vo=prob.Dv, causal=False, sm_scale=prob.sm_scale, q_data_type=prob.dtype,
+                   kv_data_type=prob.dtype)
+        plan["flashinfer"] = w
+    w = plan["flashinfer"]
+    if prob.layout == "mla":
+        cache = _cache_4d(prob.k_cache, prob.page_size).squeeze(2)            # [pages, ps, 576]
+        o, lse = w.run(prob.q_a, prob.q_b, cache[..., :prob.Dv], cache[..., prob.Dv:], return_lse=True)
+    else:
+        kv = (_cache_4d(prob.k_cache, prob.page_size), _cache_4d(prob.v_cache, prob.page_size))
+        o, lse = w.run(prob.q_a, kv, return_lse=True)
+    return o, _empty_rows_to_neg_inf(prob, lse), "2"
+
+
+PREFIX = {"flashmla": flashmla_prefix, "flashinfer": flashinfer_prefix}

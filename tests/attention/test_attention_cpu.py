@@ -1,0 +1,166 @@
+"""CPU tests: the dense reference, the LSE merge (both bases) and the torch fallback path."""
+import math
+
+import pytest
+import torch
+
+import attn_cases as A
+from sglang_ddtree.attention import (LN2, merge_states, reference_tree_attention, tree_verify_attention,
+                                     lse_to_natural)
+from sglang_ddtree.attention import fallback
+from sglang_ddtree.attention.problem import make_problem
+
+
+def _ancestors(parents, i):
+    out = [i]
+    while parents[out[-1]] >= 0:
+        out.append(int(parents[out[-1]]))
+    return out
+
+
+@pytest.mark.parametrize("layout", ["mla", "gqa"])
+def test_reference_matches_explicit_ancestor_attention(layout):
+    """The oracle vs a per-row loop over the prefix plus the node's ancestors found from `parents`."""
+    B, budget, ps = 2, 12, 4
+    args, tree = A.make_case(layout, B, budget, [9, 0], page_size=ps, seed=3)
+    out, lse = reference_tree_attention(*args)
+    q, cache, table, lens, tree_kv, _, scale = args
+    n = budget + 1
+    for b in range(B):
+        slots = [int(table[b, j // ps]) * ps + j % ps for j in range(int(lens[b]))]
+        for i in range(n):
+            keys = slots, [b * n + a for a in _ancestors(tree.parents[b].tolist(), i)]
+            t = b * n + i
+            if layout == "mla":
+                flat = cache.reshape(-1, 576)
+                K = torch.cat([flat[keys[0]], tree_kv[keys[1]]])
+                qf = torch.cat([q[0][t], q[1][t]], -1)                    # [H, 576]
+                logits = qf @ K.T * scale
+                ref_o = torch.softmax(logits, -1) @ K[:, :512]
+            else:
+                kc, vc = (c.reshape(-1, *c.shape[2:]) for c in cache)
+                K = torch.cat([kc[keys[0]], tree_kv[0][keys[1]]])         # [J, Hkv, D]
+                V = torch.cat([vc[keys[0]], tree_kv[1][keys[1]]])
+                G = q.shape[1] // K.shape[1]
+                Kh, Vh = K.repeat_interleave(G, 1), V.repeat_interleave(G, 1)
+                logits = torch.einsum("hd,jhd->hj", q[t], Kh) * scale
+                ref_o = torch.einsum("hj,jhd->hd", torch.softmax(logits, -1), Vh)
+            assert torch.allclose(out[t], ref_o, rtol=1e-10, atol=1e-12)
+            assert torch.allclose(lse[t], torch.logsumexp(logits, -1), rtol=1e-12)
+
+
+def _dense(q, K, V):
+    logits = q @ K.T
+    return torch.softmax(logits, -1) @ V, torch.logsumexp(logits, -1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_merge_of_two_key_sets_equals_full_softmax(seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(7, 16, generator=g, dtype=torch.float64)
+    K, V = (torch.randn(20, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    cut = 6 + seed  # both sides carry real weight
+    o, lse = _dense(q, K, V)
+    o_a, l_a = _dense(q, K[:cut], V[:cut])
+    o_b, l_b = _dense(q, K[cut:], V[cut:])
+    m, s = merge_states(o_a, l_a, o_b, l_b)
+    assert torch.allclose(m, o, atol=1e-12) and torch.allclose(s, lse, atol=1e-12)
+    # FlashInfer convention: side a in base 2, output requested in base 2
+    m2, s2 = merge_states(o_a, l_a / LN2, o_b, l_b, base_a="2", out_base="2")
+    assert torch.allclose(m2, o, atol=1e-12) and torch.allclose(s2 * LN2, lse, atol=1e-12)
+    # feeding a base-2 LSE as if it were natural (sglang #40903) must give a wrong answer
+    bad, _ = merge_states(o_a, l_a / LN2, o_b, l_b)
+    assert not torch.allclose(bad, o, atol=1e-6)
+
+
+def test_merge_empty_sides():
+    o = torch.randn(3, 4, 8, dtype=torch.float64)
+    lse = torch.randn(3, 4, dtype=torch.float64)
+    nan = torch.full_like(o, math.nan)
+    # FlashMLA marks key-less rows with LSE = +inf; FlashInfer / ours with −inf; O may be garbage there
+    for empty in (math.inf, -math.inf):
+        m, s = merge_states(nan, torch.full_like(lse, empty), o, lse)
+        assert torch.equal(m, o) and torch.equal(s, lse)
+    m, s = merge_states(nan, torch.full_like(lse, -math.inf), nan, torch.full_like(lse, math.inf))
+    assert torch.equal(m, torch.zeros_like(o)) and torch.all(s == -math.inf)
+    assert torch.all(lse_to_natural(torch.tensor([math.inf]), "2") == -math.inf)
+
+
+def test_merge_rejects_bad_arguments():
+    o, lse = torch.zeros(2, 3, 4), torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="base_a"):
+        merge_states(o, lse, o, lse, base_a="10")
+    with pytest.raises(ValueError, match="lse_b"):
+        merge_states(o, lse, o, torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="o_a"):
+        merge_states(o, lse, torch.zeros(2, 3, 5), lse)
+
+
+CASES = [  # layout, B, budget, prefix lens, page size, dtype, tolerance
+    ("mla", 1, 8, [0], 1, torch.float64, 1e-12),
+    ("mla", 2, 32, [5, 77], 1, torch.float64, 1e-12),
+    ("mla", 3, 20, [0, 64, 130], 64, torch.float64, 1e-12),
+    ("mla", 2, 16, [100, 3], 64, torch.float32, 1e-5),
+    ("mla", 2, 16, [100, 3], 64, torch.bfloat16, 1e-2),
+    ("gqa", 1, 8, [0], 1, torch.float64, 1e-12),
+    ("gqa", 4, 24, [1, 50, 0, 129], 1, torch.float64, 1e-12),
+    ("gqa", 2, 64, [200, 65], 64, torch.float64, 1e-12),
+    ("gqa", 2, 16, [33, 90], 64, torch.float32, 1e-5),
+    ("gqa", 2, 16, [33, 90], 1, torch.bfloat16, 1e-2),
+]
+
+
+@pytest.mark.parametrize("layout,B,budget,lens,ps,dtype,tol", CASES)
+def test_torch_fallback_matches_reference(layout, B, budget, lens, ps, dtype, tol):
+    args, _ = A.make_case(layout, B, budget, lens, page_size=ps, dtype=dtype, seed=B * budget + ps)
+    ref_o, ref_l = reference_tree_attention(*args)
+    o, lse = tree_verify_attention(*args, backend="torch")
+    assert o.dtype == dtype and o.shape == ref_o.shape
+    assert A.rel_err(o, ref_o) <= tol
+    assert A.rel_err(lse, ref_l) <= max(tol, 1e-6)
+
+
+def test_fallback_chunking_and_prefix_only_parts():
+    """Small key chunks (many merges) agree; prefix-only + tree-only halves merge to the whole."""
+    args, _ = A.make_case("gqa", 3, 16, [0, 70, 129], page_size=1, seed=11)
+    prob = make_problem(*args)
+    ref_o, ref_l = reference_tree_attention(*args)
+    o, l = fallback.attend(prob, chunk=7)
+    assert A.rel_err(o, ref_o) < 1e-12 and A.rel_err(l, ref_l) < 1e-12
+    o_p, l_p = fallback.attend(prob, with_tree=False)
+    o_t, l_t = fallback.attend(prob, with_prefix=False)
+    assert torch.all(l_p[:17] == -math.inf)  # request 0 has no prefix
+    m, s = merge_states(o_p, l_p / LN2, o_t, l_t, base_a="2")
+    assert A.rel_err(m, ref_o) < 1e-12 and A.rel_err(s, ref_l) < 1e-12
+
+
+def test_bool_mask_and_treebatch_are_accepted():
+    args, tree = A.make_case("mla", 2, 10, [4, 9], page_size=1, seed=5)
+    o_bits, _ = tree_verify_attention(*args, backend="torch")
+    o_bool, _ = tree_verify_attention(*args[:5], tree.tree_mask, args[6], backend="torch")
+    o_tree, _ = tree_verify_attention(*args[:5], tree, args[6], backend="torch")
+    assert torch.equal(o_bits, o_bool) and torch.equal(o_bits, o_tree)
+
+
+def test_rejects_bad_arguments():
+    args, _ = A.make_case("mla", 2, 8, [4, 9], page_size=1)
+    q, cache, table, lens, tree_kv, bits, scale = args
+    with pytest.raises(ValueError, match="backend"):
+        tree_verify_attention(*args, backend="cudnn")
+    with pytest.raises(ValueError, match="prefix_lens"):
+        tree_verify_attention(q, cache, table, lens[:1], tree_kv, bits, scale)
+    with pytest.raises(ValueError, match="tree_kv"):
+        tree_verify_attention(q, cache, table, lens, tree_kv[:, :512], bits, scale)
+    with pytest.raises(ValueError, match="tree_mask"):
+        tree_verify_attention(q, cache, table, lens, tree_kv, bits[:, :5], scale)
+    with pytest.raises(TypeError, match="page_table"):
+        tree_verify_attention(q, cache, table.float(), lens, tree_kv, bits, scale)
+    with pytest.raises(ValueError, match="sm_scale"):
+        tree_verify_attention(q, cache, table, lens, tree_kv, bits, -1.0)
+    with pytest.raises(ValueError, match="kv_cache"):
+        tree_verify_attention(q, cache[..., :512], table, lens, tree_kv, bits, scale)
+    with pytest.raises(ValueError, match="native"):
+        tree_verify_attention(*args, backend="native")  # CPU float64 is not a kernel input
+    gq, gcache, *_ = A.make_case("gqa", 2, 8, [4, 9], page_size=1)[0]
+    with pytest.raises(TypeError, match="kv_cache"):
+        tree_verify_attention(gq, gcache[0], table, lens, tree_kv, bits, scale)
