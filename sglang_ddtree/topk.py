@@ -11,31 +11,30 @@ import torch
 
 from . import ops
 
-_ROWS_PER_CHUNK = 64  # bounds the int64 key temporaries to ~64·V·8 bytes
-
-
-def _order_key(x: torch.Tensor) -> torch.Tensor:
-    """int64 key whose descending order is (value desc, token id asc) for float32 rows x."""
-    bits = (x + 0.0).view(torch.int32).to(torch.int64)  # + 0.0 folds −0.0 into +0.0
-    # IEEE-754 → monotone integer: flip the magnitude bits of negatives.
-    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    ids = torch.arange(x.shape[-1], device=x.device, dtype=torch.int64)
-    return ordered * (1 << 32) + ((1 << 32) - 1 - ids)
-
-
 def topk_logprobs_torch(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Canonical top-k + log-normaliser with plain torch ops (any device; the CPU backend's stage 1)."""
+    """Canonical top-k + log-normaliser with plain torch ops (any device; the CPU backend's stage 1).
+
+    torch.topk gets the values right but not which of several equal values it keeps at the k-th
+    boundary, nor their order. Rows where more than k logits reach the k-th value are re-read with a
+    larger top-g that holds every tied candidate (an unambiguous set); then (value desc, id asc) comes
+    from a stable sort by value over candidates pre-sorted by id.
+    """
     V = logits.shape[-1]
-    rows = logits.reshape(-1, V)
-    lp = torch.empty(rows.shape[0], k, dtype=torch.float32, device=logits.device)
-    ids = torch.empty(rows.shape[0], k, dtype=torch.int64, device=logits.device)
-    for s in range(0, rows.shape[0], _ROWS_PER_CHUNK):
-        x = rows[s:s + _ROWS_PER_CHUNK].float()
-        lse = torch.logsumexp(x, dim=-1, keepdim=True)
-        _, idx = torch.topk(_order_key(x), k, dim=-1, sorted=True)
-        ids[s:s + _ROWS_PER_CHUNK] = idx
-        lp[s:s + _ROWS_PER_CHUNK] = torch.gather(x, -1, idx) - lse
-    return lp.reshape(*logits.shape[:-1], k), ids.reshape(*logits.shape[:-1], k)
+    x = logits.reshape(-1, V).float() + 0.0  # + 0.0 folds -0.0 into +0.0 (they compare equal)
+    vals, idx = torch.topk(x, k, dim=-1, sorted=True)
+    ge = (x >= vals[:, -1:]).sum(-1)
+    tie_rows = (ge > k).nonzero().flatten()
+    if tie_rows.numel():
+        xt = x[tie_rows]
+        _, wide = torch.topk(xt, int(ge[tie_rows].max()), dim=-1, sorted=False)
+        wide = wide.sort(dim=-1).values
+        _, order = torch.sort(torch.gather(xt, -1, wide), dim=-1, descending=True, stable=True)
+        idx[tie_rows] = torch.gather(wide, -1, order[:, :k])
+    idx = idx.sort(dim=-1).values
+    v, order = torch.sort(torch.gather(x, -1, idx), dim=-1, descending=True, stable=True)
+    idx = torch.gather(idx, -1, order)
+    lp = v - torch.logsumexp(x, dim=-1, keepdim=True)
+    return lp.reshape(*logits.shape[:-1], k), idx.reshape(*logits.shape[:-1], k)
 
 
 def topk_logprobs(logits: torch.Tensor, k: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m sglang_ddtree.bench NAME [args]` runs sglang_ddtree/bench/NAME.py:main(argv)."""

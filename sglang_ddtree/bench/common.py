@@ -1,0 +1,92 @@
+"""Shared benchmark plumbing: timing (CUDA events or wall clock, median of warmed-up repeats), progress
+bar, run metadata, and JSON / markdown / PNG output."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+
+def progress(iterable, total=None, desc=""):
+    try:
+        from tqdm import tqdm
+        return tqdm(iterable, total=total, desc=desc, dynamic_ncols=True)
+    except ImportError:  # keep working without the bench extra
+        items = list(iterable)
+        def gen():
+            for i, x in enumerate(items):
+                print(f"\r{desc} {i + 1}/{len(items)}", end="", flush=True)
+                yield x
+            print()
+        return gen()
+
+
+def time_fn(fn, *, device: torch.device, repeats: int = 20, warmup: int = 3, max_seconds: float = 5.0) -> dict:
+    """Median/min seconds of fn() (CUDA events on GPU). Repeats stop early past max_seconds."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    start = time.perf_counter()
+    for _ in range(repeats):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            samples.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > max_seconds and len(samples) >= 3:
+            break
+    return {"median_s": statistics.median(samples), "min_s": min(samples), "n": len(samples)}
+
+
+def metadata(device: torch.device) -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip() or None
+    except OSError:
+        commit = None
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": commit, "torch": torch.__version__, "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine(), "cpu_threads": torch.get_num_threads(),
+            "device": str(device)}
+    if device.type == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name(device)
+    return meta
+
+
+def write_outputs(out_dir: str | os.PathLike, stem: str, result: dict, markdown: str, plot=None) -> list[Path]:
+    """Write STEM.json, STEM.md and (if plot is a callable taking a path) STEM.png into out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.json", out / f"{stem}.md"]
+    paths[0].write_text(json.dumps(result, indent=1))
+    paths[1].write_text(markdown)
+    if plot is not None:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            png = out / f"{stem}.png"
+            plot(png)
+            paths.append(png)
+        except ImportError:
+            print("matplotlib not installed: no plot written")
+    return paths
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
