@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The one command for a GPU machine: build the extension, run the GPU tests, the sanitizer and the
+# benchmarks, write JSON and logs. Runs every scripts/gpu/NN_<name>.sh in order, or only the named ones:
+#   bash scripts/gpu_check.sh                 # everything
+#   bash scripts/gpu_check.sh build tree      # selected steps
+# Each step gets STEP_OUT (its own folder) and runs from the repository root; a failing step does not stop
+# the others. Results: $OUT/gpu_check.tar.gz (all step folders) and $OUT/summary.txt.
+# If .sgl/sgl-bundle.tar.xz was carried (make gpu-bundle), SGLang 0.5.17 + FlashInfer + sgl-kernel are
+# unpacked to /tmp/site and put on PYTHONPATH.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/.out}
+WORK=$(mktemp -d /tmp/gpu_check.XXXX)
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext}
+t0=$(date +%s)
+if [ -f .sgl/sgl-bundle.tar.xz ] && [ ! -f /tmp/site/.done ]; then
+  mkdir -p /tmp/site && python3 -c "import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='fully_trusted')" \
+    .sgl/sgl-bundle.tar.xz /tmp/site && touch /tmp/site/.done
+fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# the package itself (entry point metadata included, so SGLang's plugin loader finds it)
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$WORK/pip.log" 2>&1 \
+  || export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+echo "setup $(( $(date +%s) - t0 ))s" >"$OUT/summary.txt"
+
+steps=()
+for f in scripts/gpu/[0-9][0-9]_*.sh; do
+  name=$(basename "$f" .sh); name=${name#[0-9][0-9]_}
+  if [ $# -eq 0 ] || printf '%s\n' "$@" | grep -qx "$name"; then steps+=("$f"); fi
+done
+for f in "${steps[@]}"; do
+  name=$(basename "$f" .sh); name=${name#[0-9][0-9]_}
+  export STEP_OUT="$WORK/$name"; mkdir -p "$STEP_OUT"
+  s=$(date +%s)
+  bash "$f" >"$STEP_OUT/step.log" 2>&1; rc=$?
+  line="$name rc=$rc $(( $(date +%s) - s ))s"
+  echo "$line" | tee -a "$OUT/summary.txt"
+  [ $rc -ne 0 ] && tail -30 "$STEP_OUT/step.log"
+done
+tar -C "$WORK" -czf "$OUT/gpu_check.tar.gz" .
+echo "total $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+for f in "$WORK"/*/*.md; do [ -f "$f" ] && { echo "== $f"; tail -40 "$f"; }; done
