@@ -111,7 +111,9 @@ def _mul32(m: int, x):
 
 def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, vocab: int) -> torch.Tensor:
     """float32 [R, V] Gumbel noise, one independent stream per (seed, step, node) row; the counter runs
-    over the vocabulary index. u = (x + 0.5)·2⁻³² ∈ (0, 1) open, g = −log(−log u) in float32."""
+    over the vocabulary index (kernels/tree_accept.cu documents the same generator). u = (x + 0.5)·2⁻³²
+    rounded to float32 and clamped below 1 (the top words would round to 1.0 and give +inf), then
+    g = −log(−log u) in float32."""
     dev = seed.device
     v = torch.arange(vocab, device=dev, dtype=torch.int64)
     R = seed.shape[0]
@@ -125,7 +127,7 @@ def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, voc
     lane = (v & 3).unsqueeze(0).expand(R, -1)
     x = torch.where(lane == 0, words[0], torch.where(lane == 1, words[1], torch.where(lane == 2, words[2], words[3])))
     u = (x.to(torch.float64) + 0.5) * (2.0 ** -32)
-    u = u.to(torch.float32)
+    u = u.to(torch.float32).clamp(max=1.0 - 2.0 ** -24)
     return -torch.log(-torch.log(u))
 
 
