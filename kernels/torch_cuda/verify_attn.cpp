@@ -1,0 +1,110 @@
+// CUDA binding of sglang_ddtree::verify_attn (schema in sglang_ddtree/ops.py): shape/stride checks, output
+// and split-workspace allocation, launch on the current stream.
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+
+#include "verify_attn.cuh"
+
+// The current stream through torch's stable C shim (in libtorch_cuda): c10/cuda headers are absent from
+// CPU builds of torch, and the binding must compile against those too (CI).
+extern "C" int32_t aoti_torch_get_current_cuda_stream(int32_t device_index, void** ret_stream);
+
+namespace {
+
+cudaStream_t current_stream(const at::Tensor& t) {
+  void* stream = nullptr;
+  TORCH_CHECK(aoti_torch_get_current_cuda_stream(t.get_device(), &stream) == 0, "no current CUDA stream");
+  return static_cast<cudaStream_t>(stream);
+}
+
+void check_rows(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kBFloat16, name, " must be a CUDA bfloat16 tensor");
+  TORCH_CHECK(t.dim() == 3 && t.stride(2) == 1, name, " must be 3-D with a contiguous last dimension");
+  TORCH_CHECK(t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0, name, " strides must be multiples of 8 elements");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
+}
+
+std::tuple<at::Tensor, at::Tensor> verify_attn(const at::Tensor& q_a, const std::optional<at::Tensor>& q_b,
+                                               const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                               int64_t page_size, const at::Tensor& page_table,
+                                               const at::Tensor& prefix_lens, const at::Tensor& k_tree,
+                                               const at::Tensor& v_tree, const at::Tensor& mask_bits,
+                                               double sm_scale, int64_t num_splits, int64_t kv_chunk,
+                                               bool with_tree) {
+  check_rows(q_a, "q_a");
+  check_rows(k_cache, "k_cache");
+  check_rows(v_cache, "v_cache");
+  check_rows(k_tree, "k_tree");
+  check_rows(v_tree, "v_tree");
+  const bool mla = q_b.has_value();
+  if (mla) check_rows(*q_b, "q_b");
+  const int64_t T = q_a.size(0), Hq = q_a.size(1), Hkv = k_cache.size(1);
+  const int64_t Da = q_a.size(2), Db = mla ? q_b->size(2) : 0, Dv = v_cache.size(2);
+  if (mla) {
+    TORCH_CHECK(Da == 512 && Db == 64 && Dv == 512 && k_cache.size(2) == 576 && Hkv == 1,
+                "verify_attn MLA takes q_nope 512 + q_pe 64, one latent head of 576, values 512");
+    TORCH_CHECK(v_cache.data_ptr() == k_cache.data_ptr() && v_cache.stride(0) == k_cache.stride(0) &&
+                    v_tree.data_ptr() == k_tree.data_ptr() && v_tree.stride(0) == k_tree.stride(0),
+                "verify_attn MLA: values must be the latent part (a view) of the keys");
+    TORCH_CHECK(q_b->size(0) == T && q_b->size(1) == Hq, "q_b must match q_a in T and heads");
+  } else {
+    TORCH_CHECK(Da == 128 && Dv == 128 && k_cache.size(2) == 128, "verify_attn GQA takes head dim 128");
+  }
+  TORCH_CHECK(Hkv >= 1 && Hq % Hkv == 0, "query heads must be a multiple of KV heads");
+  TORCH_CHECK(v_cache.size(1) == Hkv && k_tree.size(1) == Hkv && v_tree.size(1) == Hkv, "KV head counts differ");
+  TORCH_CHECK(page_table.scalar_type() == at::kInt && page_table.dim() == 2 && page_table.stride(1) == 1,
+              "page_table must be int32 [B, pages] with contiguous rows");
+  const int64_t B = page_table.size(0);
+  TORCH_CHECK(B > 0 && T % B == 0, "T must be a multiple of B");
+  const int64_t n = T / B;
+  TORCH_CHECK(prefix_lens.scalar_type() == at::kInt && prefix_lens.is_contiguous() && prefix_lens.numel() == B,
+              "prefix_lens must be int32 [B]");
+  const int64_t words = (n + 31) / 32;
+  TORCH_CHECK(mask_bits.scalar_type() == at::kInt && mask_bits.is_contiguous() && mask_bits.numel() == B * n * words,
+              "mask_bits must be contiguous int32 [B, n, ceil(n/32)]");
+  TORCH_CHECK(k_tree.size(0) == T && v_tree.size(0) == T, "tree KV must have T rows");
+  TORCH_CHECK(page_size >= 1 && num_splits >= 0 && kv_chunk >= 1, "bad page_size / num_splits / kv_chunk");
+  TORCH_CHECK(kv_chunk % (mla ? 32 : 64) == 0, "kv_chunk must be a multiple of the key tile");
+  TORCH_CHECK(B * Hkv <= 65535, "B * Hkv too large for one launch");
+
+  const c10::DeviceGuard guard(q_a.device());
+  at::Tensor out = at::empty({T, Hq, Dv}, q_a.options());
+  at::Tensor lse = at::empty({T, Hq}, q_a.options().dtype(at::kFloat));
+  ddtree::VerifyAttnParams p{};
+  p.q_a = q_a.data_ptr(), p.q_a_t = q_a.stride(0), p.q_a_h = q_a.stride(1);
+  if (mla) p.q_b = q_b->data_ptr(), p.q_b_t = q_b->stride(0), p.q_b_h = q_b->stride(1);
+  p.k_cache = k_cache.data_ptr(), p.kc_s = k_cache.stride(0), p.kc_h = k_cache.stride(1);
+  p.v_cache = v_cache.data_ptr(), p.vc_s = v_cache.stride(0), p.vc_h = v_cache.stride(1);
+  p.k_tree = k_tree.data_ptr(), p.kt_t = k_tree.stride(0), p.kt_h = k_tree.stride(1);
+  p.v_tree = v_tree.data_ptr(), p.vt_t = v_tree.stride(0), p.vt_h = v_tree.stride(1);
+  p.page_table = page_table.data_ptr<int32_t>(), p.pt_b = page_table.stride(0);
+  p.prefix_lens = prefix_lens.data_ptr<int32_t>();
+  p.mask_bits = reinterpret_cast<const uint32_t*>(mask_bits.data_ptr<int32_t>());
+  p.page_size = static_cast<int>(page_size), p.mask_words = static_cast<int>(words);
+  p.B = static_cast<int>(B), p.n = static_cast<int>(n), p.Hq = static_cast<int>(Hq);
+  p.Hkv = static_cast<int>(Hkv), p.G = static_cast<int>(Hq / Hkv);
+  p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
+  p.num_splits = static_cast<int>(num_splits), p.kv_chunk = static_cast<int>(kv_chunk);
+  p.with_tree = with_tree ? 1 : 0;
+  p.out = out.data_ptr(), p.lse = lse.data_ptr<float>();
+  at::Tensor o_part, lse_part;
+  const int parts = ddtree::verify_attn_parts(p);
+  if (parts > 1) {
+    o_part = at::empty({parts, T * Hq, Dv}, q_a.options().dtype(at::kFloat));
+    lse_part = at::empty({parts, T * Hq}, q_a.options().dtype(at::kFloat));
+    p.o_part = o_part.data_ptr<float>(), p.lse_part = lse_part.data_ptr<float>();
+  }
+  const cudaError_t err = ddtree::launch_verify_attn_bf16(
+      p, mla ? ddtree::VerifyAttnLayout::kMLA : ddtree::VerifyAttnLayout::kGQA,
+      current_stream(q_a));
+  TORCH_CHECK(err == cudaSuccess, "verify_attn launch failed: ", cudaGetErrorString(err));
+  return {out, lse};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) { m.impl("verify_attn", &verify_attn); }

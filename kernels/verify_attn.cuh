@@ -1,0 +1,42 @@
+// Tree verify attention (DESIGN.md §5): the n tree queries of each request over its paged prefix KV
+// (no mask) and its own tree KV (ancestor bitset mask), one online softmax per (row tile, prefix chunk).
+// Pure CUDA, no torch headers; kernels/torch_cuda/verify_attn.cpp binds it.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace ddtree {
+
+// Element strides (last dimension contiguous). Rows of the query/output: t = b*n + i, heads h.
+// KV head kvh serves query heads [kvh*G, (kvh+1)*G).
+struct VerifyAttnParams {
+  const void* q_a; int64_t q_a_t, q_a_h;        // [T, Hq, Da]
+  const void* q_b; int64_t q_b_t, q_b_h;        // [T, Hq, Db] (MLA rope part) or null when Db == 0
+  const void* k_cache; int64_t kc_s, kc_h;      // [slots, Hkv, Da+Db]; slot = page*page_size + offset
+  const void* v_cache; int64_t vc_s, vc_h;      // [slots, Hkv, Dv]   (MLA: the first Dv dims of k_cache)
+  const void* k_tree; int64_t kt_t, kt_h;       // [T, Hkv, Da+Db]
+  const void* v_tree; int64_t vt_t, vt_h;       // [T, Hkv, Dv]
+  const int32_t* page_table; int64_t pt_b;      // [B, max_pages]
+  const int32_t* prefix_lens;                   // [B]
+  const uint32_t* mask_bits;                    // [B, n, mask_words]
+  int page_size, mask_words;
+  int B, n, Hq, Hkv, G;
+  float scale_log2;                             // sm_scale * log2(e)
+  int num_splits;                               // prefix chunks (0: tree only)
+  int kv_chunk;                                 // keys per prefix chunk (multiple of the key tile)
+  int with_tree;                                // the last chunk's CTA also runs the tree keys
+  void* out;                                    // [T, Hq, Dv] in the input dtype (written when parts == 1)
+  float* lse;                                   // [T, Hq] natural log
+  float* o_part;                                // [parts, T*Hq, Dv] float32 (parts > 1)
+  float* lse_part;                              // [parts, T*Hq]
+};
+
+enum class VerifyAttnLayout { kMLA, kGQA };  // MLA: Da 512, Db 64, Dv 512 (V = K's latent); GQA: 128/0/128
+
+// Number of prefix "parts" (CTA columns): max(1, num_splits).
+inline int verify_attn_parts(const VerifyAttnParams& p) { return p.num_splits > 1 ? p.num_splits : 1; }
+
+// Launches the attention kernel (and the split combine when parts > 1) on `stream`, bf16 inputs.
+cudaError_t launch_verify_attn_bf16(const VerifyAttnParams& p, VerifyAttnLayout layout, cudaStream_t stream);
+
+}  // namespace ddtree
