@@ -1,0 +1,9 @@
+"""Standalone DDTree decoding over a Qwen3 target and a DFlash drafter (no SGLang needed).
+
+    from sglang_ddtree.engine import Engine
+    engine = Engine.from_pretrained()                      # the shipped tiny pair, CPU or GPU
+    out = engine.generate(["def parse(line):\n"], 64, method="ddtree", budget=32)
+"""
+from .engine import Engine, GenerationResult, summarize
+
+__all__ = ["Engine", "GenerationResult", "summarize"]

@@ -1,0 +1,281 @@
+"""The standalone decode loop: DDTree, the DFlash chain and plain autoregressive decoding, one loop.
+
+A round, for a batch of requests with ragged lengths (nothing is read on the host inside it, except the
+one `all done?` check that ends the loop):
+  draft   block [root, MASK x L] at positions seq_len .. seq_len+L through the drafter -> logits [B, L, V]
+  build   build_tree(logits, budget)          (chain: budget L, topk 1; AR: budget 0 -> the root alone)
+  verify  one target forward over the n tree nodes at positions seq_len + depth, prefix + ancestor mask
+  sample  sample_node_tokens: the target's token at every node (argmax, or Gumbel-max at T > 0)
+  accept  accept_tree: the bounded walk down the tree with those tokens
+  commit  the accepted nodes' KV move to slots seq_len .. seq_len+len-1; their target features become
+          drafter context at the same slots; the bonus is the next root.
+The three methods differ only in the tree's shape, so they are compared under identical conditions.
+Stage "loop" is the per-round `all done?` check (a device->host read) and the Python between rounds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import torch
+
+from ..accept import accept_tree, sample_node_tokens
+from ..tree import build_tree
+from .checkpoint import load_drafter, load_target
+from .data import MODELS_DIR
+from .dflash import DFlashDraftModel
+from .model import KVCache, Qwen3ForCausalLM, prefix_tree_mask
+from .tokenizer import ByteTokenizer
+
+STAGES = ("prefill", "loop", "draft", "build", "verify", "sample", "accept", "commit")
+METHODS = ("ddtree", "chain", "ar")
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    token_ids: list[int]          # generated ids (a stop token, when hit, is the last one)
+    text: str                     # decoded without special tokens
+    accept_lengths: list[int]     # tokens committed per target forward, one per round
+    stage_times: dict             # seconds per stage for the batch this request ran in
+    finish_reason: str            # "stop" or "length"
+
+    @property
+    def rounds(self) -> int:
+        return len(self.accept_lengths)
+
+
+class StageClock:
+    """Per-stage wall time. On CUDA: events recorded between stages, read once at the end (no syncs)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+        self.totals = dict.fromkeys(STAGES, 0.0)
+
+    def mark(self, stage: str | None) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append((stage, ev))
+        else:
+            self.marks.append((stage, time.perf_counter()))
+
+    def result(self) -> dict:
+        if self.cuda:
+            torch.cuda.synchronize()
+        for (stage, a), (_, b) in zip(self.marks, self.marks[1:]):
+            if stage is not None:
+                self.totals[stage] += a.elapsed_time(b) / 1e3 if self.cuda else b - a
+        self.marks = self.marks[-1:]
+        return dict(self.totals)
+
+
+class Engine:
+    """Decode with a Qwen3 target and a DFlash drafter. `Engine.from_pretrained()`: the shipped tiny pair."""
+
+    def __init__(self, target: Qwen3ForCausalLM, drafter: DFlashDraftModel | None, tokenizer=None,
+                 attention: str = "auto"):
+        """attention: verify attention — 'op' (the project's tree_verify_attention kernel: CUDA, bf16,
+        head_dim 128), 'sdpa' (torch SDPA over the cache with a dense mask), 'auto' (op where it applies)."""
+        self.target, self.drafter = target, drafter
+        self.tokenizer = tokenizer or ByteTokenizer()
+        p = next(target.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        if attention not in ("auto", "op", "sdpa"):
+            raise ValueError(f"attention must be 'auto', 'op' or 'sdpa', got {attention!r}")
+        fits = self.device.type == "cuda" and self.dtype == torch.bfloat16 and target.config.head_dim == 128
+        if attention == "op" and not fits:
+            raise ValueError("attention='op' needs a CUDA bf16 target with head_dim 128")
+        self.attention = "op" if attention == "op" or (attention == "auto" and fits) else "sdpa"
+        if drafter is not None:
+            d = drafter.config
+            if d.hidden_size != target.config.hidden_size or max(d.target_layer_ids) >= target.config.num_hidden_layers:
+                raise ValueError("drafter does not match the target (hidden size / target_layer_ids)")
+            self.block_size, self.mask_token_id = d.block_size, d.mask_token_id
+            self.capture = tuple(d.target_layer_ids)
+        else:
+            self.block_size, self.mask_token_id, self.capture = 1, 0, ()
+
+    @classmethod
+    def from_pretrained(cls, target_dir: str | None = None, draft_dir: str | None = None, device=None,
+                        dtype=torch.float32, attention: str = "auto") -> "Engine":
+        if target_dir is None:
+            target_dir = os.path.join(MODELS_DIR, "tiny-target")
+            draft_dir = draft_dir or os.path.join(MODELS_DIR, "tiny-dflash")
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        target = load_target(target_dir, dtype, device)
+        drafter = load_drafter(draft_dir, dtype, device) if draft_dir else None
+        tok = ByteTokenizer.from_dir(target_dir) if os.path.exists(os.path.join(target_dir, "tokenizer.json")) \
+            else None
+        return cls(target, drafter, tok, attention)
+
+    # ------------------------------------------------------------------------------------------------
+    def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
+                 temperature: float = 0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
+                 on_round=None) -> list[GenerationResult]:
+        """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar'. budget: DDTree's node
+        budget (default 32). seed: int (request i uses seed + i) or one int per prompt.
+        stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
+        on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method != "ar" and self.drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter (draft_dir)")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        if isinstance(prompts, (str, bytes)) or not len(prompts):
+            raise TypeError("prompts must be a non-empty list of strings or token-id lists")
+        L = self.block_size - 1
+        if method == "ddtree":
+            budget = 32 if budget is None else budget
+            if not isinstance(budget, int) or budget < 1:
+                raise ValueError(f"budget must be a positive int, got {budget!r}")
+        ids = [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        if any(len(x) == 0 for x in ids):
+            raise ValueError("every prompt must have at least one token")
+        seeds = [seed + i for i in range(len(ids))] if isinstance(seed, int) else [int(s) for s in seed]
+        if len(seeds) != len(ids):
+            raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
+        stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else list(stop_token_ids)
+        tree_args = {"ddtree": (budget, None), "chain": (L, 1), "ar": (0, 1)}[method]
+        bs = batch_size or len(ids)
+        out = []
+        for i in range(0, len(ids), bs):
+            out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, tree_args,
+                                float(temperature), stops, on_round)
+        return out
+
+    # ------------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
+        dev, tgt, drf = self.device, self.target, self.drafter
+        c = tgt.config
+        budget, topk = tree_args
+        use_draft = method != "ar"
+        B, L, Bs = len(ids), self.block_size - 1, self.block_size
+        n = budget + 1
+        P = max(len(x) for x in ids)
+        cap = -(-(P + max_new + n + Bs + 2) // 64) * 64
+        clock = StageClock(dev)
+        clock.mark("prefill")
+
+        lens = torch.tensor([len(x) for x in ids], device=dev)
+        x = torch.zeros(B, P, dtype=torch.long, device=dev)
+        for b, row in enumerate(ids):
+            x[b, :len(row)] = torch.tensor(row)
+        seed_t = torch.tensor(seeds, dtype=torch.int64, device=dev)
+        stop_t = torch.tensor(stops or [-1], dtype=torch.int64, device=dev)
+        ar = torch.arange(cap, device=dev)
+        pos = ar[:P].expand(B, P)
+
+        # prefill: causal over each prompt; keys beyond a prompt's length are never visible
+        tcache = KVCache(c.num_hidden_layers, B, c.num_key_value_heads, cap, c.head_dim, self.dtype, dev)
+        mask = (ar[None, None, :] <= pos[:, :, None]) & (ar[None, None, :] < lens[:, None, None])
+        logits, feats = tgt(x, pos, mask, tcache, pos, self.capture if use_draft else (),
+                            logits_index=(lens - 1)[:, None])
+        root = sample_node_tokens(logits, temperature, seed=seed_t, step=0)[:, 0]
+        seq_lens = lens.clone()
+        if use_draft:
+            dcache = drf.new_cache(B, cap, self.dtype, dev)
+            drf.add_context(dcache, feats, pos, pos)
+            blk_off = torch.arange(Bs, device=dev)
+            mask_ids = torch.full((B, L), self.mask_token_id, dtype=torch.long, device=dev)
+
+        W = max_new + 2 * L + 4
+        out = torch.zeros(B, W, dtype=torch.long, device=dev)
+        out[:, 0] = root
+        out_len = torch.ones(B, dtype=torch.long, device=dev)
+        done = torch.isin(root, stop_t) | (out_len >= max_new)
+        acc_cols = torch.arange(L + 1 if use_draft else 2, device=dev)
+        history = []
+        step = 0
+        while True:
+            clock.mark("loop")
+            if bool(done.all()):  # the loop's one host sync per round
+                break
+            step += 1
+            clock.mark("draft")
+            if use_draft:  # block [root, MASK x L]; its keys go to scratch slots past the context
+                blk_pos = seq_lens[:, None] + blk_off
+                noise = tgt.embed(torch.cat([root[:, None], mask_ids], 1))
+                dmask = ar[None, None, :] < (seq_lens[:, None, None] + Bs)
+                h = drf(noise, blk_pos, dmask.expand(B, Bs, cap), dcache, blk_pos)
+                draft_logits = tgt.lm_head(h[:, 1:])
+            else:
+                draft_logits = torch.zeros(B, 1, 1, device=dev)
+            clock.mark("build")
+            tree = build_tree(draft_logits, budget, topk=topk, root_tokens=root, seq_lens=seq_lens)
+            clock.mark("verify")
+            slots = seq_lens[:, None] + ar[:n]
+            if self.attention == "op":
+                vmask, attn_fn = None, self._op_attention(seq_lens, tree, cap)
+            else:
+                vmask, attn_fn = prefix_tree_mask(seq_lens, tree.tree_mask, cap), None
+            logits, feats = tgt(tree.tokens, tree.positions, vmask, tcache, slots,
+                                self.capture if use_draft else (), attn_fn=attn_fn)
+            clock.mark("sample")
+            node_tokens = sample_node_tokens(logits, temperature, seed=seed_t, step=step)
+            clock.mark("accept")
+            acc = accept_tree(tree, node_tokens)
+            clock.mark("commit")
+            alen = torch.where(done, 0, acc.accept_len.to(torch.int64))
+            idx = acc.accept_index.to(torch.int64).clamp(min=0)
+            dst = seq_lens[:, None] + acc_cols
+            tcache.move(seq_lens[:, None] + idx, dst)
+            if use_draft:
+                drf.add_context(dcache, feats.gather(1, idx[:, :, None].expand(-1, -1, feats.shape[-1])), dst, dst)
+            live = acc_cols[None, :] < alen[:, None]
+            out.scatter_(1, out_len[:, None] + acc_cols, torch.where(live, acc.accepted_tokens, 0))
+            hit_stop = (torch.isin(acc.accepted_tokens, stop_t) & live).any(1)
+            out_len += alen
+            seq_lens += alen
+            root = torch.where(done, root, acc.bonus)
+            done = done | hit_stop | (out_len >= max_new)
+            history.append(alen)
+            clock.mark(None)
+            if on_round is not None:  # benchmarks: another tree path on the same inputs, untimed here
+                on_round(draft_logits, budget, node_tokens)
+
+        times = clock.result()
+        times["rounds"] = step
+        hist = torch.stack(history, 1).cpu() if history else torch.zeros(B, 0, dtype=torch.long)
+        out, out_len = out.cpu(), out_len.cpu()
+        stop_set = set(stops)
+        results = []
+        for b in range(B):
+            toks = out[b, :min(int(out_len[b]), max_new)].tolist()
+            reason = "length"
+            for j, t in enumerate(toks):
+                if t in stop_set:
+                    toks, reason = toks[:j + 1], "stop"
+                    break
+            al = [int(a) for a in hist[b] if a > 0]
+            results.append(GenerationResult(toks, self.tokenizer.decode(toks), al, times, reason))
+        return results
+
+
+    def _op_attention(self, seq_lens, tree, cap):
+        """Verify attention through the project's kernel: the dense cache is a paged cache with one page
+        of `cap` slots per request; the prefix is the first seq_len slots, the tree K/V are this step's."""
+        from ..attention import tree_verify_attention
+
+        B, n = tree.tokens.shape
+        page_table = torch.arange(B, dtype=torch.int32, device=self.device)[:, None]
+        prefix = seq_lens.to(torch.int32)
+        scale = self.target.config.head_dim ** -0.5
+
+        def fn(q, k, v, ck, cv):
+            o, _ = tree_verify_attention(q.reshape(B * n, *q.shape[2:]), (ck, cv), page_table, prefix,
+                                         (k.reshape(B * n, *k.shape[2:]), v.reshape(B * n, *v.shape[2:])),
+                                         tree.mask_bits, scale, max_prefix_len=cap)
+            return o.view(B, n, *o.shape[1:])
+        return fn
+
+
+def summarize(results: list[GenerationResult]) -> dict:
+    """tau = tokens committed per target forward (the prefill's first token not counted), rounds, tokens."""
+    committed = sum(sum(r.accept_lengths) for r in results)
+    rounds = sum(r.rounds for r in results)
+    return {"tau": committed / max(1, rounds), "rounds": rounds,
+            "tokens": sum(len(r.token_ids) for r in results)}

@@ -1,0 +1,217 @@
+"""Train the shipped tiny pair: a byte-level Qwen3 target and its DFlash drafter, on stdlib sources.
+
+    python -m sglang_ddtree.engine.train [--out DIR] [--threads 2]
+
+1. Target: next-byte prediction on the training files (models/split.json records the split).
+2. Drafter data: windows of training text continued by the target itself (greedy and sampled), so the
+   drafter learns the target's own continuations, as at decode time.
+3. Drafter (distillation): for random anchors s in each sequence, the block [x_s, MASK x L] over the
+   target's features of x_<s must predict the target's next-token distributions at s .. s+L-1
+   (soft cross-entropy, earlier positions weighted more, since acceptance stops at the first miss).
+
+Deterministic: fixed seeds and a fixed thread count (results are bit-stable for a given torch build and
+thread count). About 15 minutes on 2 CPU cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+from . import data
+from .checkpoint import save_model
+from .dflash import DFlashDraftModel, dflash_config
+from .model import KVCache, Qwen3Config, Qwen3ForCausalLM, init_weights
+from .tokenizer import EOS_ID, MASK_ID, VOCAB_SIZE, write_tokenizer
+
+TARGET = dict(vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
+              rope_theta=10000.0, max_position_embeddings=4096, tie_word_embeddings=False,
+              bos_token_id=EOS_ID, eos_token_id=EOS_ID)
+DRAFT = dict(num_layers=2, block_size=8, target_layer_ids=[0, 1, 2], mask_token_id=MASK_ID)
+
+
+def corpus(files: list[str]) -> torch.Tensor:
+    """All training files, each followed by <|endoftext|>, as one int64 token stream."""
+    parts = []
+    for f in files:
+        if not data.read(f):
+            continue
+        parts.append(torch.frombuffer(bytearray(data.read(f)), dtype=torch.uint8).long())
+        parts.append(torch.tensor([EOS_ID]))
+    return torch.cat(parts)
+
+
+def windows(stream: torch.Tensor, n: int, length: int, g: torch.Generator) -> torch.Tensor:
+    starts = torch.randint(0, stream.numel() - length, (n,), generator=g)
+    return torch.stack([stream[s:s + length] for s in starts.tolist()])
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train_target(stream, steps, batch, seq, g, log) -> Qwen3ForCausalLM:
+    model = Qwen3ForCausalLM(Qwen3Config(**TARGET))
+    init_weights(model, seed=1)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.05)
+    model.train()
+    t0 = time.time()
+    for step in range(steps):
+        for pg in opt.param_groups:
+            pg["lr"] = lr_at(step, steps, 3e-3, 50)
+        x = windows(stream, batch, seq + 1, g)
+        logits, _ = model(x[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"target step {step}/{steps} loss {loss.item():.4f} ({time.time() - t0:.0f}s)")
+    return model.eval()
+
+
+@torch.no_grad()
+def continue_text(model, prompts: torch.Tensor, new: int, temperature: float, g) -> torch.Tensor:
+    """The target's own continuation of equal-length prompts [N, P] (KV cache, one token a step)."""
+    c = model.config
+    N, P = prompts.shape
+    cache = KVCache(c.num_hidden_layers, N, c.num_key_value_heads, P + new, c.head_dim, torch.float32, "cpu")
+    ar = torch.arange(P + new)
+    out = torch.cat([prompts, torch.zeros(N, new, dtype=torch.long)], 1)
+    pos = ar[:P].expand(N, P)
+    logits, _ = model(prompts, pos, (ar[None, :] <= ar[:P, None]).expand(N, P, P + new), cache, pos)
+    for t in range(P, P + new):
+        last = logits[:, -1].float()
+        nxt = last.argmax(-1) if temperature == 0 else \
+            torch.multinomial(torch.softmax(last / temperature, -1), 1, generator=g)[:, 0]
+        out[:, t] = nxt
+        if t == P + new - 1:
+            break
+        p = torch.full((N, 1), t)
+        logits, _ = model(nxt[:, None], p, (ar <= t).expand(N, 1, P + new), cache, p)
+    return out
+
+
+def drafter_batch(target, drafter, seqs, nb, g, weights):
+    """Soft-CE loss of the drafter on nb random blocks per sequence (see module docstring)."""
+    c, d = target.config, drafter.config
+    Bs, L = d.block_size, d.block_size - 1
+    N, T = seqs.shape
+    with torch.no_grad():
+        tlogits, feats = target(seqs, capture=tuple(d.target_layer_ids))
+        teacher = torch.softmax(tlogits.float(), -1)
+    anchors = torch.randint(8, T - Bs, (N, nb), generator=g)                       # s_j
+    blk = torch.full((N, nb, Bs), MASK_ID)
+    blk[:, :, 0] = seqs.gather(1, anchors)
+    pos = anchors[:, :, None] + torch.arange(Bs)                                   # [N, nb, Bs]
+    ctx_pos = torch.arange(T).expand(N, T)
+    # query of block j sees context t < s_j and its own block (non-causal)
+    ctx_vis = torch.arange(T)[None, None, :] < anchors[:, :, None]                 # [N, nb, T]
+    ctx_vis = ctx_vis[:, :, None, :].expand(N, nb, Bs, T).reshape(N, nb * Bs, T)
+    own = torch.eye(nb, dtype=torch.bool).repeat_interleave(Bs, 0).repeat_interleave(Bs, 1)
+    mask = torch.cat([ctx_vis, own.expand(N, -1, -1)], dim=2)
+    with torch.no_grad():
+        noise = target.embed(blk.reshape(N, nb * Bs))
+    hidden = drafter(noise, pos.reshape(N, nb * Bs), mask,
+                     prefix_kv=drafter.context_kv(feats, ctx_pos))
+    hidden = hidden.reshape(N, nb, Bs, -1)[:, :, 1:]                              # predictions of s+1..s+L
+    logq = torch.log_softmax(target.lm_head(hidden).float(), -1)                   # [N, nb, L, V]
+    tpos = (anchors[:, :, None] + torch.arange(L)).reshape(N, nb * L)              # teacher rows s..s+L-1
+    p = teacher.gather(1, tpos[:, :, None].expand(-1, -1, c.vocab_size)).reshape(N, nb, L, -1)
+    ce = -(p * logq).sum(-1)                                                       # [N, nb, L]
+    hit = (logq.argmax(-1) == p.argmax(-1)).float().mean((0, 1))
+    return (ce * weights).sum(-1).mean() / weights.sum(), hit
+
+
+def train_drafter(target, seqs, steps, batch, nb, g, log) -> DFlashDraftModel:
+    drafter = DFlashDraftModel(dflash_config(target.config, **DRAFT))
+    init_weights(drafter, seed=2)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.0)
+    L = drafter.config.block_size - 1
+    weights = torch.exp(-torch.arange(L, dtype=torch.float32) / 4.0)
+    t0 = time.time()
+    drafter.train()
+    for step in range(steps):
+        for pg in opt.param_groups:
+            pg["lr"] = lr_at(step, steps, 2e-3, 30)
+        idx = torch.randint(0, seqs.shape[0], (batch,), generator=g)
+        loss, hit = drafter_batch(target, drafter, seqs[idx], nb, g, weights)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"drafter step {step}/{steps} loss {loss.item():.4f} top1 match by depth "
+                f"{[round(h, 2) for h in hit.tolist()]} ({time.time() - t0:.0f}s)")
+    return drafter.eval()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=data.MODELS_DIR)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--target-steps", type=int, default=700)
+    ap.add_argument("--drafter-steps", type=int, default=1500)
+    ap.add_argument("--gen-seqs", type=int, default=1024)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1234)
+    logs = []
+
+    def log(msg):
+        print(msg, flush=True)
+        logs.append(msg)
+
+    train_files, heldout_files = data.split()
+    stream = corpus(train_files)
+    log(f"{len(train_files)} training files ({stream.numel()} bytes), {len(heldout_files)} held out")
+    t0 = time.time()
+    target = train_target(stream, a.target_steps, 32, 256, g, log)
+
+    # The drafter's data: prompts of training text continued by the target (half greedy, half T=0.8).
+    seqs = []
+    for i in range(a.gen_seqs // 128):
+        prompts = windows(stream, 128, 64, g)
+        seqs.append(continue_text(target, prompts, 192, 0.0 if i % 2 == 0 else 0.8, g))
+    seqs = torch.cat(seqs)
+    log(f"generated {seqs.shape[0]} x {seqs.shape[1]} target continuations ({time.time() - t0:.0f}s)")
+    drafter = train_drafter(target, seqs, a.drafter_steps, 32, 16, g, log)
+
+    tdir, ddir = os.path.join(a.out, "tiny-target"), os.path.join(a.out, "tiny-dflash")
+    save_model(target, tdir, {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                              "hidden_act": "silu", "torch_dtype": "float32", "attention_dropout": 0.0,
+                              "use_sliding_window": False, "sliding_window": None,
+                              "max_window_layers": TARGET["num_hidden_layers"]})
+    with open(os.path.join(tdir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "pad_token_id": 257}, f, indent=2)
+    save_model(drafter, ddir)
+    for d in (tdir, ddir):  # SGLang loads a tokenizer for the drafter path too
+        write_tokenizer(d)
+    prompts = data.make_prompts(heldout_files, per_file=8)
+    with open(os.path.join(a.out, "split.json"), "w") as f:
+        json.dump({"rule": "sha256(relpath)[0] % 8 == 0 -> held out", "train": train_files,
+                   "heldout": heldout_files}, f, indent=1)
+    with open(data.PROMPTS_FILE if a.out == data.MODELS_DIR else os.path.join(a.out, "heldout_prompts.json"),
+              "w") as f:
+        json.dump({"source": "held-out stdlib files (split.json)", "prompts": prompts}, f, indent=1)
+    with open(os.path.join(a.out, "train_log.txt"), "w") as f:
+        f.write("\n".join(logs) + f"\ntotal {time.time() - t0:.0f}s, torch {torch.__version__}, "
+                f"threads {a.threads}\n")
+    log(f"saved to {a.out} in {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""DDTree and the DFlash chain are lossless: greedy output token-identical to AR (fp32, CPU), and sampled
+output distributed like AR sampling. Uses the shipped tiny pair on held-out prompts."""
+import pytest
+import torch
+
+from sglang_ddtree.engine import Engine, summarize
+from sglang_ddtree.engine.data import heldout_prompts
+
+N_PROMPTS, MAX_NEW, BATCH = 200, 48, 100
+BUDGETS = (8, 32, 64)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    torch.manual_seed(0)
+    return Engine.from_pretrained(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    p = heldout_prompts(N_PROMPTS)
+    assert len(p) == N_PROMPTS
+    return p
+
+
+_runs: dict = {}
+
+
+def greedy(engine, prompts, method, budget=None):
+    key = (method, budget)
+    if key not in _runs:
+        _runs[key] = engine.generate(prompts, MAX_NEW, method=method, budget=budget, batch_size=BATCH)
+    return _runs[key]
+
+
+def assert_identical(got, want):
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g.token_ids != w.token_ids]
+    assert not bad, f"{len(bad)} of {len(want)} outputs differ from AR, first at prompt {bad[0]}"
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_ddtree_greedy_identical_to_ar(engine, prompts, budget):
+    assert_identical(greedy(engine, prompts, "ddtree", budget), greedy(engine, prompts, "ar"))
+
+
+def test_chain_greedy_identical_to_ar(engine, prompts):
+    assert_identical(greedy(engine, prompts, "chain"), greedy(engine, prompts, "ar"))
+
+
+def test_tree_commits_more_per_forward_than_chain(engine, prompts):
+    ar = summarize(greedy(engine, prompts, "ar"))
+    chain = summarize(greedy(engine, prompts, "chain"))
+    best = max(summarize(greedy(engine, prompts, "ddtree", b))["tau"] for b in BUDGETS)
+    assert ar["tau"] == 1.0
+    assert best > chain["tau"] > 1.0, (best, chain["tau"])
+
+
+def test_accept_lengths_account_for_every_token(engine, prompts):
+    for r in greedy(engine, prompts, "ddtree", 32):
+        # the prefill emits the first token; every round commits accept_length tokens (<= block size)
+        assert 1 <= len(r.token_ids) <= 1 + sum(r.accept_lengths)
+        assert all(1 <= a <= engine.block_size for a in r.accept_lengths)
+
+
+def test_ragged_batch_equals_one_at_a_time(engine, prompts):
+    picks = sorted(prompts[:40], key=len)[::8]  # different lengths in one batch
+    assert len({len(p) for p in picks}) > 1
+    for method in ("ddtree", "chain", "ar"):
+        batched = engine.generate(picks, 24, method=method, budget=16)
+        for p, b in zip(picks, batched):
+            alone = engine.generate([p], 24, method=method, budget=16)[0]
+            assert alone.token_ids == b.token_ids and alone.accept_lengths == b.accept_lengths
+
+
+def test_stop_tokens_and_max_tokens(engine, prompts):
+    nl = ord("\n")
+    outs = {m: engine.generate(prompts[:32], 40, method=m, budget=32, stop_token_ids=[nl])
+            for m in ("ar", "chain", "ddtree")}
+    stopped = 0
+    for r in outs["ar"]:
+        assert len(r.token_ids) <= 40
+        assert nl not in r.token_ids[:-1]
+        assert (r.finish_reason == "stop") == (r.token_ids[-1] == nl)
+        stopped += r.finish_reason == "stop"
+    assert stopped > 0
+    for m in ("chain", "ddtree"):
+        assert [r.token_ids for r in outs[m]] == [r.token_ids for r in outs["ar"]]
+        assert [r.finish_reason for r in outs[m]] == [r.finish_reason for r in outs["ar"]]
+    for r in engine.generate(prompts[:8], 5, method="ddtree", stop_token_ids=[]):
+        assert len(r.token_ids) == 5 and r.finish_reason == "length"
+
+
+# --- T > 0 ------------------------------------------------------------------------------------------
+
+def chi2_two_sample(a: torch.Tensor, b: torch.Tensor, min_count: int = 10) -> float:
+    """p-value of the chi-square homogeneity test of two samples of category ids (rare ones pooled)."""
+    cats = torch.cat([a, b]).unique()
+    ca = torch.stack([(a == c).sum() for c in cats]).double()
+    cb = torch.stack([(b == c).sum() for c in cats]).double()
+    keep = (ca + cb) >= min_count
+    ca = torch.cat([ca[keep], ca[~keep].sum()[None]])
+    cb = torch.cat([cb[keep], cb[~keep].sum()[None]])
+    nz = (ca + cb) > 0
+    ca, cb = ca[nz], cb[nz]
+    na, nb = ca.sum(), cb.sum()
+    tot = ca + cb
+    ea, eb = tot * na / (na + nb), tot * nb / (na + nb)
+    stat = ((ca - ea) ** 2 / ea + (cb - eb) ** 2 / eb).sum()
+    dof = len(tot) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), stat / 2))
+
+
+def sampled_tokens(engine, prompt, method, temperature, n, seed0, positions=8):
+    res = engine.generate([prompt] * n, positions, method=method, budget=32, temperature=temperature,
+                          seed=list(range(seed0, seed0 + n)), stop_token_ids=[])
+    return torch.tensor([r.token_ids for r in res])
+
+
+SAMPLE_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n    "
+N_SAMPLES = 1500
+
+
+@pytest.fixture(scope="module")
+def ar_samples(engine):
+    return sampled_tokens(engine, SAMPLE_PROMPT, "ar", 1.0, N_SAMPLES, 0)
+
+
+@pytest.mark.parametrize("method", ["ddtree", "chain"])
+def test_sampling_matches_ar_distribution(engine, ar_samples, method):
+    """Per generated position, DDTree / chain samples and AR samples come from the same distribution
+    (Bonferroni over positions); disjoint seed ranges keep the two samples independent."""
+    got = sampled_tokens(engine, SAMPLE_PROMPT, method, 1.0, N_SAMPLES, 10_000_000)
+    assert got.shape == ar_samples.shape
+    assert (ar_samples[:, 1:] != ar_samples[:, 1:2]).any(), "degenerate: no variety to test"
+    pvals = [chi2_two_sample(got[:, j], ar_samples[:, j]) for j in range(got.shape[1])]
+    assert min(pvals) * len(pvals) > 1e-3, pvals
+
+
+def test_sampling_test_has_power(engine, ar_samples):
+    """The same test rejects a sampler that is off (temperature 0.8 instead of 1.0)."""
+    off = sampled_tokens(engine, SAMPLE_PROMPT, "ddtree", 0.8, N_SAMPLES, 20_000_000)
+    pvals = [chi2_two_sample(off[:, j], ar_samples[:, j]) for j in range(off.shape[1])]
+    assert min(pvals) * len(pvals) < 1e-3, pvals
+
+
+def test_same_seed_same_sample(engine):
+    a = engine.generate([SAMPLE_PROMPT] * 3, 12, method="ddtree", temperature=1.0, seed=7)
+    b = engine.generate([SAMPLE_PROMPT] * 3, 12, method="ddtree", temperature=1.0, seed=7)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+
+
+def test_bad_arguments(engine):
+    with pytest.raises(ValueError, match="method"):
+        engine.generate(["x"], 4, method="beam")
+    with pytest.raises(ValueError, match="budget"):
+        engine.generate(["x"], 4, method="ddtree", budget=0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.generate(["x"], 0)
+    with pytest.raises(TypeError, match="prompts"):
+        engine.generate("x", 4)
+    with pytest.raises(ValueError, match="seed"):
+        engine.generate(["x", "y"], 4, seed=[1])
