@@ -1,0 +1,158 @@
+// CUDA implementations of the tree-stage ops declared in sglang_ddtree/ops.py: topk_lse,
+// build_tree_from_topk, accept_tree, sample_rows. Thin: check devices/dtypes/shapes, allocate outputs,
+// call the launchers in kernels/*.cu on the current stream (c10::cuda::getCurrentCUDAStream, the stream
+// at::cuda::getCurrentCUDAStream returns; ATen/cuda/CUDAContext.h needs cuSPARSE headers). No host
+// synchronisation anywhere, so a decode round built from these ops can be captured in a CUDA graph.
+#if defined(__has_include)
+#if !__has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+// CPU-only torch wheels (CI's compile check) lack this generated header; torch's documented escape hatch.
+#define C10_CUDA_NO_CMAKE_CONFIGURE_FILE
+#endif
+#endif
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "tree_kernels.cuh"
+
+namespace {
+
+void check_cuda(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t dim, const at::Device& dev) {
+  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
+  TORCH_CHECK(t.device() == dev, name, " must be on ", dev, ", got ", t.device());
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, got ", t.dim());
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+ddtree::LogitDtype logit_dtype(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return ddtree::LogitDtype::kFloat32;
+    case at::kHalf: return ddtree::LogitDtype::kFloat16;
+    case at::kBFloat16: return ddtree::LogitDtype::kBFloat16;
+    default: TORCH_CHECK(false, name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
+  }
+}
+
+using TreeTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                             at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids, const at::Tensor& root_tokens,
+                                    const at::Tensor& seq_lens, int64_t budget) {
+  const at::Device dev = lp.device();
+  check_cuda(lp, "lp", at::kFloat, 3, dev);
+  check_cuda(ids, "ids", at::kLong, 3, dev);
+  check_cuda(root_tokens, "root_tokens", at::kLong, 1, dev);
+  check_cuda(seq_lens, "seq_lens", at::kLong, 1, dev);
+  TORCH_CHECK(ids.sizes() == lp.sizes(), "ids must have the shape of lp [B, L, k]");
+  const int64_t B = lp.size(0), L = lp.size(1), k = lp.size(2);
+  TORCH_CHECK(root_tokens.size(0) == B && seq_lens.size(0) == B, "root_tokens and seq_lens must be [B]");
+  TORCH_CHECK(budget >= 0 && budget + 1 <= ddtree::kMaxTreeSlots, "budget must be in [0, ",
+              ddtree::kMaxTreeSlots - 1, "] on CUDA, got ", budget);
+  TORCH_CHECK(L <= ddtree::kMaxDepth, "depth limit L must be <= ", ddtree::kMaxDepth, ", got ", L);
+  TORCH_CHECK(k <= (int64_t{1} << 24) && B < (int64_t{1} << 31), "k or B too large");
+  const c10::cuda::CUDAGuard guard(dev);
+  const int64_t n = budget + 1, W = (n + 31) / 32;
+  auto i32 = lp.options().dtype(at::kInt), i64 = lp.options().dtype(at::kLong);
+  at::Tensor num_nodes = at::empty({B}, i32), tokens = at::empty({B, n}, i64), parents = at::empty({B, n}, i32),
+             depths = at::empty({B, n}, i32), ranks = at::empty({B, n}, i32),
+             logw = at::empty({B, n}, lp.options().dtype(at::kDouble)), positions = at::empty({B, n}, i64),
+             retrive_index = at::empty({B, n}, i64), next_token = at::empty({B, n}, i64),
+             next_sibling = at::empty({B, n}, i64), tree_mask = at::empty({B, n, n}, lp.options().dtype(at::kBool)),
+             mask_bits = at::empty({B, n, W}, i32), flags = at::empty({B}, i32);
+  ddtree::TreeOutputs out{num_nodes.data_ptr<int32_t>(), tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(),
+                          depths.data_ptr<int32_t>(), ranks.data_ptr<int32_t>(), logw.data_ptr<double>(),
+                          positions.data_ptr<int64_t>(), retrive_index.data_ptr<int64_t>(),
+                          next_token.data_ptr<int64_t>(), next_sibling.data_ptr<int64_t>(),
+                          tree_mask.data_ptr<bool>(), mask_bits.data_ptr<int32_t>(), flags.data_ptr<int32_t>()};
+  C10_CUDA_CHECK(ddtree::launch_tree_build(lp.data_ptr<float>(), ids.data_ptr<int64_t>(),
+                                           root_tokens.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
+                                           static_cast<int>(B), static_cast<int>(L), static_cast<int>(k),
+                                           static_cast<int>(budget), out, c10::cuda::getCurrentCUDAStream()));
+  return {num_nodes, tokens, parents, depths, ranks, logw, positions, retrive_index, next_token, next_sibling,
+          tree_mask, mask_bits, flags};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> accept_tree_cuda(
+    const at::Tensor& tokens, const at::Tensor& next_token, const at::Tensor& next_sibling,
+    const at::Tensor& num_nodes, const at::Tensor& target, int64_t depth_limit) {
+  const at::Device dev = tokens.device();
+  check_cuda(tokens, "tokens", at::kLong, 2, dev);
+  check_cuda(next_token, "next_token", at::kLong, 2, dev);
+  check_cuda(next_sibling, "next_sibling", at::kLong, 2, dev);
+  check_cuda(target, "target", at::kLong, 2, dev);
+  check_cuda(num_nodes, "num_nodes", at::kInt, 1, dev);
+  TORCH_CHECK(next_token.sizes() == tokens.sizes() && next_sibling.sizes() == tokens.sizes() &&
+                  target.sizes() == tokens.sizes(), "tokens, next_token, next_sibling, target must all be [B, n]");
+  const int64_t B = tokens.size(0), n = tokens.size(1);
+  TORCH_CHECK(num_nodes.size(0) == B, "num_nodes must be [B]");
+  TORCH_CHECK(n >= 1 && n <= 4096, "n must be in [1, 4096], got ", n);
+  TORCH_CHECK(depth_limit >= 0 && depth_limit < (int64_t{1} << 20), "depth_limit must be >= 0");
+  const c10::cuda::CUDAGuard guard(dev);
+  auto opt = tokens.options();
+  at::Tensor accept_index = at::empty({B, depth_limit + 1}, opt.dtype(at::kInt));
+  at::Tensor accept_len = at::empty({B}, opt.dtype(at::kInt)), bonus = at::empty({B}, opt.dtype(at::kLong));
+  at::Tensor flags = at::empty({B}, opt.dtype(at::kInt));
+  C10_CUDA_CHECK(ddtree::launch_tree_accept(
+      tokens.data_ptr<int64_t>(), next_token.data_ptr<int64_t>(), next_sibling.data_ptr<int64_t>(),
+      num_nodes.data_ptr<int32_t>(), target.data_ptr<int64_t>(), static_cast<int>(B), static_cast<int>(n),
+      static_cast<int>(depth_limit), accept_index.data_ptr<int32_t>(), accept_len.data_ptr<int32_t>(),
+      bonus.data_ptr<int64_t>(), flags.data_ptr<int32_t>(), c10::cuda::getCurrentCUDAStream()));
+  return {accept_index, accept_len, bonus, flags};
+}
+
+std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64_t k) {
+  TORCH_CHECK(logits.is_cuda(), "logits must be a CUDA tensor");
+  TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "logits must be a contiguous [R, V] tensor");
+  const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
+  const int64_t R = logits.size(0), V = logits.size(1);
+  TORCH_CHECK(k >= 1 && k <= ddtree::kMaxTopK, "k must be in [1, ", ddtree::kMaxTopK, "], got ", k);
+  TORCH_CHECK(k <= V, "k must be <= V (", V, "), got ", k);
+  TORCH_CHECK(V < (int64_t{1} << 31) && R < (int64_t{1} << 31), "logits too large");
+  const c10::cuda::CUDAGuard guard(logits.device());
+  auto opt = logits.options();
+  at::Tensor lp = at::empty({R, k}, opt.dtype(at::kFloat)), ids = at::empty({R, k}, opt.dtype(at::kLong));
+  if (R == 0) return {lp, ids};
+  const size_t ws = ddtree::topk_lse_workspace_bytes(R, V, static_cast<int>(k), dt);
+  at::Tensor workspace = at::empty({static_cast<int64_t>(ws)}, opt.dtype(at::kByte));
+  at::Tensor counters = at::zeros({R}, opt.dtype(at::kInt));
+  C10_CUDA_CHECK(ddtree::launch_topk_lse(logits.data_ptr(), dt, R, V, static_cast<int>(k), lp.data_ptr<float>(),
+                                         ids.data_ptr<int64_t>(), workspace.data_ptr(), counters.data_ptr<int32_t>(),
+                                         c10::cuda::getCurrentCUDAStream()));
+  return {lp, ids};
+}
+
+at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const at::Tensor& seed,
+                            const at::Tensor& step, const at::Tensor& node) {
+  TORCH_CHECK(logits.is_cuda(), "logits must be a CUDA tensor");
+  TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "logits must be a contiguous [R, V] tensor");
+  const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
+  const at::Device dev = logits.device();
+  check_cuda(seed, "seed", at::kLong, 1, dev);
+  check_cuda(step, "step", at::kLong, 1, dev);
+  check_cuda(node, "node", at::kLong, 1, dev);
+  const int64_t R = logits.size(0), V = logits.size(1);
+  TORCH_CHECK(seed.size(0) == R && step.size(0) == R && node.size(0) == R, "seed, step, node must be [R]");
+  TORCH_CHECK(V >= 1, "logits must have a non-empty vocabulary");
+  TORCH_CHECK(temperature >= 0.0, "temperature must be >= 0");
+  const c10::cuda::CUDAGuard guard(dev);
+  at::Tensor out = at::empty({R}, logits.options().dtype(at::kLong));
+  C10_CUDA_CHECK(ddtree::launch_sample_rows(logits.data_ptr(), dt, R, V, static_cast<float>(temperature),
+                                            seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(),
+                                            node.data_ptr<int64_t>(), out.data_ptr<int64_t>(),
+                                            c10::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
+  m.impl("build_tree_from_topk", &build_tree_from_topk_cuda);
+  m.impl("accept_tree", &accept_tree_cuda);
+  m.impl("topk_lse", &topk_lse_cuda);
+  m.impl("sample_rows", &sample_rows_cuda);
+}

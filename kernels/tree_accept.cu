@@ -1,0 +1,240 @@
+// Accepting a verified tree on the GPU: the bounded greedy walk (reference.walk_reference) and the
+// per-node target token (argmax, or Gumbel-max at temperature > 0).
+//
+// ---- The sampling RNG (the CPU mirror, sglang_ddtree/accept.py:gumbel_noise, must match it) ----------
+//   Generator  Philox4x32-10 (Salmon et al. 2011): multipliers M0 = 0xD2511F53, M1 = 0xCD9E8D57,
+//              Weyl key increments W0 = 0x9E3779B9, W1 = 0xBB67AE85; per round
+//                (c0, c1, c2, c3) <- (hi(M1*c2) ^ c1 ^ k0, lo(M1*c2), hi(M0*c0) ^ c3 ^ k1, lo(M0*c0)),
+//              then (k0, k1) += (W0, W1); 10 rounds, the first with the unmodified key.
+//   Key        (k0, k1) = (seed & 0xFFFFFFFF, seed >> 32)                      seed: int64 of the row
+//   Counter    (c0, c1, c2, c3) = (v >> 2, node & 0xFFFFFFFF, step & 0xFFFFFFFF, step >> 32)
+//              v = vocabulary index; the uniform of v is output word v & 3.
+//   Uniform    u = float32((x + 0.5) * 2^-32) computed in float64 (exact) and rounded to nearest, then
+//              clamped to at most 1 - 2^-24 (0x3F7FFFFF): the float32 rounding maps the top 128 words to
+//              1.0, whose Gumbel value would be +inf.
+//   Gumbel     g = -log(-log(u)), both logs float32 (CUDA logf, <= 1 ulp; CPU libm may differ by 1 ulp,
+//              so CPU and GPU samples agree except on near-ties of the score).
+//   Score      s = logit / T + g in float32 (IEEE division); sample = argmax_v s, first index on ties.
+//   T == 0     sample = argmax of the logits, first index on ties; NaN counts as the maximum (torch.argmax).
+// Elements that cannot win are skipped without drawing: g <= G_MAX = -log(-log(1 - 2^-24)) < 16.64, so an
+// element with logit / T + 16.64 < the thread's best score is never evaluated; counter-based draws make
+// skipping invisible in the result.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "tree_kernels.cuh"
+
+namespace ddtree {
+namespace {
+
+constexpr int32_t kFlagMalformed = 4;
+
+// ------------------------------------------------------------------------------------------ the walk
+// One warp per request: the links, tokens and targets are staged into shared memory with coalesced loads,
+// then lane 0 walks exactly like reference.walk_reference (forward-only links inside [1, num_nodes), at
+// most n link reads, at most depth_limit accepted nodes below the root).
+__global__ void __launch_bounds__(32) tree_accept_kernel(const int64_t* __restrict__ tokens,
+                                                         const int64_t* __restrict__ next_token,
+                                                         const int64_t* __restrict__ next_sibling,
+                                                         const int32_t* __restrict__ num_nodes,
+                                                         const int64_t* __restrict__ target, int n, int depth_limit,
+                                                         int32_t* __restrict__ accept_index,
+                                                         int32_t* __restrict__ accept_len,
+                                                         int64_t* __restrict__ bonus, int32_t* __restrict__ flags) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  int64_t* s_tok = reinterpret_cast<int64_t*>(smem);
+  int64_t* s_tgt = s_tok + n;
+  int32_t* s_nt = reinterpret_cast<int32_t*>(s_tgt + n);
+  int32_t* s_ns = s_nt + n;
+  const int b = blockIdx.x, lane = threadIdx.x;
+  const int64_t base = static_cast<int64_t>(b) * n;
+  // Links outside [-1, n) become n: still "not -1" (so the walk reads them) and never inside [1, num_nodes).
+  auto squash = [n](int64_t v) -> int32_t { return (v < -1 || v >= n) ? n : static_cast<int32_t>(v); };
+  for (int i = lane; i < n; i += 32) {
+    s_tok[i] = tokens[base + i];
+    s_tgt[i] = target[base + i];
+    s_nt[i] = squash(next_token[base + i]);
+    s_ns[i] = squash(next_sibling[base + i]);
+  }
+  const int width = depth_limit + 1;
+  int32_t* acc = accept_index + static_cast<int64_t>(b) * width;
+  for (int j = lane; j < width; j += 32) acc[j] = -1;
+  __syncwarp();
+  if (lane != 0) return;
+  int32_t flg = 0;
+  int nn = num_nodes[b];
+  if (nn < 1 || nn > n) {
+    flg |= kFlagMalformed;
+    nn = nn < 1 ? 1 : n;
+  }
+  acc[0] = 0;
+  int len = 1, cur = 0, steps = 0;
+  while (true) {
+    int matched = -1, prev = cur;
+    int c = s_nt[cur];
+    bool broken = false;
+    while (c != -1) {
+      ++steps;
+      if (!(prev < c && c < nn) || steps > n) { flg |= kFlagMalformed; broken = true; break; }
+      if (s_tok[c] == s_tgt[cur]) { matched = c; break; }
+      prev = c;
+      c = s_ns[c];
+    }
+    if (broken || matched == -1) break;
+    if (len == depth_limit + 1) { flg |= kFlagMalformed; break; }
+    acc[len++] = matched;
+    cur = matched;
+  }
+  accept_len[b] = len;
+  bonus[b] = s_tgt[cur];
+  flags[b] = flg;
+}
+
+// -------------------------------------------------------------------------------------- the sampler
+__device__ __forceinline__ void philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    const uint32_t lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
+    const uint32_t lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
+    const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+    c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
+
+__device__ __forceinline__ float gumbel_from_word(uint32_t x) {
+  float u = __double2float_rn((static_cast<double>(x) + 0.5) * 0x1p-32);
+  u = fminf(u, 0x1.fffffep-1f);
+  return -logf(-logf(u));
+}
+
+template <typename T> __device__ __forceinline__ float to_f32(T v);
+template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// (score, index) order: higher score wins, NaN above everything, then the lower index.
+__device__ __forceinline__ bool beats(float s, int64_t i, float bs, int64_t bi) {
+  const bool sn = isnan(s), bn = isnan(bs);
+  if (sn != bn) return sn;
+  if (!sn && s != bs) return s > bs;
+  return i < bi;
+}
+
+constexpr float kGumbelMax = 16.64f;  // > -log(-log(1 - 2^-24)) = 16.6355...
+
+// One block per row; each thread scans groups of 4 consecutive vocabulary entries (one Philox call).
+template <typename T>
+__global__ void __launch_bounds__(512) sample_rows_kernel(const T* __restrict__ logits, int64_t V, float temperature,
+                                                          const int64_t* __restrict__ seed,
+                                                          const int64_t* __restrict__ step,
+                                                          const int64_t* __restrict__ node, int64_t* __restrict__ out) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * V;
+  const bool greedy = !(temperature > 0.f);
+  const uint64_t sd = static_cast<uint64_t>(seed[row]), st = static_cast<uint64_t>(step[row]);
+  const uint32_t k0 = static_cast<uint32_t>(sd), k1 = static_cast<uint32_t>(sd >> 32);
+  const uint32_t c1 = static_cast<uint32_t>(static_cast<uint64_t>(node[row]));
+  const uint32_t c2 = static_cast<uint32_t>(st), c3 = static_cast<uint32_t>(st >> 32);
+  float best = -INFINITY;
+  int64_t bidx = INT64_MAX;
+  const int64_t groups = (V + 3) >> 2;
+  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+    const int64_t v0 = g << 2;
+    float z[4];
+    bool any = false;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      z[t] = v0 + t < V ? to_f32(x[v0 + t]) : -INFINITY;
+      if (!greedy) z[t] = z[t] / temperature;
+      any |= !(z[t] + (greedy ? 0.f : kGumbelMax) < best) && v0 + t < V;
+    }
+    if (!any) continue;
+    if (greedy) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (v0 + t < V && beats(z[t], v0 + t, best, bidx)) { best = z[t]; bidx = v0 + t; }
+    } else {
+      uint32_t c[4] = {static_cast<uint32_t>(g), c1, c2, c3};
+      philox4x32_10(c, k0, k1);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        if (v0 + t >= V || z[t] + kGumbelMax < best) continue;
+        const float s = z[t] + gumbel_from_word(c[t]);
+        if (beats(s, v0 + t, best, bidx)) { best = s; bidx = v0 + t; }
+      }
+    }
+  }
+  // Block argmax: warp shuffles, then one value per warp through shared memory.
+  __shared__ float s_best[32];
+  __shared__ int64_t s_idx[32];
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ob = __shfl_down_sync(0xffffffffu, best, off);
+    const int64_t oi = __shfl_down_sync(0xffffffffu, bidx, off);
+    if (beats(ob, oi, best, bidx)) { best = ob; bidx = oi; }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (lane == 0) { s_best[warp] = best; s_idx[warp] = bidx; }
+  __syncthreads();
+  if (warp == 0) {
+    best = lane < nwarps ? s_best[lane] : -INFINITY;
+    bidx = lane < nwarps ? s_idx[lane] : INT64_MAX;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ob = __shfl_down_sync(0xffffffffu, best, off);
+      const int64_t oi = __shfl_down_sync(0xffffffffu, bidx, off);
+      if (beats(ob, oi, best, bidx)) { best = ob; bidx = oi; }
+    }
+    if (lane == 0) out[row] = bidx;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_tree_accept(const int64_t* tokens, const int64_t* next_token, const int64_t* next_sibling,
+                               const int32_t* num_nodes, const int64_t* target, int B, int n, int depth_limit,
+                               int32_t* accept_index, int32_t* accept_len, int64_t* bonus, int32_t* flags,
+                               cudaStream_t stream) {
+  if (B == 0) return cudaSuccess;
+  if (n < 1 || depth_limit < 0) return cudaErrorInvalidValue;
+  const size_t bytes = static_cast<size_t>(n) * (2 * sizeof(int64_t) + 2 * sizeof(int32_t));
+  if (bytes > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(tree_accept_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes));
+    if (e != cudaSuccess) return e;
+  }
+  tree_accept_kernel<<<B, 32, bytes, stream>>>(tokens, next_token, next_sibling, num_nodes, target, n, depth_limit,
+                                               accept_index, accept_len, bonus, flags);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, float temperature,
+                               const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
+                               cudaStream_t stream) {
+  if (R == 0) return cudaSuccess;
+  if (V < 1 || R > 0x7fffffff) return cudaErrorInvalidValue;
+  const int threads = V >= 16384 ? 512 : (V >= 2048 ? 256 : 64);
+  switch (dtype) {
+    case LogitDtype::kFloat32:
+      sample_rows_kernel<float><<<static_cast<unsigned>(R), threads, 0, stream>>>(
+          static_cast<const float*>(logits), V, temperature, seed, step, node, out);
+      break;
+    case LogitDtype::kFloat16:
+      sample_rows_kernel<__half><<<static_cast<unsigned>(R), threads, 0, stream>>>(
+          static_cast<const __half*>(logits), V, temperature, seed, step, node, out);
+      break;
+    case LogitDtype::kBFloat16:
+      sample_rows_kernel<__nv_bfloat16><<<static_cast<unsigned>(R), threads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(logits), V, temperature, seed, step, node, out);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace ddtree

@@ -1,0 +1,316 @@
+// Best-first DDTree build (DESIGN.md §3, bit for bit) for a whole batch in one launch.
+//
+// One block per request. Warp 0 runs the pops; the other warps only help to stage the input and to emit
+// the outputs. The frontier is one slot per emitted node (kernels.md §1.3): a node's pending candidate is
+// its lowest unpopped child rank, so slot p holds (key, rank, depth) of the next child of node p. Slot p
+// lives in lane p % 32, register p / 32. Every pop is a warp argmax:
+//   key = float64 path log-weight mapped to a monotone uint64 (0 = empty slot; -0.0 folded into +0.0 as
+//         Python compares them equal, with one metadata bit restoring the sign for the output);
+//   two __reduce_max_sync on the key halves + one ballot; when several lanes hold the maximum, the exact
+//   tie-break runs: the candidates' ranks tuples (parent's ranks ++ rank) compared lexicographically by
+//   walking both up the emitted tree to their common parent (two distinct frontier candidates are never
+//   prefixes of one another, so the walk always ends at a rank difference).
+// Weights are doubles added in the reference's order: sibling = (logw - lp[d-1][r]) + lp[d-1][r+1],
+// child = logw + lp[d][0] (explicit _rn intrinsics, so no contraction can change them).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "tree_kernels.cuh"
+
+namespace ddtree {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr uint64_t kSign = 0x8000000000000000ull;
+constexpr uint32_t kNegZero = 1u << 31;       // metadata bit: the weight is -0.0
+constexpr int32_t kFlagNonfinite = 1;
+constexpr int32_t kFlagExhausted = 2;
+
+__device__ __forceinline__ uint64_t order_key(double x) {
+  const uint64_t b = static_cast<uint64_t>(__double_as_longlong(__dadd_rn(x, 0.0)));
+  return (b & kSign) ? ~b : (b | kSign);
+}
+
+__device__ __forceinline__ double key_value(uint64_t k) {
+  const uint64_t b = (k & kSign) ? (k & ~kSign) : ~k;
+  return __longlong_as_double(static_cast<long long>(b));
+}
+
+__device__ __forceinline__ uint32_t neg_zero_bit(double x) {
+  return static_cast<uint64_t>(__double_as_longlong(x)) == kSign ? kNegZero : 0u;
+}
+
+// Packed candidate: rank (10 bits) | depth (11 bits) << 10 | parent (10 bits) << 21 | -0.0 bit << 31.
+__device__ __forceinline__ uint32_t cand_rank(uint32_t c) { return c & 1023u; }
+__device__ __forceinline__ uint32_t cand_depth(uint32_t c) { return (c >> 10) & 2047u; }
+__device__ __forceinline__ uint32_t cand_parent(uint32_t c) { return (c >> 21) & 1023u; }
+
+// Ranks-tuple order of two distinct frontier candidates: true when a comes first. s_pr[node] holds
+// parent | rank << 16 of every emitted node.
+__device__ __noinline__ bool tuple_less(uint32_t a, uint32_t b, const uint32_t* s_pr) {
+  uint32_t pa = cand_parent(a), ra = cand_rank(a), da = cand_depth(a);
+  uint32_t pb = cand_parent(b), rb = cand_rank(b), db = cand_depth(b);
+  while (da > db) { const uint32_t pr = s_pr[pa]; ra = pr >> 16; pa = pr & 0xffffu; --da; }
+  while (db > da) { const uint32_t pr = s_pr[pb]; rb = pr >> 16; pb = pr & 0xffffu; --db; }
+  while (pa != pb) {
+    const uint32_t qa = s_pr[pa], qb = s_pr[pb];
+    ra = qa >> 16; pa = qa & 0xffffu;
+    rb = qb >> 16; pb = qb & 0xffffu;
+  }
+  return ra < rb;
+}
+
+// Shared-memory layout of one request (all offsets in bytes, 8-byte aligned sections).
+struct Layout {
+  int n, W, L, kc;
+  bool lp_in_smem;
+  size_t off_logw, off_bits, off_pr, off_depth, off_links, off_lp, off_misc, total;
+
+  __host__ __device__ Layout(int n_, int L_, int kc_, bool lp_smem) : n(n_), W((n_ + 31) / 32), L(L_), kc(kc_),
+      lp_in_smem(lp_smem) {
+    auto up8 = [](size_t x) { return (x + 7) & ~static_cast<size_t>(7); };
+    off_logw = 0;
+    off_bits = up8(off_logw + sizeof(double) * n);
+    off_pr = up8(off_bits + sizeof(uint32_t) * n * W);
+    off_depth = up8(off_pr + sizeof(uint32_t) * n);
+    off_links = up8(off_depth + sizeof(int32_t) * n);
+    off_lp = up8(off_links + sizeof(int16_t) * 3 * n);
+    off_misc = up8(off_lp + (lp_in_smem ? sizeof(float) * static_cast<size_t>(L) * kc : 0));
+    total = off_misc + 16;
+  }
+};
+
+template <int S>
+__global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict__ lp,
+                                                         const int64_t* __restrict__ ids,
+                                                         const int64_t* __restrict__ root_tokens,
+                                                         const int64_t* __restrict__ seq_lens, int L, int k,
+                                                         int budget, int kc, bool lp_in_smem, TreeOutputs out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int n = budget + 1;
+  const Layout lay(n, L, kc, lp_in_smem);
+  const int W = lay.W;
+  double* s_logw = reinterpret_cast<double*>(smem + lay.off_logw);
+  uint32_t* s_bits = reinterpret_cast<uint32_t*>(smem + lay.off_bits);
+  uint32_t* s_pr = reinterpret_cast<uint32_t*>(smem + lay.off_pr);
+  int32_t* s_depth = reinterpret_cast<int32_t*>(smem + lay.off_depth);
+  int16_t* s_next_tok = reinterpret_cast<int16_t*>(smem + lay.off_links);
+  int16_t* s_next_sib = s_next_tok + n;
+  int16_t* s_last = s_next_sib + n;
+  float* s_lp = reinterpret_cast<float*>(smem + lay.off_lp);
+  int* s_count = reinterpret_cast<int*>(smem + lay.off_misc);
+
+  const int b = blockIdx.x;
+  const int tid = threadIdx.x, nthreads = blockDim.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int64_t Lk = static_cast<int64_t>(L) * k;
+  const float* lp_b = lp + b * Lk;
+
+  // ---- stage: lp table (only the columns a tree of this budget can reach), finiteness, identity rows
+  bool bad = false;
+  for (int64_t e = tid; e < Lk; e += nthreads) {
+    const float v = lp_b[e];
+    bad |= !isfinite(v);
+    if (lp_in_smem) {
+      const int64_t d = e / k, c = e - d * k;
+      if (c < kc) s_lp[d * kc + c] = v;
+    }
+  }
+  for (int e = tid; e < n * W; e += nthreads) {
+    const int i = e / W, w = e - i * W;
+    s_bits[e] = (w == (i >> 5)) ? (1u << (i & 31)) : 0u;
+  }
+  for (int i = tid; i < n; i += nthreads) { s_next_tok[i] = -1; s_next_sib[i] = -1; }
+  if (tid == 0) { s_pr[0] = 0xffffu; s_depth[0] = 0; s_logw[0] = 0.0; *s_count = 0; }
+  const bool nonfinite = __syncthreads_or(bad);
+
+  // ---- pops (warp 0)
+  const float* lpt = lp_in_smem ? s_lp : lp_b;
+  const int lps = lp_in_smem ? kc : k;
+  if (warp == 0 && !nonfinite && budget > 0 && L > 0 && k > 0) {
+    uint64_t key[S];
+    uint32_t meta[S];
+#pragma unroll
+    for (int j = 0; j < S; ++j) { key[j] = 0; meta[j] = 0; }
+    if (lane == 0) {
+      const double w0 = static_cast<double>(lpt[0]);
+      key[0] = order_key(w0);
+      meta[0] = (1u << 10) | neg_zero_bit(w0);
+    }
+    uint64_t bkey = 0;
+    uint32_t bpk = 0;
+    auto rescan = [&]() {
+      bkey = 0; bpk = 0;
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        const uint32_t c = meta[j] | (static_cast<uint32_t>(j * 32 + lane) << 21);
+        if (key[j] > bkey) { bkey = key[j]; bpk = c; }
+        else if (key[j] != 0 && key[j] == bkey && tuple_less(c, bpk, s_pr)) { bpk = c; }
+      }
+    };
+    rescan();
+    int count = 0;
+    while (count < budget) {
+      const uint32_t hi = static_cast<uint32_t>(bkey >> 32), lo = static_cast<uint32_t>(bkey);
+      const uint32_t mhi = __reduce_max_sync(kFull, hi);
+      const uint32_t mlo = __reduce_max_sync(kFull, hi == mhi ? lo : 0u);
+      if ((mhi | mlo) == 0u) break;  // heap exhausted
+      const uint32_t tied = __ballot_sync(kFull, hi == mhi && lo == mlo);
+      uint32_t win = __shfl_sync(kFull, bpk, __ffs(tied) - 1);
+      if (tied & (tied - 1u)) {  // equal weights in several lanes: ranks-tuple order decides
+        uint32_t rest = tied & (tied - 1u);
+        while (rest) {
+          const int src = __ffs(rest) - 1;
+          rest &= rest - 1u;
+          const uint32_t other = __shfl_sync(kFull, bpk, src);
+          if (tuple_less(other, win, s_pr)) win = other;
+        }
+      }
+      const uint32_t p = cand_parent(win), r = cand_rank(win), d = cand_depth(win);
+      const double logw = (win & kNegZero) ? -0.0 : key_value((static_cast<uint64_t>(mhi) << 32) | mlo);
+      const int i = ++count;
+      const float* row = lpt + static_cast<int64_t>(d - 1) * lps;
+      const bool has_sib = static_cast<int>(r) + 1 < k;
+      const bool has_child = static_cast<int>(d) < L;
+      const double a = static_cast<double>(row[r]);
+      const double sib = has_sib ? __dadd_rn(__dsub_rn(logw, a), static_cast<double>(row[r + 1])) : 0.0;
+      const double child = has_child ? __dadd_rn(logw, static_cast<double>(lpt[static_cast<int64_t>(d) * lps])) : 0.0;
+
+      if (lane == 0) {
+        s_pr[i] = p | (r << 16);
+        s_depth[i] = static_cast<int32_t>(d);
+        s_logw[i] = logw;
+        if (r == 0) s_next_tok[p] = static_cast<int16_t>(i);
+        else s_next_sib[s_last[p]] = static_cast<int16_t>(i);
+        s_last[p] = static_cast<int16_t>(i);
+      }
+      if (lane < W) {
+        s_bits[i * W + lane] = s_bits[p * W + lane] | (lane == (i >> 5) ? (1u << (i & 31)) : 0u);
+      }
+      __syncwarp();
+
+      const int lane_p = p & 31, j_p = p >> 5, lane_i = i & 31, j_i = i >> 5;
+      if (lane == lane_p) {
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+          if (j == j_p) {
+            key[j] = has_sib ? order_key(sib) : 0;
+            meta[j] = has_sib ? ((r + 1) | (d << 10) | neg_zero_bit(sib)) : 0u;
+          }
+        }
+      }
+      if (lane == lane_i) {
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+          if (j == j_i) {
+            key[j] = has_child ? order_key(child) : 0;
+            meta[j] = has_child ? (((d + 1) << 10) | neg_zero_bit(child)) : 0u;
+          }
+        }
+      }
+      if (lane == lane_p) {
+        rescan();
+      } else if (lane == lane_i && has_child) {
+        const uint64_t kc_ = order_key(child);
+        const uint32_t c = ((d + 1) << 10) | neg_zero_bit(child) | (static_cast<uint32_t>(i) << 21);
+        if (kc_ > bkey || (kc_ == bkey && tuple_less(c, bpk, s_pr))) { bkey = kc_; bpk = c; }
+      }
+    }
+    if (lane == 0) *s_count = count;
+  }
+  __syncthreads();
+
+  // ---- emit every TreeBatch field
+  const int count = *s_count;
+  const int64_t nn = n;
+  const int64_t seq = seq_lens[b];
+  const int64_t* ids_b = ids + b * Lk;
+  for (int i = tid; i < n; i += nthreads) {
+    const int64_t o = b * nn + i;
+    const bool real = i >= 1 && i <= count;
+    const uint32_t pr = s_pr[real ? i : 0];
+    const int d = real ? s_depth[i] : 0;
+    const int r = static_cast<int>(pr >> 16);
+    out.tokens[o] = i == 0 ? root_tokens[b] : (real ? ids_b[static_cast<int64_t>(d - 1) * k + r] : 0);
+    out.parents[o] = real ? static_cast<int32_t>(pr & 0xffffu) : -1;
+    out.depths[o] = d;
+    out.ranks[o] = real ? r : -1;
+    out.logw[o] = i == 0 ? 0.0 : (real ? s_logw[i] : -INFINITY);
+    out.positions[o] = seq + d;
+    out.retrive_index[o] = o;
+    out.retrive_next_token[o] = s_next_tok[i];
+    out.retrive_next_sibling[o] = s_next_sib[i];
+  }
+  if (tid == 0) {
+    out.num_nodes[b] = count + 1;
+    out.flags[b] = nonfinite ? kFlagNonfinite : (count < budget ? kFlagExhausted : 0);
+  }
+  int32_t* bits_b = out.mask_bits + b * nn * W;
+  for (int e = tid; e < n * W; e += nthreads) bits_b[e] = static_cast<int32_t>(s_bits[e]);
+
+  // Bool mask [n, n]: 16-byte stores over the request's block, byte stores for the unaligned ends.
+  unsigned char* mb = reinterpret_cast<unsigned char*>(out.tree_mask) + b * nn * nn;
+  const int64_t total = nn * nn;
+  auto bit_at = [&](int i, int j) -> uint32_t { return (s_bits[i * W + (j >> 5)] >> (j & 31)) & 1u; };
+  int64_t head = static_cast<int64_t>((16 - (reinterpret_cast<uintptr_t>(mb) & 15)) & 15);
+  if (head > total) head = total;
+  const int64_t chunks = (total - head) / 16;
+  for (int64_t e = tid; e < head; e += nthreads) mb[e] = static_cast<unsigned char>(bit_at(e / n, e % n));
+  for (int64_t c = tid; c < chunks; c += nthreads) {
+    const int64_t e0 = head + c * 16;
+    int i = static_cast<int>(e0 / n), j = static_cast<int>(e0 - static_cast<int64_t>(i) * n);
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      w[t >> 2] |= bit_at(i, j) << (8 * (t & 3));
+      if (++j == n) { j = 0; ++i; }
+    }
+    *reinterpret_cast<uint4*>(mb + e0) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  for (int64_t e = head + chunks * 16 + tid; e < total; e += nthreads) {
+    mb[e] = static_cast<unsigned char>(bit_at(static_cast<int>(e / n), static_cast<int>(e % n)));
+  }
+}
+
+template <int S>
+cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, const int64_t* seqs, int B, int L,
+                     int k, int budget, const TreeOutputs& out, cudaStream_t stream) {
+  const int n = budget + 1;
+  const int kc = k < n ? k : n;
+  constexpr size_t kSmemCap = 200 * 1024;
+  bool lp_in_smem = true;
+  size_t bytes = Layout(n, L, kc, true).total;
+  if (bytes > kSmemCap) {
+    lp_in_smem = false;
+    bytes = Layout(n, L, kc, false).total;
+  }
+  if (bytes > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(tree_build_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes));
+    if (e != cudaSuccess) return e;
+  }
+  const int threads = n > 256 ? 256 : 128;
+  tree_build_kernel<S><<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, lp_in_smem, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
+                              const int64_t* seq_lens, int B, int L, int k, int budget, const TreeOutputs& out,
+                              cudaStream_t stream) {
+  if (B == 0) return cudaSuccess;
+  if (budget < 0 || budget + 1 > kMaxTreeSlots || L < 0 || L > kMaxDepth || k < 0) return cudaErrorInvalidValue;
+  const int slots = (budget + 1 + 31) / 32;
+  if (slots <= 1) return launch_s<1>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+  if (slots <= 2) return launch_s<2>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+  if (slots <= 3) return launch_s<3>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+  if (slots <= 5) return launch_s<5>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+  if (slots <= 9) return launch_s<9>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+  if (slots <= 17) return launch_s<17>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+  return launch_s<32>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+}
+
+}  // namespace ddtree

@@ -1,0 +1,60 @@
+// Host-side entry points of the CUDA tree stage (top-k + log-normaliser, best-first build, accept walk,
+// per-row sampling). Plain C++ declarations only, so both the .cu files and the torch binding
+// (kernels/torch_cuda/tree.cpp, compiled by the host compiler) include it. Every launcher enqueues on
+// `stream`, never synchronises, and returns cudaGetLastError() of its launches.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cstdint>
+
+namespace ddtree {
+
+// Limits of the CUDA builder (the binding checks them): n = budget + 1 <= kMaxTreeSlots keeps one mask
+// word per lane; ranks and depths are packed into 10 + 11 bits of the frontier metadata.
+constexpr int kMaxTreeSlots = 1024;
+constexpr int kMaxDepth = 2047;
+constexpr int kMaxTopK = 1024;
+
+enum class LogitDtype : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+struct TreeOutputs {
+  int32_t* num_nodes;              // [B]
+  int64_t* tokens;                 // [B, n]
+  int32_t* parents;                // [B, n]
+  int32_t* depths;                 // [B, n]
+  int32_t* ranks;                  // [B, n]
+  double* logw;                    // [B, n]
+  int64_t* positions;              // [B, n]
+  int64_t* retrive_index;          // [B, n]
+  int64_t* retrive_next_token;     // [B, n]
+  int64_t* retrive_next_sibling;   // [B, n]
+  bool* tree_mask;                 // [B, n, n]
+  int32_t* mask_bits;              // [B, n, ceil(n/32)]
+  int32_t* flags;                  // [B]
+};
+
+// DESIGN.md §3 for B requests in one launch: lp f32 [B, L, k], ids i64 [B, L, k].
+cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
+                              const int64_t* seq_lens, int B, int L, int k, int budget,
+                              const TreeOutputs& out, cudaStream_t stream);
+
+// reference.walk_reference for B requests: tokens/next_token/next_sibling/target i64 [B, n],
+// num_nodes i32 [B] -> accept_index i32 [B, L+1], accept_len i32 [B], bonus i64 [B], flags i32 [B].
+cudaError_t launch_tree_accept(const int64_t* tokens, const int64_t* next_token, const int64_t* next_sibling,
+                               const int32_t* num_nodes, const int64_t* target, int B, int n, int depth_limit,
+                               int32_t* accept_index, int32_t* accept_len, int64_t* bonus, int32_t* flags,
+                               cudaStream_t stream);
+
+// Per-row Gumbel-max sample (argmax, first index on ties, when temperature == 0): logits [R, V].
+cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, float temperature,
+                               const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
+                               cudaStream_t stream);
+
+// Exact top-k (value desc, id asc) and lp = top - logsumexp(row) over logits [R, V].
+// `workspace` must hold topk_lse_workspace_bytes(R, V, k, dtype) bytes; `counters` R int32 zeros (the
+// kernel leaves them zero again).
+size_t topk_lse_workspace_bytes(int64_t R, int64_t V, int k, LogitDtype dtype);
+cudaError_t launch_topk_lse(const void* logits, LogitDtype dtype, int64_t R, int64_t V, int k, float* lp,
+                            int64_t* ids, void* workspace, int32_t* counters, cudaStream_t stream);
+
+}  // namespace ddtree
