@@ -135,3 +135,14 @@ def _verify_attn_fake(q_a, q_b, k_cache, v_cache, page_size, page_table, prefix_
                       sm_scale, num_splits, kv_chunk, with_tree):
     T, Hq = q_a.shape[0], q_a.shape[1]
     return q_a.new_empty((T, Hq, v_cache.shape[-1])), q_a.new_empty((T, Hq), dtype=torch.float32)
+
+# o_a, o_b bf16 [..., D]; lse_* f32 [...] times lse_*_scale = natural log (1.0, or ln 2 for base 2)
+#   -> merged O bf16 [..., D], natural-log lse f32 [...]
+SCHEMAS["merge_attn_states"] = ("(Tensor o_a, Tensor lse_a, float lse_a_scale, Tensor o_b, Tensor lse_b, "
+                                "float lse_b_scale) -> (Tensor, Tensor)")
+_lib.define("merge_attn_states" + SCHEMAS["merge_attn_states"])
+
+
+@torch.library.register_fake(f"{NS}::merge_attn_states")
+def _merge_attn_states_fake(o_a, lse_a, lse_a_scale, o_b, lse_b, lse_b_scale):
+    return torch.empty_like(o_a), lse_a.new_empty(lse_a.shape, dtype=torch.float32)
