@@ -377,7 +377,64 @@ cudaError_t launch(const VerifyAttnParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+__device__ __forceinline__ float natural_lse(float l, float scale) {
+  const float x = l * scale;
+  return x == -kNegInf ? kNegInf : x;
+}
+
+// One row per D/8 threads, 16-byte loads; an empty side (weight 0) is skipped, so its O may hold anything.
+__global__ void __launch_bounds__(256) merge_two_kernel(const bf16* __restrict__ oa, const float* __restrict__ la,
+                                                        float sa, const bf16* __restrict__ ob,
+                                                        const float* __restrict__ lb, float sb, int64_t rows,
+                                                        int D, bf16* __restrict__ out, float* __restrict__ lse) {
+  const int tpr = D / 8, rpb = blockDim.x / tpr;
+  const int64_t row = int64_t(blockIdx.x) * rpb + threadIdx.x / tpr;
+  const int c = (threadIdx.x % tpr) * 8;
+  if (threadIdx.x >= rpb * tpr || row >= rows) return;
+  const float a = natural_lse(la[row], sa), b = natural_lse(lb[row], sb);
+  const float m = fmaxf(a, b), mu = m == kNegInf ? 0.f : m;
+  const float wa = __expf(a - mu), wb = __expf(b - mu), tot = wa + wb;
+  const float inv = tot > 0.f ? 1.f / tot : 0.f;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (wa > 0.f) {
+    const uint4 v = *reinterpret_cast<const uint4*>(oa + row * D + c);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h[k]);
+      acc[2 * k] += wa * f.x, acc[2 * k + 1] += wa * f.y;
+    }
+  }
+  if (wb > 0.f) {
+    const uint4 v = *reinterpret_cast<const uint4*>(ob + row * D + c);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h[k]);
+      acc[2 * k] += wb * f.x, acc[2 * k + 1] += wb * f.y;
+    }
+  }
+  uint4 o;
+  o.x = pack_bf16(acc[0] * inv, acc[1] * inv), o.y = pack_bf16(acc[2] * inv, acc[3] * inv);
+  o.z = pack_bf16(acc[4] * inv, acc[5] * inv), o.w = pack_bf16(acc[6] * inv, acc[7] * inv);
+  *reinterpret_cast<uint4*>(out + row * D + c) = o;
+  if (c == 0) lse[row] = tot > 0.f ? mu + __logf(tot) : kNegInf;
+}
+
 }  // namespace
+
+cudaError_t launch_merge_states_bf16(const void* o_a, const float* lse_a, float scale_a, const void* o_b,
+                                     const float* lse_b, float scale_b, int64_t rows, int D, void* out,
+                                     float* lse_out, cudaStream_t stream) {
+  if (D % 8 != 0 || D > 2048 || D <= 0) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  const int tpr = D / 8, rpb = 256 / tpr;
+  const int64_t blocks = (rows + rpb - 1) / rpb;
+  merge_two_kernel<<<static_cast<unsigned>(blocks), rpb * tpr, 0, stream>>>(
+      static_cast<const bf16*>(o_a), lse_a, scale_a, static_cast<const bf16*>(o_b), lse_b, scale_b, rows, D,
+      static_cast<bf16*>(out), lse_out);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_verify_attn_bf16(const VerifyAttnParams& p, VerifyAttnLayout layout, cudaStream_t stream) {
   return layout == VerifyAttnLayout::kMLA ? launch<MlaCfg>(p, stream) : launch<GqaCfg>(p, stream);

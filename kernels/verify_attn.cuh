@@ -39,4 +39,11 @@ inline int verify_attn_parts(const VerifyAttnParams& p) { return p.num_splits > 
 // Launches the attention kernel (and the split combine when parts > 1) on `stream`, bf16 inputs.
 cudaError_t launch_verify_attn_bf16(const VerifyAttnParams& p, VerifyAttnLayout layout, cudaStream_t stream);
 
+// out = (w_a O_a + w_b O_b) / (w_a + w_b) per row, w_x = e^{lse_x·scale_x − m}: scale_x converts each
+// input LSE to natural log (1 for natural, ln 2 for base 2); +inf (FlashMLA's empty row) counts as −inf.
+// o_*: bf16 [rows, D] contiguous, D % 8 == 0, D <= 2048; lse_*: float32 [rows]; lse_out natural log.
+cudaError_t launch_merge_states_bf16(const void* o_a, const float* lse_a, float scale_a, const void* o_b,
+                                     const float* lse_b, float scale_b, int64_t rows, int D, void* out,
+                                     float* lse_out, cudaStream_t stream);
+
 }  // namespace ddtree

@@ -4,6 +4,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <optional>
 #include <tuple>
 
@@ -105,6 +106,29 @@ std::tuple<at::Tensor, at::Tensor> verify_attn(const at::Tensor& q_a, const std:
   return {out, lse};
 }
 
+std::tuple<at::Tensor, at::Tensor> merge_attn_states(const at::Tensor& o_a, const at::Tensor& lse_a, double scale_a,
+                                                     const at::Tensor& o_b, const at::Tensor& lse_b, double scale_b) {
+  TORCH_CHECK(o_a.is_cuda() && o_a.scalar_type() == at::kBFloat16 && o_b.scalar_type() == at::kBFloat16,
+              "merge_attn_states takes CUDA bfloat16 outputs");
+  TORCH_CHECK(o_a.sizes() == o_b.sizes() && o_a.dim() >= 2, "o_a and o_b must have the same shape [..., D]");
+  const int64_t D = o_a.size(-1), rows = o_a.numel() / std::max<int64_t>(D, 1);
+  TORCH_CHECK(D % 8 == 0 && D <= 2048, "merge_attn_states: D must be a multiple of 8, at most 2048");
+  TORCH_CHECK(lse_a.numel() == rows && lse_b.numel() == rows, "lse must have one value per row of O");
+  const at::Tensor a = o_a.contiguous(), b = o_b.contiguous();
+  const at::Tensor la = lse_a.to(at::kFloat).contiguous(), lb = lse_b.to(at::kFloat).contiguous();
+  const c10::DeviceGuard guard(o_a.device());
+  at::Tensor out = at::empty_like(a);
+  at::Tensor lse = at::empty(lse_a.sizes(), la.options());
+  const cudaError_t err = ddtree::launch_merge_states_bf16(
+      a.data_ptr(), la.data_ptr<float>(), static_cast<float>(scale_a), b.data_ptr(), lb.data_ptr<float>(),
+      static_cast<float>(scale_b), rows, static_cast<int>(D), out.data_ptr(), lse.data_ptr<float>(), current_stream(o_a));
+  TORCH_CHECK(err == cudaSuccess, "merge_attn_states launch failed: ", cudaGetErrorString(err));
+  return {out, lse};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) { m.impl("verify_attn", &verify_attn); }
+TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
+  m.impl("verify_attn", &verify_attn);
+  m.impl("merge_attn_states", &merge_attn_states);
+}

@@ -68,4 +68,4 @@ def tree_verify_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_ma
         return native.attend(prob, max_prefix_len=max_prefix_len)
     o_p, lse_p, base = libraries.PREFIX[backend](prob, {} if plan is None else plan)
     o_t, lse_t = native.attend(prob, with_prefix=False)
-    return merge_states(o_p, lse_p, o_t, lse_t, base_a=base, base_b="e", out_dtype=prob.dtype)
+    return native.merge(o_p, lse_p, base, o_t, lse_t, "e", prob.dtype)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import ops
+from .merge import LN2, merge_states
 from .problem import Problem
 
 ROWS_PER_CTA = 64
@@ -56,3 +57,12 @@ def attend(prob: Problem, *, with_prefix: bool = True, with_tree: bool = True, m
     return ops.op("verify_attn")(prob.q_a, prob.q_b, prob.k_cache, prob.v_cache, prob.page_size, prob.page_table,
                                  prob.prefix_lens, prob.k_tree, prob.v_tree, prob.mask_bits, prob.sm_scale,
                                  splits, chunk, with_tree)
+
+
+def merge(o_a, lse_a, base_a: str, o_b, lse_b, base_b: str, out_dtype):
+    """merge_states through the CUDA kernel (one pass, bf16 in/out) where it applies, else in torch."""
+    if o_a.is_cuda and o_a.dtype == o_b.dtype == out_dtype == torch.bfloat16 and o_a.shape[-1] % 8 == 0:
+        ops.ensure_backend("cuda")
+        scale = {"e": 1.0, "2": LN2}
+        return ops.op("merge_attn_states")(o_a, lse_a, scale[base_a], o_b, lse_b, scale[base_b])
+    return merge_states(o_a, lse_a, o_b, lse_b, base_a=base_a, base_b=base_b, out_dtype=out_dtype)
