@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU step for the CUDA tree stage (issue 3): build, GPU tests, compute-sanitizer on every kernel,
+# benchmarks. Writes logs and JSON into $STEP_OUT. TREE_STEPS selects parts (default: all).
+set -u
+STEP_OUT=${STEP_OUT:-${OUT:-.out}}
+mkdir -p "$STEP_OUT"
+export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext}
+[ -f pyproject.toml ] && export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+STEPS=${TREE_STEPS:-"build test sanitize bench"}
+rc=0
+has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
+
+if has build; then
+  python3 -c "import time; t=time.time(); from sglang_ddtree import _build; _build.load_cuda(); print(f'cuda library {time.time()-t:.1f}s')" \
+    2>&1 | tee "$STEP_OUT/build.log" | tail -5
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "BUILD FAILED"; exit 1; }
+fi
+if has test; then
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/ -k "gpu_tree" -rs --junitxml="$STEP_OUT/tests.xml" \
+    ${TREE_PYTEST_ARGS:-} 2>&1 | tee "$STEP_OUT/tests.log" | tail -25
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu/sanitize_tree.py \
+      >"$STEP_OUT/sanitize_$tool.log" 2>&1
+    r=$?
+    echo "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|all kernels ran' "$STEP_OUT/sanitize_$tool.log" | tr '\n' ' ')"
+    [ $r -eq 0 ] || { rc=1; grep -m 20 -E "=====" "$STEP_OUT/sanitize_$tool.log"; }
+  done
+fi
+if has bench; then
+  python3 -m sglang_ddtree.bench tree_gpu --out "$STEP_OUT" ${TREE_BENCH_ARGS:-} 2>&1 | tee "$STEP_OUT/bench.log" | tail -60
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+exit $rc
