@@ -1,0 +1,223 @@
+"""DDTree's server arguments: the mapping onto SGLang's fields, the DDTree knobs, and the refusals.
+
+Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
+- tree budget B: `SGLANG_DDTREE_BUDGET` (what `python -m sglang_ddtree.launch_server
+  --speculative-ddtree-budget B` sets), else `--speculative-num-draft-tokens` − 1, else DEFAULT_BUDGET;
+- `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads;
+- drafter block size: `--speculative-dflash-block-size`, else the drafter config's `block_size`, else 16.
+  It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
+
+Refused with the fix in the message: rejection sampling / block verification (DDTree's sampled accept is
+already exact), pipeline or tensor parallelism, DP attention, page size > 1, compact draft windows, and any
+attention backend that cannot apply a tree mask in TARGET_VERIFY. The default backend is fixed *before*
+SGLang picks one (its Hopper default, fa3 in causal mode, would silently drop the tree mask).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+ALGORITHM = "DDTREE"
+DEFAULT_BUDGET = 32
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_MAX_RUNNING_REQUESTS = 48
+# Backends whose TARGET_VERIFY applies an arbitrary FULL_MASK tree mask, eagerly and under CUDA graphs
+# (with hooks.py's mask policy): what this release serves.
+TREE_MASK_BACKENDS = ("triton", "flashinfer")
+DEFAULT_ATTENTION_BACKEND = "triton"
+
+ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
+ENV_TOPK = "SGLANG_DDTREE_TOPK"
+ENV_OPS_BACKEND = "SGLANG_DDTREE_OPS_BACKEND"
+ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
+
+
+def _env_int(name: str, minimum: int) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """DDTree settings that travel by environment (spawned scheduler processes inherit them)."""
+
+    budget: int | None      # None: from --speculative-num-draft-tokens
+    topk: int | None        # per-depth candidate cap k; None: k = min(budget, vocab), as in the paper
+    ops_backend: str        # 'auto' | 'cuda' | 'cpu' for sglang_ddtree's build/accept ops
+    draft_graph_head: bool  # fold lm_head + top-k + tree build into the draft CUDA graph
+
+    @classmethod
+    def from_env(cls) -> "Knobs":
+        backend = os.environ.get(ENV_OPS_BACKEND, "auto").strip() or "auto"
+        if backend not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"{ENV_OPS_BACKEND} must be auto, cuda or cpu, got {backend!r}")
+        head = os.environ.get(ENV_GRAPH_HEAD, "1").strip()
+        if head not in ("0", "1"):
+            raise ValueError(f"{ENV_GRAPH_HEAD} must be 0 or 1, got {head!r}")
+        return cls(budget=_env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1), ops_backend=backend,
+                   draft_graph_head=head == "1")
+
+
+def is_ddtree(view) -> bool:
+    algo = getattr(view, "speculative_algorithm", None)
+    return isinstance(algo, str) and algo.upper() == ALGORITHM
+
+
+def _hf_config(path, view, revision=None):
+    from sglang.srt.utils.hf_transformers_utils import get_config
+
+    return get_config(path, trust_remote_code=bool(getattr(view, "trust_remote_code", False)), revision=revision)
+
+
+def target_is_mla(view) -> bool:
+    """MLA targets (DeepSeek-V2/V3, Kimi): the HF config carries a latent KV rank."""
+    try:
+        cfg = _hf_config(view.model_path, view, getattr(view, "revision", None))
+    except Exception:  # unreadable config: SGLang reports it itself, later and better
+        return False
+    text = getattr(cfg, "text_config", None) or cfg
+    return getattr(text, "kv_lora_rank", None) is not None
+
+
+def draft_block_size(view) -> int:
+    """--speculative-dflash-block-size, else the drafter config's block_size, else 16."""
+    given = getattr(view, "speculative_dflash_block_size", None)
+    if given is not None:
+        if int(given) <= 1:
+            raise ValueError(f"--speculative-dflash-block-size must be >= 2 for DDTREE (one draft position "
+                             f"at least), got {given}")
+        return int(given)
+    try:
+        from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
+
+        cfg = _hf_config(view.speculative_draft_model_path, view,
+                         getattr(view, "speculative_draft_model_revision", None))
+        size = parse_dflash_draft_config(draft_hf_config=cfg).resolve_block_size(default=None)
+    except Exception as e:
+        logger.warning("DDTREE: could not read block_size from the drafter config (%s); using %d",
+                       e, DEFAULT_BLOCK_SIZE)
+        size = None
+    return int(size) if size is not None else DEFAULT_BLOCK_SIZE
+
+
+def resolve_budget(view, knobs: Knobs) -> int:
+    """Tree budget B from the environment knob or --speculative-num-draft-tokens (= B + 1)."""
+    ndt = getattr(view, "speculative_num_draft_tokens", None)
+    if knobs.budget is not None:
+        if ndt is not None and int(ndt) != knobs.budget + 1:
+            raise ValueError(
+                f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal budget + 1 = {knobs.budget + 1} "
+                f"({ENV_BUDGET}={knobs.budget}); drop one of the two")
+        return knobs.budget
+    if ndt is not None:
+        if int(ndt) < 2:
+            raise ValueError(f"DDTREE: --speculative-num-draft-tokens is the tree verify width budget + 1 and "
+                             f"must be >= 2, got {ndt}")
+        return int(ndt) - 1
+    return DEFAULT_BUDGET
+
+
+def choose_attention_backend(view) -> str | None:
+    """The default attention backend for a DDTREE server when the user gave none (else None)."""
+    if not is_ddtree(view):
+        return None
+    if any(getattr(view, f, None) for f in ("attention_backend", "prefill_attention_backend",
+                                            "decode_attention_backend")):
+        return None
+    if target_is_mla(view):
+        return None  # nothing in-tree serves an MLA tree verify here; validate() says so
+    return DEFAULT_ATTENTION_BACKEND
+
+
+def _reject(what: str, fix: str) -> None:
+    raise ValueError(f"DDTREE speculative decoding does not support {what}. Fix: {fix}")
+
+
+def validate_server_args(server_args) -> None:
+    """SGLang's validate_server_args hook (runs after the attention backend and page size are settled)."""
+    from . import compat
+
+    view = compat.read_view(server_args)
+    knobs = Knobs.from_env()
+    device = str(getattr(view, "device", None) or "cuda")
+    if not device.startswith("cuda"):
+        _reject(f"device {device!r}", "run on an NVIDIA GPU (--device cuda)")
+    if getattr(view, "speculative_draft_model_path", None) is None:
+        _reject("running without a drafter", "pass --speculative-draft-model-path <a DFlash drafter>, "
+                "e.g. z-lab/Qwen3-8B-DFlash-b16 for Qwen/Qwen3-8B")
+    if getattr(view, "speculative_use_rejection_sampling", False):
+        _reject("--speculative-use-rejection-sampling",
+                "drop the flag: DDTree's sampled accept (per-node Gumbel-max + tree walk) is already exact")
+    if getattr(view, "speculative_use_block_verification", False):
+        _reject("--speculative-use-block-verification", "drop the flag (it is a DFLASH chain verifier)")
+    if int(getattr(view, "pp_size", 1) or 1) != 1:
+        _reject(f"pipeline parallelism (--pp-size {view.pp_size})", "use --pp-size 1")
+    if int(getattr(view, "tp_size", 1) or 1) != 1:
+        _reject(f"tensor parallelism (--tp-size {view.tp_size}) in this release",
+                "use --tp-size 1 (one GPU per server; scale out with --dp-size)")
+    if getattr(view, "enable_dp_attention", False):
+        _reject("DP attention", "drop --enable-dp-attention")
+    if getattr(view, "speculative_draft_window_size", None) is not None:
+        _reject("--speculative-draft-window-size (compact draft KV)", "drop the flag")
+    for field in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
+        backend = getattr(view, field, None)
+        if backend is None or backend in TREE_MASK_BACKENDS:
+            continue
+        if target_is_mla(view):
+            _reject(f"--{field.replace('_', '-')} {backend} for an MLA target",
+                    "MLA targets can verify a tree only through fa3's cascade mode on Hopper, which this "
+                    "release does not drive yet; serve an MHA/GQA target (e.g. Qwen3) with "
+                    "--attention-backend triton or flashinfer")
+        why = ("fa3 verifies a tree only in cascade mode (topk > 1), which this release does not enable"
+               if backend in ("fa3", "fa4") else f"{backend} cannot apply a tree mask in TARGET_VERIFY")
+        _reject(f"--{field.replace('_', '-')} {backend} ({why})",
+                f"pass --{field.replace('_', '-')} triton (or flashinfer)")
+    if target_is_mla(view):
+        _reject("MLA targets in this release", "serve an MHA/GQA target with --attention-backend triton")
+    page = getattr(view, "page_size", None)
+    if page is not None and int(page) != 1:
+        _reject(f"--page-size {page} in this release", "use --page-size 1")
+    budget = resolve_budget(view, knobs)
+    block = draft_block_size(view)
+    if budget + 1 < block:
+        _reject(f"a tree budget {budget} below the drafter block size − 1 = {block - 1} (SGLang reserves "
+                f"2 × (budget + 1) KV slots per request and round; the drafter writes {block})",
+                f"use a budget >= {block - 1} (--speculative-num-draft-tokens >= {block})")
+    topk = getattr(view, "speculative_eagle_topk", None)
+    if topk is not None and int(topk) != 1:
+        _reject(f"--speculative-eagle-topk {topk}",
+                f"drop it; cap DDTree's per-depth candidates with {ENV_TOPK} instead")
+
+
+def apply_ddtree_defaults(server_args) -> None:
+    """SGLang's handle_server_args hook: write the DDTree mapping onto the (stand-in) record."""
+    from sglang.srt.arg_groups.speculative_hook import _resolve_dflash_draft_attention_backend
+
+    from . import compat
+
+    view = compat.read_view(server_args)
+    knobs = Knobs.from_env()
+    budget = resolve_budget(view, knobs)
+    block = draft_block_size(view)
+    server_args.speculative_num_steps = 1
+    server_args.speculative_eagle_topk = 1
+    server_args.speculative_num_draft_tokens = budget + 1
+    server_args.speculative_dflash_block_size = block
+    _resolve_dflash_draft_attention_backend(server_args)
+    if getattr(view, "max_running_requests", None) is None:
+        server_args.max_running_requests = DEFAULT_MAX_RUNNING_REQUESTS
+    if getattr(view, "enable_mixed_chunk", False):
+        server_args.enable_mixed_chunk = False
+    logger.info("DDTREE: budget=%d (verify width %d), drafter block=%d, topk=%s", budget, budget + 1, block,
+                knobs.topk or "min(budget, vocab)")

@@ -1,0 +1,71 @@
+"""`python -m sglang_ddtree.check`: does SGLang see the DDTREE algorithm, and if not, why.
+
+Runs SGLang's own plugin loader (the same call launch_server makes), then asks SGLang's registry for
+DDTREE. Exit status 0 when SGLang resolves the name, 1 otherwise, with the reason and the fix.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+
+
+def _entry_point():
+    for ep in importlib.metadata.entry_points(group="sglang.srt.plugins"):
+        if ep.name == "ddtree":
+            return ep
+    return None
+
+
+def diagnose() -> tuple[bool, list[str]]:
+    from . import compat
+
+    lines = []
+    version = compat.installed_version()
+    lines.append(f"sglang: {version or 'not installed'}   supported: {', '.join(compat.SUPPORTED_VERSIONS)}")
+    try:
+        compat.check_version(version)
+    except compat.UnsupportedSGLangVersion as e:
+        return False, lines + [f"FAIL: {e}"]
+    ep = _entry_point()
+    if ep is None:
+        return False, lines + ["FAIL: no 'ddtree' entry point in group sglang.srt.plugins: sglang-ddtree is not "
+                               "installed in this environment (pip install sglang-ddtree, or pip install -e .)"]
+    lines.append(f"entry point: {ep.name} = {ep.value}")
+    import os
+
+    allow = os.environ.get("SGLANG_PLUGINS", "").strip()
+    if allow and "ddtree" not in [x.strip() for x in allow.split(",")]:
+        lines.append(f"WARN: SGLANG_PLUGINS={allow!r} does not list 'ddtree': SGLang will skip the plugin "
+                     "(add ddtree to the list or unset it)")
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from . import plugin
+
+    if plugin.last_error():
+        return False, lines + ["FAIL: the plugin raised while registering:", plugin.last_error()]
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    try:
+        algo = SpeculativeAlgorithm.from_string("ddtree")
+    except ValueError as e:
+        if not plugin._state["registered"]:
+            try:
+                plugin.register()
+            except Exception:
+                return False, lines + ["FAIL: registering raised:", plugin.last_error() or ""]
+        return False, lines + [f"FAIL: {e} (SGLang's loader did not run the plugin; check SGLANG_PLUGINS and "
+                               "SGLANG_PLATFORM)"]
+    lines.append(f"OK: SGLang resolves --speculative-algorithm ddtree to {algo!r} "
+                 f"({type(algo).__name__}, overlap={'on' if algo.supports_overlap else 'off'})")
+    return True, lines
+
+
+def main(argv=None) -> int:
+    ok, lines = diagnose()
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""`--speculative-algorithm ddtree` through SGLang's real ServerArgs path, and every refusal."""
+import pytest
+
+
+def test_ddtree_resolves(resolve):
+    sa = resolve("--speculative-num-draft-tokens", "17")
+    assert sa.speculative_algorithm.upper() == "DDTREE"
+    assert sa.speculative_num_draft_tokens == 17           # verify width = budget + 1
+    assert sa.speculative_dflash_block_size == 8            # from the drafter's config.json
+    assert sa.speculative_num_steps == 1 and sa.speculative_eagle_topk == 1
+    assert sa.attention_backend == "triton"
+    assert sa.speculative_draft_attention_backend is not None
+    assert sa.max_running_requests == 48
+    assert sa.disable_overlap_schedule is False             # overlap stays on
+
+
+def test_budget_from_environment(resolve, monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "20")
+    assert resolve().speculative_num_draft_tokens == 21
+
+
+def test_default_budget(resolve):
+    from sglang_ddtree.sglang.args import DEFAULT_BUDGET
+
+    assert resolve().speculative_num_draft_tokens == DEFAULT_BUDGET + 1
+
+
+def test_block_size_flag_beats_config(resolve):
+    sa = resolve("--speculative-dflash-block-size", "4", "--speculative-num-draft-tokens", "9")
+    assert sa.speculative_dflash_block_size == 4 and sa.speculative_num_draft_tokens == 9
+
+
+def test_default_attention_backend_is_fixed_before_sglang_picks(resolve, monkeypatch):
+    """The hook runs before SGLang's own default: a changed plugin default must win."""
+    from sglang_ddtree.sglang import args
+
+    monkeypatch.setattr(args, "DEFAULT_ATTENTION_BACKEND", "flashinfer")
+    assert resolve().attention_backend == "flashinfer"
+    assert resolve("--attention-backend", "triton").attention_backend == "triton"
+
+
+def test_dflash_is_untouched_by_the_plugin(resolve, monkeypatch):
+    from sglang_ddtree.sglang import args
+
+    monkeypatch.setattr(args, "DEFAULT_ATTENTION_BACKEND", "flashinfer")
+    sa = resolve(algorithm="DFLASH")
+    assert sa.speculative_algorithm == "DFLASH" and sa.attention_backend != "flashinfer"
+    assert sa.speculative_num_draft_tokens == 8
+
+
+REJECTIONS = [
+    (["--speculative-use-rejection-sampling"], "rejection-sampling"),
+    (["--pp-size", "2"], "pipeline parallelism"),
+    (["--tp-size", "2"], "tensor parallelism"),
+    (["--attention-backend", "fa3"], "cascade"),
+    (["--attention-backend", "flashmla"], "cannot apply a tree mask"),
+    (["--decode-attention-backend", "fa3"], "decode-attention-backend"),
+    (["--page-size", "16"], "page-size"),
+    (["--speculative-num-draft-tokens", "4"], "below the drafter block size"),
+    (["--speculative-eagle-topk", "4"], "SGLANG_DDTREE_TOPK"),
+    (["--speculative-draft-window-size", "64"], "draft-window-size"),
+    (["--speculative-num-draft-tokens", "1"], "must be >= 2"),
+]
+
+
+@pytest.mark.parametrize("extra,needle", REJECTIONS, ids=[" ".join(e) for e, _ in REJECTIONS])
+def test_rejections_name_the_fix(resolve, extra, needle):
+    with pytest.raises(ValueError) as info:
+        resolve(*extra)
+    msg = str(info.value)
+    assert needle in msg
+    if "DDTREE speculative decoding does not support" in msg:
+        assert "Fix:" in msg
+
+
+def test_rejects_missing_drafter(resolve):
+    with pytest.raises(ValueError, match="speculative-draft-model-path"):
+        resolve(drafter=None)
+
+
+def test_rejects_mla_target(resolve):
+    with pytest.raises(ValueError, match="MLA"):
+        resolve("--attention-backend", "flashmla", target="tiny_mla_target")
+
+
+def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "20")
+    with pytest.raises(ValueError, match="budget \\+ 1 = 21"):
+        resolve("--speculative-num-draft-tokens", "17")
+
+
+@pytest.mark.parametrize("name,value,needle", [
+    ("SGLANG_DDTREE_BUDGET", "abc", "integer"), ("SGLANG_DDTREE_TOPK", "0", ">= 1"),
+    ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda or cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1")])
+def test_bad_knobs(monkeypatch, name, value, needle):
+    from sglang_ddtree.sglang.args import Knobs
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=needle):
+        Knobs.from_env()
+
+
+def test_launch_wrapper_splits_its_flags():
+    from sglang_ddtree.sglang.launch_server import split_args
+
+    ours, rest = split_args(["--model-path", "m", "--speculative-ddtree-budget", "48", "--port", "1"])
+    assert ours.speculative_ddtree_budget == 48
+    assert rest == ["--speculative-algorithm", "DDTREE", "--model-path", "m", "--port", "1"]
+    ours, rest = split_args(["--speculative-algorithm", "ddtree", "--speculative-ddtree-topk=4"])
+    assert ours.speculative_ddtree_topk == 4 and rest == ["--speculative-algorithm", "ddtree"]
+    with pytest.raises(SystemExit):
+        split_args(["--speculative-ddtree-budget", "0"])
+
+
+@pytest.mark.parametrize("backend", ["trtllm_mha", "trtllm_mla", "cutedsl_mla", "flashinfer_mla", "torch_native"])
+def test_validate_rejects_backends_sglang_refuses_first_on_cpu(backend):
+    """Backends SGLang itself refuses on a CPU box (SM checks) still hit our refusal on a GPU."""
+    from types import SimpleNamespace
+
+    from sglang_ddtree.sglang.args import validate_server_args
+
+    view = SimpleNamespace(device="cuda", speculative_draft_model_path="d", attention_backend=backend,
+                           model_path="/nonexistent", pp_size=1, tp_size=1, page_size=1)
+    with pytest.raises(ValueError, match="cannot apply a tree mask"):
+        validate_server_args(view)
