@@ -240,10 +240,22 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
         return self._head.build(hidden, bs, roots, prefix)
 
+    def _sample(self, logits, temperature, seed=0, step=0) -> torch.Tensor:
+        if self.ops_backend == "cuda" or logits.device.type == "cpu":
+            return sample_node_tokens(logits, temperature, seed=seed, step=step)
+        # CPU-ops fallback with device logits: the project's torch sampler, which runs on any device
+        from sglang_ddtree.accept import sample_rows_torch
+
+        B, n, V = logits.shape
+        seeds = torch.as_tensor(seed, device=logits.device).to(torch.int64).expand(B).repeat_interleave(n)
+        steps = torch.full((B * n,), int(step), dtype=torch.int64, device=logits.device)
+        nodes = torch.arange(n, device=logits.device, dtype=torch.int64).repeat(B)
+        return sample_rows_torch(logits.reshape(B * n, V), float(temperature), seeds, steps, nodes).view(B, n)
+
     def _node_tokens(self, logits, sampling_info) -> torch.Tensor:
         """Per-node target tokens: argmax for greedy requests, an exact per-node sample otherwise."""
         if sampling_info is None or sampling_info.is_all_greedy:
-            return sample_node_tokens(logits, 0.0, backend=self.ops_backend_for(logits))
+            return self._sample(logits, 0.0)
         if not self._warned_sampling:
             self._warned_sampling = True
             logger.warning("DDTREE samples with temperature only (top-p / top-k < vocab / min-p are ignored "
@@ -251,14 +263,17 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         temps = sampling_info.temperatures.view(-1, 1, 1).float().clamp(min=1e-6)
         seed = sampling_info.sampling_seed if getattr(sampling_info, "sampling_seed", None) is not None \
             else self._seed
-        sampled = sample_node_tokens(logits.float() / temps, 1.0, seed=seed, step=self._round,
-                                     backend=self.ops_backend_for(logits))
-        greedy = sample_node_tokens(logits, 0.0, backend=self.ops_backend_for(logits))
-        is_greedy = (sampling_info.top_ks.view(-1, 1) <= 1)
-        return torch.where(is_greedy, greedy, sampled)
+        sampled = self._sample(logits.float() / temps, 1.0, seed=seed, step=self._round)
+        greedy = self._sample(logits, 0.0)
+        return torch.where(sampling_info.top_ks.view(-1, 1) <= 1, greedy, sampled)
 
-    def ops_backend_for(self, t: torch.Tensor) -> str:
-        return self.ops_backend if t.device.type == "cuda" and self.ops_backend == "cuda" else "auto"
+    def _accept(self, tree: TreeBatch, target_tokens: torch.Tensor):
+        if self.ops_backend == "cuda":
+            return accept_tree(tree, target_tokens)
+        host = TreeBatch(**{k: v.cpu() for k, v in tree.tensors().items()}, budget=tree.budget,
+                         depth_limit=tree.depth_limit, topk=tree.topk)
+        res = accept_tree(host, target_tokens.cpu())
+        return type(res)(**{f: getattr(res, f).to(self.device) for f in res.__dataclass_fields__})
 
     def _decode_round(self, batch, on_publish):
         if batch.spec_info is None:
@@ -299,7 +314,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
         # 3) accept: per-node target tokens, bounded tree walk (shared ops)
         logits = logits_output.next_token_logits.view(bs, n, -1)
-        result = accept_tree(tree, self._node_tokens(logits, sampling_info))
+        result = self._accept(tree, self._node_tokens(logits, sampling_info))
         commit_lens = result.accept_len                       # int32 [bs], incl. the bonus
         new_seq_lens = prefix + commit_lens.to(prefix.dtype)
         if on_publish is not None:

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Streaming chat against an OpenAI-compatible SGLang server, printing the acceptance length at the end.
+
+  python examples/client_chat.py "Write a haiku about trees" [--url http://127.0.0.1:30000] [--max-tokens 256]
+
+The acceptance length (tokens committed per verify round) comes from SGLang's per-request metadata: the
+final /generate chunk's meta_info (completion_tokens / spec_verify_ct). The chat stream itself does not
+carry it, so the same prompt is sent once more through /generate with the chat template applied by the
+server (`/v1/chat/completions` text first, then the metadata request). Standard library only.
+"""
+import argparse
+import json
+import sys
+import time
+import urllib.request
+
+
+def post(url, payload):
+    req = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=600)
+
+
+def chat_stream(base, prompt, max_tokens, temperature):
+    payload = {"model": "default", "messages": [{"role": "user", "content": prompt}], "stream": True,
+               "max_tokens": max_tokens, "temperature": temperature,
+               "stream_options": {"include_usage": True}}
+    t0, first, usage = time.perf_counter(), None, None
+    with post(base + "/v1/chat/completions", payload) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices", []):
+                text = choice.get("delta", {}).get("content")
+                if text:
+                    first = first or time.perf_counter() - t0
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+    print()
+    return first, time.perf_counter() - t0, usage
+
+
+def acceptance(base, prompt, max_tokens, temperature):
+    payload = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature}}
+    meta = json.loads(post(base + "/generate", payload).read()).get("meta_info", {})
+    rounds, tokens = meta.get("spec_verify_ct"), meta.get("completion_tokens")
+    return (tokens / rounds) if rounds else None, meta
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("prompt", nargs="?", default="Explain speculative decoding in three sentences.")
+    ap.add_argument("--url", default="http://127.0.0.1:30000")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    a = ap.parse_args()
+    ttft, total, usage = chat_stream(a.url, a.prompt, a.max_tokens, a.temperature)
+    accept, meta = acceptance(a.url, a.prompt, a.max_tokens, a.temperature)
+    n = (usage or {}).get("completion_tokens") or meta.get("completion_tokens")
+    print(f"--- {n} tokens, TTFT {1e3 * (ttft or total):.0f} ms, {total:.2f} s total; acceptance length "
+          f"{'n/a (no speculative rounds reported)' if accept is None else format(accept, '.2f')}"
+          f" ({meta.get('spec_verify_ct')} verify rounds)")
+
+
+if __name__ == "__main__":
+    main()
