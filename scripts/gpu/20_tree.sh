@@ -6,7 +6,7 @@ STEP_OUT=${STEP_OUT:-${OUT:-.out}}
 mkdir -p "$STEP_OUT"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext}
 [ -f pyproject.toml ] && export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-STEPS=${TREE_STEPS:-"build test sanitize bench"}
+STEPS=${TREE_STEPS:-"build test probe bench sanitize"}
 rc=0
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 
@@ -20,17 +20,25 @@ if has test; then
     ${TREE_PYTEST_ARGS:-} 2>&1 | tee "$STEP_OUT/tests.log" | tail -25
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
+if has probe; then  # does a failing TORCH_CHECK inside the CUDA op raise (it segfaulted once)?
+  python3 -c "
+import torch; from sglang_ddtree import _build, ops; _build.load_cuda()
+try:
+    torch.ops.sglang_ddtree.topk_lse(torch.randn(2, 10, device='cuda'), 11); print('probe: no error raised')
+except RuntimeError as e: print('probe: RuntimeError raised:', str(e).splitlines()[0])
+" 2>&1 | tail -3 | tee "$STEP_OUT/probe.log"
+fi
+if has bench; then
+  python3 -m sglang_ddtree.bench tree_gpu --out "$STEP_OUT" ${TREE_BENCH_ARGS:-} 2>&1 | tee "$STEP_OUT/bench.log" | tail -60
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu/sanitize_tree.py \
+    timeout ${TREE_SANITIZE_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 python3 scripts/gpu/sanitize_tree.py \
       >"$STEP_OUT/sanitize_$tool.log" 2>&1
     r=$?
     echo "compute-sanitizer $tool rc=$r: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|all kernels ran' "$STEP_OUT/sanitize_$tool.log" | tr '\n' ' ')"
     [ $r -eq 0 ] || { rc=1; grep -m 20 -E "=====" "$STEP_OUT/sanitize_$tool.log"; }
   done
-fi
-if has bench; then
-  python3 -m sglang_ddtree.bench tree_gpu --out "$STEP_OUT" ${TREE_BENCH_ARGS:-} 2>&1 | tee "$STEP_OUT/bench.log" | tail -60
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 exit $rc

@@ -6,7 +6,7 @@ sampler modes. Run: compute-sanitizer --tool memcheck python scripts/gpu/sanitiz
 """
 import torch
 
-from sglang_ddtree import _build
+from sglang_ddtree import _build, ops as _ops  # noqa: F401  (ops declares the schemas)
 
 _build.load_cuda()
 ops = torch.ops.sglang_ddtree

