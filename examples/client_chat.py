@@ -3,10 +3,11 @@
 
   python examples/client_chat.py "Write a haiku about trees" [--url http://127.0.0.1:30000] [--max-tokens 256]
 
-The acceptance length (tokens committed per verify round) comes from SGLang's per-request metadata: the
-final /generate chunk's meta_info (completion_tokens / spec_verify_ct). The chat stream itself does not
-carry it, so the same prompt is sent once more through /generate with the chat template applied by the
-server (`/v1/chat/completions` text first, then the metadata request). Standard library only.
+The acceptance length (tokens committed per verify round) comes from SGLang's per-request metadata,
+meta_info.completion_tokens / meta_info.spec_verify_ct of a /generate response. The OpenAI chat stream does
+not carry that metadata, so after streaming the chat answer the client sends the prompt text once more
+through /generate (raw text, no chat template) and reports that request's acceptance length.
+Standard library only.
 """
 import argparse
 import json
