@@ -4,7 +4,8 @@
 # Needs the bundle carried in .sgl/ (scripts/build_sglang_bundle.sh .sgl lean). Servers start in parallel
 # on one GPU (tiny models), so the whole step fits one device call.
 # env: SG_BUDGETS (default "8 16 32 64"), SG_PROMPTS (100), SG_TOKENS (48), SG_AB (1), SG_WAIT (300 s),
-#      SG_AB_CONC ("1 8 32"), SG_AB_TOKENS (64)
+#      SG_AB_CONC ("1 8 32"), SG_AB_TOKENS (64), SG_VARIANTS ("nograph nooverlap nograph_nooverlap": budget-16
+#      servers with CUDA graphs and/or overlap off)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang}; mkdir -p "$OUTD"
@@ -42,9 +43,11 @@ ARGS[base]=""
 ARGS[dflash]="--speculative-algorithm DFLASH $DRAFT"
 for b in ${SG_BUDGETS:-8 16 32 64}; do ARGS[ddtree_b$b]="--speculative-algorithm DDTREE $DRAFT --speculative-num-draft-tokens $((b+1))"; done
 DD="--speculative-algorithm DDTREE $DRAFT --speculative-num-draft-tokens 17"
-ARGS[ddtree_b16_nograph]="$DD --disable-cuda-graph"
-ARGS[ddtree_b16_nooverlap]="$DD --disable-overlap-schedule"
-ARGS[ddtree_b16_nograph_nooverlap]="$DD --disable-cuda-graph --disable-overlap-schedule"
+for v in ${SG_VARIANTS:-nograph nooverlap nograph_nooverlap}; do
+  case $v in nograph) f="--disable-cuda-graph";; nooverlap) f="--disable-overlap-schedule";;
+    nograph_nooverlap) f="--disable-cuda-graph --disable-overlap-schedule";; esac
+  ARGS[ddtree_b16_$v]="$DD $f"
+done
 declare -A PORT PID
 p=31000
 for name in "${!ARGS[@]}"; do
