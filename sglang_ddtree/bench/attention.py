@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from ..attention import libraries, make_problem, merge_states, native, tree_verify_attention
+from ..attention import libraries, make_problem, native, tree_verify_attention
 from .common import metadata, time_fn, write_outputs
 
 MLA_H, MLA_DL, MLA_DR = 64, 512, 64
@@ -28,10 +28,32 @@ GQA_HQ, GQA_HKV, GQA_D = 32, 8, 128
 PAGE = 64
 
 
-def _time(fn, *, min_reps=5, max_reps=30, budget_s=0.3):
+def _time(fn, *, min_reps=5, max_reps=20, budget_s=0.15):
     """(median µs, repeats): CUDA events, 2 warm-ups, repeats stop after budget_s."""
     r = time_fn(fn, device=torch.device("cuda"), repeats=max_reps, warmup=2, max_seconds=budget_s)
     return r["median_s"] * 1e6, r["n"]
+
+
+def _time_graph(fn):
+    """(median µs per call, "graph" | "eager"): the call captured in a CUDA graph and replayed, so host-side
+    Python and launch gaps stay out of the number (as in serving, where verify runs inside captured graphs);
+    paths that cannot be captured are timed eagerly."""
+    try:
+        fn()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        us, _ = _time(graph.replay)
+        return us, "graph"
+    except Exception:
+        torch.cuda.synchronize()
+        us, _ = _time(fn)
+        return us, "eager"
 
 
 def ceilings(step_out: str | None):
@@ -176,17 +198,18 @@ def bench_grid(layout, Ns, Ts, Bs, ceil, *, with_naive=True, log=print):
                         plan = {}
                         tree_verify_attention(*args, backend=lib, plan=plan)  # plan (and JIT) once per batch
                         paths[lib] = (lambda lib=lib, plan=plan: tree_verify_attention(*args, backend=lib, plan=plan))
-                if layout == "mla" and with_naive and B == 1:
+                if layout == "mla" and with_naive and B == 1 and N <= 8192:
                     run = naive_runner(args)
                     if run is not None:
                         paths["naive"] = run
                 for name, fn in paths.items():
                     try:
-                        us, reps = _time(fn)
+                        # CuPy launches on the legacy stream, which a capture forbids: the naive kernel runs eagerly
+                        us, mode = (_time(fn)[0], "eager") if name == "naive" else _time_graph(fn)
                     except Exception as exc:  # a library that rejects a shape: recorded, not fatal
                         log(f"  {layout} {name} B={B} N={N} T={n}: {type(exc).__name__}: {exc}")
                         continue
-                    rec = {"layout": layout, "backend": name, "B": B, "N": N, "T": n, "us": us, "reps": reps,
+                    rec = {"layout": layout, "backend": name, "B": B, "N": N, "T": n, "us": us, "timing": mode,
                            "TFps": flop / (us * 1e-6) / 1e12, "TBps": byts / (us * 1e-6) / 1e12,
                            "floor_us": max(t_flop, t_mem), "flop_floor_us": t_flop, "mem_floor_us": t_mem,
                            "pct_mma": 100 * t_flop / us, "pct_bw": 100 * t_mem / us}
@@ -203,28 +226,33 @@ def breakdown(layout, N, n, B, ceil):
     args = _setup(layout, B, N, n, seed=1)
     prob = make_problem(*args)
     out = {"layout": layout, "N": N, "T": n, "B": B}
-    out["prefix_native_us"], _ = _time(lambda: native.attend(prob, with_tree=False, max_prefix_len=N))
-    out["tail_native_us"], _ = _time(lambda: native.attend(prob, with_prefix=False))
+    out["prefix_native_us"], _ = _time_graph(lambda: native.attend(prob, with_tree=False, max_prefix_len=N))
+    out["tail_native_us"], _ = _time_graph(lambda: native.attend(prob, with_prefix=False))
     for lib in ("flashmla", "flashinfer"):
         if libraries.available(lib) and libraries.supports(lib, prob):
             plan = {}
             libraries.PREFIX[lib](prob, plan)
-            out[f"prefix_{lib}_us"], _ = _time(lambda: libraries.PREFIX[lib](prob, plan))
-    o_p, l_p, _ = native.attend(prob, with_tree=False, max_prefix_len=N) + ("e",)
+            out[f"prefix_{lib}_us"], _ = _time_graph(lambda lib=lib, plan=plan: libraries.PREFIX[lib](prob, plan))
+    o_p, l_p = native.attend(prob, with_tree=False, max_prefix_len=N)
     o_t, l_t = native.attend(prob, with_prefix=False)
-    out["merge_us"], _ = _time(lambda: merge_states(o_p, l_p, o_t, l_t, out_dtype=torch.bfloat16))
+    out["merge_us"], _ = _time_graph(lambda: native.merge(o_p, l_p, "e", o_t, l_t, "e", torch.bfloat16))
+    best = min(v for k, v in out.items() if k.startswith("prefix_"))
+    out["tail_plus_merge_over_best_prefix"] = (out["tail_native_us"] + out["merge_us"]) / best
     return out
 
 
 def jit_times():
-    """First plan+run of each FlashInfer wrapper in this process (JIT compile when the cache is cold)."""
-    out = {}
+    """First plan+run of each FlashInfer prefix wrapper in this process: the JIT compile time when
+    FLASHINFER_WORKSPACE_BASE points at an empty cache (needs no native library of ours)."""
+    out = {"flashinfer_cache": os.environ.get("FLASHINFER_WORKSPACE_BASE", "default")}
+    t = time.perf_counter()
     if not libraries.available("flashinfer"):
         return out
+    out["import_flashinfer_s"] = time.perf_counter() - t
     for layout in ("mla", "gqa"):
-        args = _setup(layout, 1, 256, 9)
+        prob = make_problem(*_setup(layout, 1, 256, 9))
         t = time.perf_counter()
-        tree_verify_attention(*args, backend="flashinfer", plan={})
+        libraries.flashinfer_prefix(prob, {})
         torch.cuda.synchronize()
         out[f"flashinfer_{layout}_first_call_s"] = time.perf_counter() - t
     return out
@@ -239,11 +267,14 @@ def to_markdown(res) -> str:
              "over those ceilings.", ""]
     if res.get("jit"):
         lines += ["FlashInfer first call (JIT compile + plan + run): " +
-                  ", ".join(f"{k} {v:.1f} s" for k, v in res["jit"].items()), ""]
+                  ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k} {v}" for k, v in res["jit"].items()), ""]
+    lines += ["Timing: CUDA-graph replay of one layer call (host overhead excluded) unless marked eager; "
+              "inputs are reused between replays, so shapes whose KV fits in L2 (B=1, N<=8k) read it from L2.", ""]
     lines += ["| layout | B | N | T | backend | µs | TF/s | TB/s | floor µs | % MMA | % BW |",
               "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in res["rows"]:
-        lines.append(f"| {r['layout']} | {r['B']} | {r['N']} | {r['T']} | {r['backend']} | {r['us']:.1f} | "
+        tag = "" if r.get("timing", "graph") == "graph" else " (eager)"
+        lines.append(f"| {r['layout']} | {r['B']} | {r['N']} | {r['T']} | {r['backend']}{tag} | {r['us']:.1f} | "
                      f"{r['TFps']:.1f} | {r['TBps']:.2f} | {r['floor_us']:.1f} | {r['pct_mma']:.0f} | {r['pct_bw']:.0f} |")
     if res.get("breakdown"):
         lines += ["", "Prefix vs tail + merge:", "", "```", json.dumps(res["breakdown"], indent=1), "```"]
@@ -255,15 +286,32 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("STEP_OUT", "bench_out"))
     ap.add_argument("--quick", action="store_true", help="a small grid (smoke run)")
     ap.add_argument("--layouts", default="mla,gqa")
+    ap.add_argument("--grid", action="append", default=None, metavar="LAYOUT:Ns:Ts:Bs",
+                    help="custom grid, repeatable, e.g. mla:4096,8192:9,65:1 (replaces the default grid)")
+    ap.add_argument("--jit-only", action="store_true", help="only time FlashInfer's first calls (cold JIT)")
+    ap.add_argument("--commit", default=None, help="commit id to record (the device copy has no .git)")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
+    jit_path = os.path.join(a.out, "attention_jit.json")
+    if a.jit_only:
+        json.dump(jit_times(), open(jit_path, "w"), indent=1)
+        print(open(jit_path).read())
+        return 0
     torch.manual_seed(0)
     ceil = ceilings(os.environ.get("STEP_OUT"))
-    res = {"meta": metadata(torch.device("cuda")), "ceilings": ceil, "jit": jit_times(), "rows": [], "breakdown": []}
-    Ns, Ts, Bs = ([4096, 8192], [9, 65], [1, 8]) if a.quick else ([4096, 8192, 32768], [9, 17, 33, 65], [1, 8, 32, 64])
-    for layout in a.layouts.split(","):
-        res["rows"] += bench_grid(layout, Ns, Ts, Bs, ceil)
+    meta = metadata(torch.device("cuda"))
+    meta["commit"] = a.commit or meta["commit"]
+    jit = json.load(open(jit_path)) if os.path.exists(jit_path) else jit_times()
+    res = {"meta": meta, "ceilings": ceil, "jit": jit, "rows": [], "breakdown": []}
+    Ns, Ts, Bs = ([4096, 8192, 32768], [9, 65], [1, 32]) if a.quick else ([4096, 8192, 32768], [9, 17, 33, 65], [1, 8, 32, 64])
+    ints = lambda text: [int(x) for x in text.split(",")]
+    grids = ([(g.split(":")[0], *map(ints, g.split(":")[1:])) for g in a.grid] if a.grid
+             else [(layout, Ns, Ts, Bs) for layout in a.layouts.split(",")])
+    for layout in dict.fromkeys(g[0] for g in grids):
         res["breakdown"].append(breakdown(layout, 4096, 65, 1, ceil))
+    write_outputs(a.out, "attention", res, to_markdown(res))
+    for layout, ns, ts, bs in grids:
+        res["rows"] += bench_grid(layout, ns, ts, bs, ceil)
         write_outputs(a.out, "attention", res, to_markdown(res))
     print(to_markdown(res))
     return 0
