@@ -31,8 +31,6 @@ save_file(t, "/tmp/tiny_t/model.safetensors", metadata={"format": "pt"})
 PY
 }
 [ -d /tmp/tiny_d ] || python3 scripts/sglang_mk_tiny_drafter.py /tmp/tiny_t /tmp/tiny_d 8
-python3 -m sglang_ddtree.check > "$OUTD/check.txt" 2>&1; log "check rc=$? $(tail -1 "$OUTD/check.txt")"
-wait $BUILD; log "ops build: $(tail -1 "$OUTD/ops_build.log")"
 
 COMMON="--model-path /tmp/tiny_t --host 127.0.0.1 --attention-backend triton --sampling-backend pytorch
  --grammar-backend none --mem-fraction-static 0.05 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
@@ -56,6 +54,8 @@ for name in "${!ARGS[@]}"; do
   PID[$name]=$!; p=$((p+1))
 done
 log "launched ${#ARGS[@]} servers"
+python3 -m sglang_ddtree.check > "$OUTD/check.txt" 2>&1; log "check rc=$? $(tail -1 "$OUTD/check.txt")"
+wait $BUILD; log "ops build: $(tail -1 "$OUTD/ops_build.log")"
 python3 - "${SG_WAIT:-300}" "${!PORT[@]}" -- "${PORT[@]}" > "$OUTD/ready.txt" <<'PY'
 import sys, time, urllib.request
 wait = float(sys.argv[1]); i = sys.argv.index("--"); names, ports = sys.argv[2:i], sys.argv[i + 1:]
