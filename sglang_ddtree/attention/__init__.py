@@ -21,13 +21,18 @@ __all__ = ["tree_verify_attention", "reference_tree_attention", "merge_states", 
 
 
 def resolve_backend(prob: Problem, backend: str) -> str:
-    """'auto': a library prefix where it imports and fits (FlashMLA needs page size 64), else our kernel;
-    the torch path on the CPU and for dtypes/shapes the kernel does not take."""
+    """'auto', from the H200 measurements (docs/benchmarks/attention-*): MLA → the FlashMLA cascade (page
+    size 64), else FlashInfer's, else our fused kernel (tensor cores, but mma.sync: 3-4x slower than
+    FlashMLA's wgmma when compute-bound). GQA → our fused kernel while a request's n·G query rows fit one
+    64-row tile (memory-bound: one KV pass, 2x FlashInfer at T=9), else the FlashInfer cascade. The torch
+    path on the CPU and for dtypes/shapes the kernel does not take."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
         if not native.supports(prob):
             return "torch"
+        if prob.layout == "gqa" and prob.n * prob.G <= native.ROWS_PER_CTA:
+            return "native"
         for lib in ("flashmla", "flashinfer"):
             if libraries.supports(lib, prob) and libraries.available(lib):
                 return lib
@@ -56,7 +61,9 @@ def tree_verify_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_ma
     int32 [B, n, ⌈n/32⌉], a TreeBatch, or bool [B, n, n]; sm_scale: the model's softmax scale (MLA:
     1/sqrt(192)·mscale², not 1/sqrt(576)).
     backend: see BACKENDS and `resolve_backend`. max_prefix_len (≥ every prefix length) avoids reading
-    prefix_lens on the host. plan: a dict reused by all layers of one batch (library planning state).
+    prefix_lens on the host; with it the native path is CUDA-graph capturable, and a replay may change
+    prefix_lens / page_table / mask contents in place (lengths up to max_prefix_len). plan: a dict reused by
+    all layers of one batch (library planning state; the library cascades re-plan when lengths change).
     Returns (O in q's dtype, LSE float32 [T, Hq] (float64 for float64 q), natural log).
     """
     prob = make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale)

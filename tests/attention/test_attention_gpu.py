@@ -149,5 +149,28 @@ def test_merge_kernel_matches_torch_merge(base_a, D):
     assert torch.allclose(lse[fin], ref_l[fin], atol=1e-4)
 
 
+@pytest.mark.parametrize("layout", ["mla", "gqa"])
+def test_native_path_replays_in_a_cuda_graph_with_new_lengths(layout):
+    """Captured once with max_prefix_len, replayed after prefix_lens change in place: the serving pattern."""
+    heads, kvh = (64, 1) if layout == "mla" else (32, 8)
+    args, _ = _case(layout, 2, 16, [3000, 3000], 64, heads, kvh, seed=9)
+    lens = args[3]
+    fn = lambda: tree_verify_attention(*args, backend="native", max_prefix_len=4096)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = fn()
+    for new in ([0, 1234], [3000, 65]):
+        lens.copy_(torch.tensor(new, dtype=lens.dtype))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_o, ref_l = reference_tree_attention(*args, dtype=torch.float32, device="cuda")
+        assert A.rel_err(o, ref_o) <= BF16_TOL and A.rel_err(lse, ref_l) <= BF16_TOL
+
+
 def test_backends_listed():
     assert set(BACKENDS) >= {"auto", "native", "flashmla", "flashinfer", "torch"}
