@@ -164,3 +164,32 @@ def test_rejects_bad_arguments():
     gq, gcache, *_ = A.make_case("gqa", 2, 8, [4, 9], page_size=1)[0]
     with pytest.raises(TypeError, match="kv_cache"):
         tree_verify_attention(gq, gcache[0], table, lens, tree_kv, bits, scale)
+
+
+def test_flashinfer_page_lists_from_page_table():
+    """The CSR page lists handed to FlashInfer's plan, against a per-request loop."""
+    from sglang_ddtree.attention import libraries
+    for ps, lens in ((1, [0, 5, 3]), (64, [0, 64, 65, 200]), (16, [31, 0])):
+        args, _ = A.make_case("gqa", len(lens), 8, lens, page_size=ps, seed=ps)
+        prob = make_problem(*args)
+        qo, indptr, indices, last = libraries._paged_indices(prob)
+        assert qo.tolist() == [b * prob.n for b in range(len(lens) + 1)]
+        want, ptr, want_last = [], [0], []
+        for b, L in enumerate(lens):
+            pages = -(-L // ps)
+            want += prob.page_table[b, :pages].tolist()
+            ptr.append(ptr[-1] + pages)
+            want_last.append((L - 1) % ps + 1 if L else 0)
+        assert indptr.tolist() == ptr and last.tolist() == want_last
+        assert indices.tolist()[:len(want)] == want and (want or indices.numel() == 1)
+
+
+def test_split_plan_covers_the_prefix():
+    from sglang_ddtree.attention import native
+    for layout, B, n_max in (("mla", 1, 8192), ("mla", 64, 32768), ("gqa", 1, 100), ("gqa", 8, 4096), ("mla", 2, 1)):
+        args, _ = A.make_case(layout, B, 8, [0] * B, page_size=64)
+        prob = make_problem(*args)
+        splits, chunk = native.split_plan(prob, n_max, 132)
+        tile = native.key_tile(prob)
+        assert chunk % tile == 0 and splits >= 1 and (splits - 1) * chunk < n_max <= splits * chunk
+    assert native.split_plan(prob, 0, 132)[0] == 0
