@@ -9,9 +9,11 @@
 //   3. the elements >= tau (about k..1.4k on real rows) go to a shared candidate buffer as 64-bit keys
 //      (orderable value << 32 | ~id: a strict total order equal to the canonical one); if the buffer
 //      overflows (massive ties), an exact radix select over all register-resident keys replaces tau;
-//   4. exact k-th key among the candidates (radix select, 8-bit digits) -> the chunk's top-k keys.
+//   4. the candidates go to the split's partial as they are when they fit its capacity P (k <= P <= 2k);
+//      only otherwise an exact radix select (8-bit digits) cuts them to the chunk's top-k first.
 // The last CTA of a row to finish (atomic counter, reset to 0 after use) merges the S partials: top-k of
-// the S*k keys, a rank sort into the canonical order, lse = M + log(sum s_i exp(m_i - M)), lp = top - lse.
+// the S*P keys, a rank sort into the canonical order, lse = M + log(sum s_i exp(m_i - M)), lp = top - lse.
+// Sample keys of 16-bit dtypes keep the top 16 bits of the orderable value (two radix passes).
 // NaN anywhere in a row makes its lse (so every lp) NaN; +inf gives NaN lp too: the builder flags both.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,7 +29,14 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kCandCap = 4096;        // candidate buffer of a chunk CTA (64-bit keys)
-constexpr int kMergeCap = 16384;      // S * k keys merged by the last CTA of a row
+constexpr int kMergeCap = 16384;      // S * P keys merged by the last CTA of a row
+
+// Keys one split hands to the merge: up to 2k (so the usual k..1.4k candidates need no per-split select),
+// at least k, and S * P <= kMergeCap (pick_vpt guarantees S * k <= kMergeCap).
+__host__ __device__ inline int split_capacity(int S, int k) {
+  const int cap = kMergeCap / S;
+  return cap >= 2 * k ? 2 * k : (cap > k ? cap : k);
+}
 
 __device__ __forceinline__ uint32_t ord32(float v) {
   uint32_t b = __float_as_uint(v);
@@ -90,9 +99,8 @@ struct Shared {
 // k-th largest (1-based) key among the keys every thread feeds through for_each. Returns a threshold t with
 // #{keys >= t} >= k and, for distinct keys, exactly k. 8-bit MSB-first radix passes; stops early once the
 // chosen digit bucket holds exactly the remaining count.
-template <typename Key, typename ForEach>
+template <typename Key, int kBits = sizeof(Key) * 8, typename ForEach>
 __device__ Key block_select(ForEach for_each, uint32_t k, Shared& sh) {
-  constexpr int kBits = sizeof(Key) * 8;
   Key prefix = 0, mask = 0;
   uint32_t remaining = k;
   for (int shift = kBits - 8; shift >= 0; shift -= 8) {
@@ -150,6 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_lse_kernel(const T* __restri
                                                                int32_t* __restrict__ counters) {
   using El = Elem<T>;
   constexpr int E = El::E;
+  constexpr int kSampleShift = sizeof(T) == 2 ? 16 : 0;  // sample keys: top 16 bits for 16-bit dtypes
   constexpr int64_t CH = static_cast<int64_t>(kThreads) * VPT * E;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
@@ -209,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_lse_kernel(const T* __restri
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     if (index_of(0, e) < c1) {  // the thread's first element at this position exists
-      const uint32_t key = ord32(pmax[e]);
+      const uint32_t key = ord32(pmax[e]) >> kSampleShift;
 #pragma unroll
       for (int g = 0; g < 4; ++g)
         if (g == (e & (G - 1)) && key > gkey[g]) gkey[g] = key;
@@ -245,8 +254,9 @@ __global__ void __launch_bounds__(kThreads, 1) topk_lse_kernel(const T* __restri
   uint32_t tau = 0;
   if (nvalid > k) {
     const int M = kThreads * G;
-    tau = block_select<uint32_t>([&](auto f) { for (int i = tid; i < M; i += kThreads) f(s_sample[i]); },
-                                 static_cast<uint32_t>(k), sh);
+    tau = block_select<uint32_t, 32 - kSampleShift>(
+              [&](auto f) { for (int i = tid; i < M; i += kThreads) f(s_sample[i]); }, static_cast<uint32_t>(k), sh)
+          << kSampleShift;
   }
   __syncthreads();  // s_sample is overwritten by candidates below
 
@@ -291,18 +301,19 @@ __global__ void __launch_bounds__(kThreads, 1) topk_lse_kernel(const T* __restri
   }
 
   // ---- the chunk's exact top-k keys
-  const int kk = cnt < k ? cnt : k;
+  const int P = split_capacity(S, k);
   uint64_t thr = 0;
-  if (cnt > k) {
+  if (cnt > P) {
     thr = block_select<uint64_t>([&](auto f) { for (int i = tid; i < cnt; i += kThreads) f(s_keys[i]); },
                                  static_cast<uint32_t>(k), sh);
   }
-  uint64_t* part = part_keys + (static_cast<int64_t>(row) * S + split) * k;
+  const int kk = cnt > P ? k : cnt;
+  uint64_t* part = part_keys + (static_cast<int64_t>(row) * S + split) * P;
   for (int i = tid; i < cnt; i += kThreads) {
     const uint64_t key = s_keys[i];
     if (key >= thr) part[atomicAdd(&sh.out_count, 1)] = key;
   }
-  for (int i = kk + tid; i < k; i += kThreads) part[i] = 0;  // a short chunk pads with "no element"
+  for (int i = kk + tid; i < P; i += kThreads) part[i] = 0;  // pads: "no element"
   if (tid == 0) {
     part_ms[(static_cast<int64_t>(row) * S + split) * 2] = sh.red_m[0];
     part_ms[(static_cast<int64_t>(row) * S + split) * 2 + 1] = sh.red_s[0];
@@ -315,8 +326,8 @@ __global__ void __launch_bounds__(kThreads, 1) topk_lse_kernel(const T* __restri
   __syncthreads();
   if (!sh.is_last) return;
   __threadfence();
-  const int total = S * k;
-  const uint64_t* rp = part_keys + static_cast<int64_t>(row) * S * k;
+  const int total = S * P;
+  const uint64_t* rp = part_keys + static_cast<int64_t>(row) * total;
   for (int i = tid; i < total; i += kThreads) s_keys[i] = __ldcg(reinterpret_cast<const unsigned long long*>(rp + i));
   if (warp == 0) {
     float mm = -INFINITY, ss = 0.f;
@@ -341,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_lse_kernel(const T* __restri
   __syncthreads();
   const float lse = sh.red_m[1];
   uint64_t fthr = 0;
-  if (S > 1) {
+  {
     fthr = block_select<uint64_t>([&](auto f) { for (int i = tid; i < total; i += kThreads) f(s_keys[i]); },
                                   static_cast<uint32_t>(k), sh);
   }
@@ -389,9 +400,10 @@ cudaError_t launch_vpt(const T* logits, int64_t R, int64_t V, int k, float* lp, 
   const int64_t ch = chunk_elems<T, VPT>();
   const int S = static_cast<int>((V + ch - 1) / ch);
   uint64_t* part_keys = static_cast<uint64_t*>(ws);
-  float* part_ms = reinterpret_cast<float*>(part_keys + R * S * k);
+  const int P = split_capacity(S, k);
+  float* part_ms = reinterpret_cast<float*>(part_keys + R * S * P);
   const bool vec = (V * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
-  const int keys = (S * k > kCandCap ? S * k : kCandCap) + k;
+  const int keys = (S * P > kCandCap ? S * P : kCandCap) + k;
   const size_t bytes = ((sizeof(Shared) + 15) & ~size_t{15}) + sizeof(uint64_t) * keys;
   auto kern = vec ? topk_lse_kernel<T, VPT, true> : topk_lse_kernel<T, VPT, false>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
@@ -419,7 +431,7 @@ size_t ws_bytes(int64_t R, int64_t V, int k) {
   if (vpt < 0) return 0;
   const int64_t ch = static_cast<int64_t>(kThreads) * vpt * Elem<T>::E;
   const int64_t S = (V + ch - 1) / ch;
-  return static_cast<size_t>(R * S) * (sizeof(uint64_t) * k + 2 * sizeof(float));
+  return static_cast<size_t>(R * S) * (sizeof(uint64_t) * split_capacity(static_cast<int>(S), k) + 2 * sizeof(float));
 }
 
 }  // namespace

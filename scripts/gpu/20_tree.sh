@@ -20,13 +20,28 @@ if has test; then
     ${TREE_PYTEST_ARGS:-} 2>&1 | tee "$STEP_OUT/tests.log" | tail -25
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
-if has probe; then  # does a failing TORCH_CHECK inside the CUDA op raise (it segfaulted once)?
-  python3 -c "
-import torch; from sglang_ddtree import _build, ops; _build.load_cuda()
+if has probe; then  # does a failing TORCH_CHECK inside an op raise RuntimeError (a CUDA one segfaulted once)?
+  for case in cpu_accept cuda_accept cuda_topk; do
+    python3 - "$case" >>"$STEP_OUT/probe.log" 2>&1 <<'PY'
+import sys, torch
+from sglang_ddtree import _build, ops
+_build.load_cuda()
+case = sys.argv[1]
+dev = "cpu" if case.startswith("cpu") else "cuda"
+t = torch.zeros(2, 3, dtype=torch.int64, device=dev)
+print(case, "start", flush=True)
 try:
-    torch.ops.sglang_ddtree.topk_lse(torch.randn(2, 10, device='cuda'), 11); print('probe: no error raised')
-except RuntimeError as e: print('probe: RuntimeError raised:', str(e).splitlines()[0])
-" 2>&1 | tail -3 | tee "$STEP_OUT/probe.log"
+    if case.endswith("accept"):
+        torch.ops.sglang_ddtree.accept_tree(t, t, t, torch.ones(2, dtype=torch.int32, device=dev), t, -1)
+    else:
+        torch.ops.sglang_ddtree.topk_lse(torch.randn(2, 10, device=dev), 11)
+    print(case, "no error raised")
+except RuntimeError as e:
+    print(case, "RuntimeError raised:", str(e).splitlines()[0])
+PY
+    echo "$case exit=$?" >>"$STEP_OUT/probe.log"
+  done
+  cat "$STEP_OUT/probe.log"
 fi
 if has bench; then
   python3 -m sglang_ddtree.bench tree_gpu --out "$STEP_OUT" ${TREE_BENCH_ARGS:-} 2>&1 | tee "$STEP_OUT/bench.log" | tail -60
