@@ -48,6 +48,29 @@ def graph_time(fn, *, inner: int = 20, replays: int = 15) -> float:
     return statistics.median(ts)
 
 
+def clocks_while(fn, calls: int = 400) -> str:
+    """SM clock / power read by nvidia-smi while `calls` calls of fn are queued on the GPU (small kernels can
+    run below the boost clock; the reading says which clock the numbers above were taken at)."""
+    import subprocess
+    for _ in range(calls):
+        fn()
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.draw,utilization.gpu",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        q = repr(exc)
+    torch.cuda.synchronize()
+    return q
+
+
+def warm_up_gpu(seconds: float = 0.5) -> None:
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        a @ a
+    torch.cuda.synchronize()
+
+
 def copy_bandwidth() -> float:
     src = torch.randn(2 ** 28, device="cuda")  # 1 GiB
     dst = torch.empty_like(src)
@@ -243,7 +266,8 @@ def markdown(result: dict) -> str:
     m = result["meta"]
     out = [f"# CUDA tree stage benchmark\n\n{m['date']} · {m.get('gpu')} · commit {m.get('commit')} · torch "
            f"{m['torch']}\n\nDevice time per call from CUDA-graph replays (median). Copy bandwidth (read+write) "
-           f"{result['copy_TBps']:.2f} TB/s.\n"]
+           f"{result['copy_TBps']:.2f} TB/s. nvidia-smi during the build (SM clock, max, power, util): "
+           f"{result.get('clocks_during_build_B64_budget64')}.\n"]
     s = result["stage"]
     out.append("\n## Whole tree stage vs the ported path (B=%d, budget %d, depth %d, V=%d)\n\n" %
                (s["B"], s["budget"], s["L"], s["V"]))
@@ -293,8 +317,14 @@ def main(argv=None) -> int:
     budgets = [8, 64, 256] if args.quick else [8, 16, 32, 64, 128, 256, 512]
     batches = [1, 64, 512] if args.quick else [1, 8, 64, 256, 512]
     result = {"meta": common.metadata(torch.device("cuda")), "copy_TBps": bw / 1e12}
-    result["stage"] = bench_stage_vs_ported(gen, 64, 64, L_DEFAULT, V_QWEN)
+    warm_up_gpu()
     result["build"] = bench_build(gen, batches, budgets, L_DEFAULT, not args.no_pr_baseline)
+    lp, ids = topk_inputs(64, L_DEFAULT, 64, 32000, gen)
+    z = torch.zeros(64, dtype=torch.int64, device="cuda")
+    result["clocks_during_build_B64_budget64"] = clocks_while(
+        lambda: torch.ops.sglang_ddtree.build_tree_from_topk(lp, ids, z, z, 64))
+    print("clocks during build (sm, max sm, power, util):", result["clocks_during_build_B64_budget64"])
+    result["stage"] = bench_stage_vs_ported(gen, 64, 64, L_DEFAULT, V_QWEN)
     result["topk"] = bench_topk(gen, [1, 8, 32, 64, 256] if not args.quick else [1, 64], V_QWEN, 16,
                                 [64, 256] if not args.quick else [64], bw)
     result["accept"] = bench_accept(gen, [1, 64, 256, 512], 64, L_DEFAULT)
