@@ -32,9 +32,13 @@ PY
 }
 [ -d /tmp/tiny_d ] || python3 scripts/sglang_mk_tiny_drafter.py /tmp/tiny_t /tmp/tiny_d 8
 
+# Several servers share the GPU: SGLang's start-up check wants (1 - mem_fraction_static) of the GPU free
+# beyond what is already in use, so with a small fraction a server starting after others refuses ("Loaded
+# weights leave no GPU memory for the KV cache"; seen on 2026-12-02 with 0.05). A large fraction plus a
+# token cap keeps every KV pool small and the check satisfied whatever the start order.
 COMMON="--model-path /tmp/tiny_t --host 127.0.0.1 --attention-backend triton --sampling-backend pytorch
- --grammar-backend none --mem-fraction-static 0.05 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
- --max-running-requests 32 --random-seed 0"
+ --grammar-backend none --mem-fraction-static 0.75 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32
+ --disable-prefill-cuda-graph --max-running-requests 32 --random-seed 0"
 DRAFT="--speculative-draft-model-path /tmp/tiny_d --speculative-draft-load-format dummy"
 declare -A ARGS
 ARGS[base]=""
@@ -90,3 +94,6 @@ for name in "${!ARGS[@]}"; do
 done
 nvidia-smi --query-gpu=name,memory.used --format=csv > "$OUTD/nvidia_smi.txt" 2>&1
 log "done"
+# the device returns at most 8 files: one archive with everything, the summaries beside it
+tar -C "$OUTD" -czf "$OUTD.tar.gz" . && find "$OUTD" -type f ! -name 'lossless.json' ! -name 'ab_bench.json' \
+  ! -name 'ab_bench.md' ! -name 'steps.log' -delete
