@@ -24,6 +24,15 @@ def _nvcc():
     return nvcc
 
 
+def _cuda_include(nvcc):
+    """The toolkit's include folder (nvcc may be a wrapper script outside the toolkit)."""
+    homes = [os.environ.get("CUDA_HOME"), str(Path(nvcc).resolve().parent.parent), "/usr/local/cuda"]
+    for home in filter(None, homes):
+        if (Path(home) / "include" / "cuda_runtime.h").exists():
+            return Path(home) / "include"
+    pytest.fail(f"cuda_runtime.h not found under {homes}")
+
+
 def _run(cmd):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     return cmd, proc.returncode, proc.stderr[-4000:]
@@ -50,7 +59,7 @@ def test_cuda_bindings_compile_against_torch_headers(tmp_path):
     nvcc = _nvcc()
     from torch.utils import cpp_extension
 
-    cuda_inc = Path(nvcc).resolve().parent.parent / "include"
+    cuda_inc = _cuda_include(nvcc)
     incs = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{cuda_inc}", f"-I{KDIR}"]
     cmds = [["g++", "-std=c++17", "-fsyntax-only", *incs, str(f)] for f in BINDINGS]
     with ThreadPoolExecutor(2) as pool:
