@@ -279,7 +279,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if batch.spec_info is None:
             batch.spec_info = DFlashDraftInputV2.create_idle_input(device=self.device)
         draft_input = batch.spec_info
-        batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
+        if batch.seq_lens.is_cuda:  # produced on another stream under overlap
+            batch.seq_lens.record_stream(torch.cuda.current_stream(batch.seq_lens.device))
         bs, n, block = len(batch.seq_lens), self.verify_width, self.block_size
         self._round += 1
         prefix = batch.seq_lens
