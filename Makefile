@@ -1,17 +1,41 @@
 # The two commands a fresh machine needs: `make demo` (the main job) and `make test` (the CI suite).
 PY ?= python3
 PIP = $(PY) -m pip
+DEPS = .deps
+# SGLang itself is installed without its GPU dependencies (CPU tests of the plugin); the wheels are
+# cp312-only, so each release goes into its own --target folder.
+SGL_WHEEL = --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64
+SGL_LIGHT_DEPS = aiohttp dill ipython msgspec orjson pillow psutil pybase64 pydantic pyzmq requests starlette tqdm \
+  "transformers==5.19.0" triton "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" compressed_tensors gguf \
+  "openai==2.8.0" partial-json-parser einops setproctitle uvicorn fastapi
+PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
-.PHONY: install demo test bench-tree gpu-bundle
+.PHONY: install sglang-deps demo test test-core bench-tree gpu-bundle
 install:
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test,bench,engine]'
 
+$(DEPS)/sglang.stamp:
+	$(PIP) install -q $(SGL_LIGHT_DEPS)
+	$(PIP) install -q $(SGL_WHEEL) --target $(DEPS)/sgl-0.5.23 sglang==0.5.23
+	$(PIP) install -q $(SGL_WHEEL) --target $(DEPS)/sgl-0.5.17 sglang==0.5.17
+	$(PIP) install -q --no-deps --target $(DEPS)/sgl-0.5.17 transformers==5.12.1 tokenizers==0.22.2 \
+	  "huggingface-hub>=1.5,<2" xgrammar==0.2.1
+	touch $@
+
+sglang-deps: $(DEPS)/sglang.stamp
+
 demo: install
 	$(PY) -m sglang_ddtree demo
 
-test: install
-	$(PY) -m pytest -q -p no:cacheprovider
+# Everything (plugin tests against sglang 0.5.23), then the plugin tests again against 0.5.17.
+test: sglang-deps install
+	PYTHONPATH=$(DEPS)/sgl-0.5.23 $(PYTEST)
+	PYTHONPATH=$(DEPS)/sgl-0.5.17 $(PYTEST) tests/sglang
+
+# The suite without SGLang installed (the plugin tests skip).
+test-core: install
+	$(PYTEST)
 
 bench-tree: install
 	$(PY) -m sglang_ddtree.bench tree --out docs/benchmarks
