@@ -49,7 +49,8 @@ def read(relpath: str, root: str | None = None) -> bytes:
 
 def make_prompts(files: list[str], per_file: int = 6, min_bytes: int = 96, max_bytes: int = 320,
                  root: str | None = None) -> list[dict]:
-    """Prompts = whole consecutive lines (>= min_bytes, ASCII) taken at evenly spaced lines of each file."""
+    """Prompts = consecutive lines (>= min_bytes, ASCII) at evenly spaced lines of each file, the last line cut
+    in half."""
     out = []
     for rel in files:
         lines = read(rel, root).decode("utf-8", errors="replace").splitlines(keepends=True)
@@ -61,6 +62,9 @@ def make_prompts(files: list[str], per_file: int = 6, min_bytes: int = 96, max_b
             while end < len(lines) and len(text) < min_bytes:
                 text += lines[end]
                 end += 1
+            # end mid-line (half of the last line kept), so a continuation starts with content
+            last = text[:-1].rsplit("\n", 1)[-1] if text.endswith("\n") else ""
+            text = text[:len(text) - 1 - len(last) + max(1, len(last) // 2)]
             if min_bytes <= len(text) <= max_bytes and text.isascii() and text.strip():
                 out.append({"file": rel.replace(os.sep, "/"), "line": start + 1, "text": text})
     return out

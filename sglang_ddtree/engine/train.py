@@ -10,7 +10,7 @@
    (soft cross-entropy, earlier positions weighted more, since acceptance stops at the first miss).
 
 Deterministic: fixed seeds and a fixed thread count (results are bit-stable for a given torch build and
-thread count). About 15 minutes on 2 CPU cores.
+thread count). About 15 minutes on 2 idle CPU cores (`--stage target|drafter` runs one half).
 """
 from __future__ import annotations
 
@@ -102,14 +102,22 @@ def continue_text(model, prompts: torch.Tensor, new: int, temperature: float, g)
     return out
 
 
-def drafter_batch(target, drafter, seqs, nb, g, weights):
+@torch.no_grad()
+def teacher_outputs(target, seqs, layer_ids, chunk=64):
+    """The target's next-token distributions and context features over the drafter's data, once."""
+    probs, feats = [], []
+    for i in range(0, seqs.shape[0], chunk):
+        logits, f = target(seqs[i:i + chunk], capture=tuple(layer_ids))
+        probs.append(torch.softmax(logits.float(), -1))
+        feats.append(f)
+    return torch.cat(probs), torch.cat(feats)
+
+
+def drafter_batch(target, drafter, seqs, teacher, feats, nb, g, weights):
     """Soft-CE loss of the drafter on nb random blocks per sequence (see module docstring)."""
     c, d = target.config, drafter.config
     Bs, L = d.block_size, d.block_size - 1
     N, T = seqs.shape
-    with torch.no_grad():
-        tlogits, feats = target(seqs, capture=tuple(d.target_layer_ids))
-        teacher = torch.softmax(tlogits.float(), -1)
     anchors = torch.randint(8, T - Bs, (N, nb), generator=g)                       # s_j
     blk = torch.full((N, nb, Bs), MASK_ID)
     blk[:, :, 0] = seqs.gather(1, anchors)
@@ -138,6 +146,7 @@ def train_drafter(target, seqs, steps, batch, nb, g, log) -> DFlashDraftModel:
     init_weights(drafter, seed=2)
     for p in target.parameters():
         p.requires_grad_(False)
+    teacher, feats = teacher_outputs(target, seqs, drafter.config.target_layer_ids)
     opt = torch.optim.AdamW(drafter.parameters(), lr=2e-3, betas=(0.9, 0.95), weight_decay=0.0)
     L = drafter.config.block_size - 1
     weights = torch.exp(-torch.arange(L, dtype=torch.float32) / 4.0)
@@ -147,7 +156,7 @@ def train_drafter(target, seqs, steps, batch, nb, g, log) -> DFlashDraftModel:
         for pg in opt.param_groups:
             pg["lr"] = lr_at(step, steps, 2e-3, 30)
         idx = torch.randint(0, seqs.shape[0], (batch,), generator=g)
-        loss, hit = drafter_batch(target, drafter, seqs[idx], nb, g, weights)
+        loss, hit = drafter_batch(target, drafter, seqs[idx], teacher[idx], feats[idx], nb, g, weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
@@ -158,17 +167,25 @@ def train_drafter(target, seqs, steps, batch, nb, g, log) -> DFlashDraftModel:
     return drafter.eval()
 
 
+TARGET_EXTRA = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+                "torch_dtype": "float32", "attention_dropout": 0.0, "use_sliding_window": False,
+                "sliding_window": None, "max_window_layers": TARGET["num_hidden_layers"]}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=data.MODELS_DIR)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--target-steps", type=int, default=700)
-    ap.add_argument("--drafter-steps", type=int, default=1500)
-    ap.add_argument("--gen-seqs", type=int, default=1024)
+    ap.add_argument("--stage", default="all", choices=("all", "target", "drafter"),
+                    help="drafter: reuse the target already saved in --out")
+    ap.add_argument("--target-steps", type=int, default=400)
+    ap.add_argument("--drafter-steps", type=int, default=800)
+    ap.add_argument("--gen-seqs", type=int, default=384)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1234)
+    tdir, ddir = os.path.join(a.out, "tiny-target"), os.path.join(a.out, "tiny-dflash")
     logs = []
 
     def log(msg):
@@ -179,35 +196,33 @@ def main(argv=None):
     stream = corpus(train_files)
     log(f"{len(train_files)} training files ({stream.numel()} bytes), {len(heldout_files)} held out")
     t0 = time.time()
-    target = train_target(stream, a.target_steps, 32, 256, g, log)
-
-    # The drafter's data: prompts of training text continued by the target (half greedy, half T=0.8).
-    seqs = []
-    for i in range(a.gen_seqs // 128):
-        prompts = windows(stream, 128, 64, g)
-        seqs.append(continue_text(target, prompts, 192, 0.0 if i % 2 == 0 else 0.8, g))
-    seqs = torch.cat(seqs)
-    log(f"generated {seqs.shape[0]} x {seqs.shape[1]} target continuations ({time.time() - t0:.0f}s)")
-    drafter = train_drafter(target, seqs, a.drafter_steps, 32, 16, g, log)
-
-    tdir, ddir = os.path.join(a.out, "tiny-target"), os.path.join(a.out, "tiny-dflash")
-    save_model(target, tdir, {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-                              "hidden_act": "silu", "torch_dtype": "float32", "attention_dropout": 0.0,
-                              "use_sliding_window": False, "sliding_window": None,
-                              "max_window_layers": TARGET["num_hidden_layers"]})
-    with open(os.path.join(tdir, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "pad_token_id": 257}, f, indent=2)
-    save_model(drafter, ddir)
-    for d in (tdir, ddir):  # SGLang loads a tokenizer for the drafter path too
-        write_tokenizer(d)
-    prompts = data.make_prompts(heldout_files, per_file=8)
-    with open(os.path.join(a.out, "split.json"), "w") as f:
-        json.dump({"rule": "sha256(relpath)[0] % 8 == 0 -> held out", "train": train_files,
-                   "heldout": heldout_files}, f, indent=1)
-    with open(data.PROMPTS_FILE if a.out == data.MODELS_DIR else os.path.join(a.out, "heldout_prompts.json"),
-              "w") as f:
-        json.dump({"source": "held-out stdlib files (split.json)", "prompts": prompts}, f, indent=1)
-    with open(os.path.join(a.out, "train_log.txt"), "w") as f:
+    if a.stage in ("all", "target"):
+        target = train_target(stream, a.target_steps, 32, 256, g, log)
+        save_model(target, tdir, TARGET_EXTRA)
+        with open(os.path.join(tdir, "generation_config.json"), "w") as f:
+            json.dump({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "pad_token_id": 257}, f, indent=2)
+        write_tokenizer(tdir)
+        prompts = data.make_prompts(heldout_files, per_file=8)
+        with open(os.path.join(a.out, "split.json"), "w") as f:
+            json.dump({"rule": "sha256(relpath)[0] % 8 == 0 -> held out", "train": train_files,
+                       "heldout": heldout_files}, f, indent=1)
+        with open(os.path.join(a.out, "heldout_prompts.json"), "w") as f:
+            json.dump({"source": "held-out stdlib files (split.json)", "prompts": prompts}, f, indent=1)
+    if a.stage in ("all", "drafter"):
+        from .checkpoint import load_target
+        target = load_target(tdir)
+        g = torch.Generator().manual_seed(5678)
+        # the drafter's data: training text continued by the target itself (half greedy, half T=0.8)
+        seqs = []
+        for i in range(a.gen_seqs // 128):
+            prompts = windows(stream, 128, 64, g)
+            seqs.append(continue_text(target, prompts, 128, 0.0 if i % 2 == 0 else 0.8, g))
+        seqs = torch.cat(seqs)
+        log(f"generated {seqs.shape[0]} x {seqs.shape[1]} target continuations ({time.time() - t0:.0f}s)")
+        drafter = train_drafter(target, seqs, a.drafter_steps, 32, 16, g, log)
+        save_model(drafter, ddir)
+        write_tokenizer(ddir)  # SGLang may load a tokenizer from the drafter path too
+    with open(os.path.join(a.out, f"train_log_{a.stage}.txt"), "w") as f:
         f.write("\n".join(logs) + f"\ntotal {time.time() - t0:.0f}s, torch {torch.__version__}, "
                 f"threads {a.threads}\n")
     log(f"saved to {a.out} in {time.time() - t0:.0f}s")
