@@ -32,6 +32,13 @@ WORDS = ("the quick brown fox jumps over lazy dog hello world this is a tiny tes
 
 
 def make_prompts(n: int, words: int, seed: int) -> list[str]:
+    """n prompts: random word salad, or (AB_PROMPTS_FILE=path) texts from a JSON list of strings or of
+    {"text": ...} records (e.g. the engine's held-out prompts), rotated by seed."""
+    path = os.environ.get("AB_PROMPTS_FILE")
+    if path:
+        data = json.load(open(path))
+        pool = [x["text"] if isinstance(x, dict) else x for x in (data["prompts"] if isinstance(data, dict) else data)]
+        return [pool[(seed + i) % len(pool)] for i in range(n)]
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(words + rng.randint(0, words // 2))) for _ in range(n)]
 

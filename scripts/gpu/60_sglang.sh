@@ -36,20 +36,31 @@ PY
 # beyond what is already in use, so with a small fraction a server starting after others refuses ("Loaded
 # weights leave no GPU memory for the KV cache"; seen on 2026-12-02 with 0.05). A large fraction plus a
 # token cap keeps every KV pool small and the check satisfied whatever the start order.
-COMMON="--model-path /tmp/tiny_t --host 127.0.0.1 --attention-backend triton --sampling-backend pytorch
+COMMON="--host 127.0.0.1 --attention-backend triton --sampling-backend pytorch
  --grammar-backend none --mem-fraction-static 0.75 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32
  --disable-prefill-cuda-graph --max-running-requests 32 --random-seed 0"
+# Main set: the engine's trained tiny pair (byte-level Qwen3 target + DFlash drafter, fp32), whose drafts are
+# accepted deep into the tree, so a dropped or wrong tree mask shows up as a token mismatch. Fallback set: a
+# random tiny Llama + dummy drafter (acceptance ~1), the configuration proven to start on 2026-12-02.
+TRAINED="--model-path $PWD/sglang_ddtree/engine/models/tiny-target"
+TDRAFT="--speculative-draft-model-path $PWD/sglang_ddtree/engine/models/tiny-dflash"
+RANDOM_T="--model-path /tmp/tiny_t"
 DRAFT="--speculative-draft-model-path /tmp/tiny_d --speculative-draft-load-format dummy"
 declare -A ARGS
-ARGS[base]=""
-ARGS[dflash]="--speculative-algorithm DFLASH $DRAFT"
-for b in ${SG_BUDGETS:-8 16 32 64}; do ARGS[ddtree_b$b]="--speculative-algorithm DDTREE $DRAFT --speculative-num-draft-tokens $((b+1))"; done
-DD="--speculative-algorithm DDTREE $DRAFT --speculative-num-draft-tokens 17"
+ARGS[base]="$TRAINED"
+ARGS[dflash]="$TRAINED --speculative-algorithm DFLASH $TDRAFT"
+for b in ${SG_BUDGETS:-8 16 32 64}; do
+  ARGS[ddtree_b$b]="$TRAINED --speculative-algorithm DDTREE $TDRAFT --speculative-num-draft-tokens $((b+1))"
+done
+DD="$TRAINED --speculative-algorithm DDTREE $TDRAFT --speculative-num-draft-tokens 17"
 for v in ${SG_VARIANTS:-nograph nooverlap nograph_nooverlap}; do
   case $v in nograph) f="--disable-cuda-graph";; nooverlap) f="--disable-overlap-schedule";;
     nograph_nooverlap) f="--disable-cuda-graph --disable-overlap-schedule";; esac
   ARGS[ddtree_b16_$v]="$DD $f"
 done
+ARGS[rbase]="$RANDOM_T"
+ARGS[rddtree_b16]="$RANDOM_T --speculative-algorithm DDTREE $DRAFT --speculative-num-draft-tokens 17"
+export AB_PROMPTS_FILE=$PWD/sglang_ddtree/engine/models/heldout_prompts.json
 declare -A PORT PID
 p=31000
 for name in "${!ARGS[@]}"; do
@@ -75,12 +86,18 @@ for n in left: print(n, "NOT_READY")
 PY
 log "ready: $(grep -c READY "$OUTD/ready.txt") / ${#ARGS[@]}; $(grep NOT_READY "$OUTD/ready.txt" | tr '\n' ' ')"
 ready() { grep -q "^$1 READY" "$OUTD/ready.txt"; }
-SERVERS=""; for name in "${!ARGS[@]}"; do [ "$name" != base ] && ready "$name" && SERVERS="$SERVERS --server $name=http://127.0.0.1:${PORT[$name]}"; done
-if ready base && [ -n "$SERVERS" ]; then
-  timeout 150 python3 scripts/sglang_lossless.py --ref base=http://127.0.0.1:${PORT[base]} $SERVERS \
-    --num-prompts "${SG_PROMPTS:-100}" --max-new-tokens "${SG_TOKENS:-48}" --out "$OUTD/lossless.json" > "$OUTD/lossless.txt" 2>&1
-  log "lossless rc=$?"; cat "$OUTD/lossless.txt"
-fi
+lossless() {  # lossless NAME REF SERVER... : greedy outputs of each ready SERVER vs REF on the same prompts
+  local tag=$1 ref=$2; shift 2; local S=""
+  for name in "$@"; do ready "$name" && S="$S --server $name=http://127.0.0.1:${PORT[$name]}"; done
+  if ready "$ref" && [ -n "$S" ]; then
+    timeout ${SG_LOSSLESS_TIMEOUT:-120} python3 scripts/sglang_lossless.py --ref $ref=http://127.0.0.1:${PORT[$ref]} $S \
+      --num-prompts "${SG_PROMPTS:-100}" --max-new-tokens "${SG_TOKENS:-48}" --out "$OUTD/$tag.json" > "$OUTD/$tag.txt" 2>&1
+    log "$tag rc=$?"; tail -20 "$OUTD/$tag.txt"
+  fi
+}
+TRAINED_SERVERS=""; for name in "${!ARGS[@]}"; do case $name in base|r*) ;; *) TRAINED_SERVERS="$TRAINED_SERVERS $name";; esac; done
+lossless lossless base $TRAINED_SERVERS
+AB_PROMPTS_FILE= lossless lossless_random rbase rddtree_b16
 if [ "${SG_AB:-1}" = 1 ]; then
   AB=""; for name in base dflash $(for b in ${SG_BUDGETS:-8 16 32 64}; do echo ddtree_b$b; done); do
     ready "$name" && AB="$AB --server $name=http://127.0.0.1:${PORT[$name]}"; done
@@ -95,5 +112,5 @@ done
 nvidia-smi --query-gpu=name,memory.used --format=csv > "$OUTD/nvidia_smi.txt" 2>&1
 log "done"
 # the device returns at most 8 files: one archive with everything, the summaries beside it
-tar -C "$OUTD" -czf "$OUTD.tar.gz" . && find "$OUTD" -type f ! -name 'lossless.json' ! -name 'ab_bench.json' \
+tar -C "$OUTD" -czf "$OUTD.tar.gz" . && find "$OUTD" -type f ! -name 'lossless.json' ! -name 'lossless_random.json' ! -name 'ab_bench.json' \
   ! -name 'ab_bench.md' ! -name 'steps.log' -delete
