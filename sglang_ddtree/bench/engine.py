@@ -72,8 +72,10 @@ def random_8b(device, dtype=torch.bfloat16, seed=0, attention="auto") -> Engine:
     return Engine(target, drafter, attention=attention)
 
 
-def timing(engine: Engine, batches, budgets, prompt_len: int, rounds: int, warmup: int, heapq: bool) -> list:
-    rows = []
+def timing(engine: Engine, batches, budgets, prompt_len: int, rounds: int, warmup: int, heapq: bool,
+           rows: list | None = None, save=lambda: None) -> list:
+    """Appends one row per (batch, budget) to `rows` and calls save() after each (partial results survive)."""
+    rows = [] if rows is None else rows
     V = engine.target.config.vocab_size
     g = torch.Generator().manual_seed(0)
     for B in batches:
@@ -110,6 +112,7 @@ def timing(engine: Engine, batches, budgets, prompt_len: int, rounds: int, warmu
                 row.update({"heapq_ms": pm, "tree_share_heapq": pm["total"] / hround,
                             "outside_forwards_share_heapq": (hround - per["verify"] - per["draft"]) / hround})
             rows.append(row)
+            save()
             print(f"[timing] B={B:>2} budget={budget:>2}: round {round_ms:7.2f} ms "
                   + " ".join(f"{k} {v:.2f}" for k, v in per.items())
                   + f" | tree share ours {100 * row['tree_share_ours']:.2f}%"
@@ -138,26 +141,33 @@ def main(argv=None) -> int:
     out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
            "torch": torch.__version__, "args": vars(a)}
     t0 = time.time()
+
+    def save():
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+
     if not a.skip_lossless:
         out["lossless"] = lossless(device, a.lossless_prompts, 48, ints(a.budgets))
         out["lossless_s"] = time.time() - t0
+        save()
     if not a.skip_8b:
         eng = random_8b(device, attention=a.attention)
         out["shapes"] = {"target": QWEN3_8B, "drafter": DRAFT_8B, "dtype": "bfloat16"}
         args = (ints(a.batches), ints(a.budgets), a.prompt_len, a.rounds, a.warmup, not a.no_heapq)
+        out["timing"] = []
         try:
-            out["timing"] = timing(eng, *args)
+            timing(eng, *args, rows=out["timing"], save=save)
         except Exception as exc:  # keep the step's other numbers: retry with the SDPA verify path
             if eng.attention != "op":
                 raise
             print(f"[timing] attention op failed ({exc!r}); retrying with SDPA", flush=True)
             out["attention_op_error"] = repr(exc)
             eng.attention = "sdpa"
-            out["timing"] = timing(eng, *args)
+            out["timing"] = []
+            timing(eng, *args, rows=out["timing"], save=save)
         out["attention"] = eng.attention
     out["total_s"] = time.time() - t0
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
+    save()
     print(f"wrote {a.out}")
     if "lossless" not in out:
         return 0
