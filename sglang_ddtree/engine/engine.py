@@ -161,9 +161,10 @@ class Engine:
         clock.mark("prefill")
 
         lens = torch.tensor([len(x) for x in ids], device=dev)
-        x = torch.zeros(B, P, dtype=torch.long, device=dev)
+        x = torch.zeros(B, P, dtype=torch.long)
         for b, row in enumerate(ids):
             x[b, :len(row)] = torch.tensor(row)
+        x = x.to(dev)
         seed_t = torch.tensor(seeds, dtype=torch.int64, device=dev)
         stop_t = torch.tensor(stops or [-1], dtype=torch.int64, device=dev)
         ar = torch.arange(cap, device=dev)
