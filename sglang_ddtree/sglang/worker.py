@@ -216,6 +216,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             req_to_token=self.model_runner.req_to_token_pool.req_to_token, block_ids_out=block_ids,
             positions_out=positions_2d, cache_loc_out=cache_loc_2d, mask_token_id=int(self._mask_token_id))
         embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
+        # The drafter may run in another dtype than the target (fp32 checkpoints resolve per runner); the
+        # draft CUDA graph casts when it copies into its static input, the eager path must do it here.
+        embeds = embeds.to(self.draft_model_runner.dtype)
         seq_lens_cpu = self._draft_seq_lens_cpu_buf[:bs]
         if batch.seq_lens_cpu is not None:
             seq_lens_cpu.copy_(batch.seq_lens_cpu)
