@@ -42,16 +42,17 @@ __device__ __forceinline__ uint32_t neg_zero_bit(double x) {
   return static_cast<uint64_t>(__double_as_longlong(x)) == kSign ? kNegZero : 0u;
 }
 
-// Packed candidate: rank (10 bits) | depth (11 bits) << 10 | parent (10 bits) << 21 | -0.0 bit << 31.
-__device__ __forceinline__ uint32_t cand_rank(uint32_t c) { return c & 1023u; }
-__device__ __forceinline__ uint32_t cand_depth(uint32_t c) { return (c >> 10) & 2047u; }
-__device__ __forceinline__ uint32_t cand_parent(uint32_t c) { return (c >> 21) & 1023u; }
+// Slot metadata: rank (10 bits) | depth (11 bits) << 10 | previous sibling's node index (10 bits) << 21 |
+// -0.0 bit << 31. The slot's parent is its index (lane + 32 * register).
+__device__ __forceinline__ uint32_t meta_rank(uint32_t m) { return m & 1023u; }
+__device__ __forceinline__ uint32_t meta_depth(uint32_t m) { return (m >> 10) & 2047u; }
+__device__ __forceinline__ uint32_t meta_prev(uint32_t m) { return (m >> 21) & 1023u; }
 
-// Ranks-tuple order of two distinct frontier candidates: true when a comes first. s_pr[node] holds
-// parent | rank << 16 of every emitted node.
-__device__ __noinline__ bool tuple_less(uint32_t a, uint32_t b, const uint32_t* s_pr) {
-  uint32_t pa = cand_parent(a), ra = cand_rank(a), da = cand_depth(a);
-  uint32_t pb = cand_parent(b), rb = cand_rank(b), db = cand_depth(b);
+// Ranks-tuple order of two distinct frontier candidates (parent, meta): true when a comes first.
+// s_pr[node] holds parent | rank << 16 of every emitted node.
+__device__ __noinline__ bool tuple_less(uint32_t pa, uint32_t ma, uint32_t pb, uint32_t mb, const uint32_t* s_pr) {
+  uint32_t ra = meta_rank(ma), da = meta_depth(ma);
+  uint32_t rb = meta_rank(mb), db = meta_depth(mb);
   while (da > db) { const uint32_t pr = s_pr[pa]; ra = pr >> 16; pa = pr & 0xffffu; --da; }
   while (db > da) { const uint32_t pr = s_pr[pb]; rb = pr >> 16; pb = pr & 0xffffu; --db; }
   while (pa != pb) {
@@ -77,20 +78,20 @@ struct Layout {
     off_depth = up8(off_pr + sizeof(uint32_t) * n);
     off_links = up8(off_depth + sizeof(int32_t) * n);
     off_lp = up8(off_links + sizeof(int16_t) * 3 * n);
-    off_misc = up8(off_lp + (lp_in_smem ? sizeof(float) * static_cast<size_t>(L) * kc : 0));
+    off_misc = up8(off_lp + (lp_in_smem ? sizeof(double) * static_cast<size_t>(L) * kc : 0));
     total = off_misc + 16;
   }
 };
 
-template <int S>
+template <int S, bool LPS>
 __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict__ lp,
                                                          const int64_t* __restrict__ ids,
                                                          const int64_t* __restrict__ root_tokens,
                                                          const int64_t* __restrict__ seq_lens, int L, int k,
-                                                         int budget, int kc, bool lp_in_smem, TreeOutputs out) {
+                                                         int budget, int kc, TreeOutputs out) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = budget + 1;
-  const Layout lay(n, L, kc, lp_in_smem);
+  const Layout lay(n, L, kc, LPS);
   const int W = lay.W;
   double* s_logw = reinterpret_cast<double*>(smem + lay.off_logw);
   uint32_t* s_bits = reinterpret_cast<uint32_t*>(smem + lay.off_bits);
@@ -98,8 +99,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   int32_t* s_depth = reinterpret_cast<int32_t*>(smem + lay.off_depth);
   int16_t* s_next_tok = reinterpret_cast<int16_t*>(smem + lay.off_links);
   int16_t* s_next_sib = s_next_tok + n;
-  int16_t* s_last = s_next_sib + n;
-  float* s_lp = reinterpret_cast<float*>(smem + lay.off_lp);
+  int16_t* s_prev = s_next_sib + n;   // previous sibling of each node (rank > 0)
+  double* s_lp = reinterpret_cast<double*>(smem + lay.off_lp);
   int* s_count = reinterpret_cast<int*>(smem + lay.off_misc);
 
   const int b = blockIdx.x;
@@ -113,9 +114,9 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   for (int64_t e = tid; e < Lk; e += nthreads) {
     const float v = lp_b[e];
     bad |= !isfinite(v);
-    if (lp_in_smem) {
+    if (LPS) {
       const int64_t d = e / k, c = e - d * k;
-      if (c < kc) s_lp[d * kc + c] = v;
+      if (c < kc) s_lp[d * kc + c] = static_cast<double>(v);
     }
   }
   for (int e = tid; e < n * W; e += nthreads) {
@@ -127,27 +128,28 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   const bool nonfinite = __syncthreads_or(bad);
 
   // ---- pops (warp 0)
-  const float* lpt = lp_in_smem ? s_lp : lp_b;
-  const int lps = lp_in_smem ? kc : k;
+  const int lps = LPS ? kc : k;
+  auto lp_at = [&](int64_t off) -> double { return LPS ? s_lp[off] : static_cast<double>(__ldg(lp_b + off)); };
   if (warp == 0 && !nonfinite && budget > 0 && L > 0 && k > 0) {
     uint64_t key[S];
     uint32_t meta[S];
 #pragma unroll
     for (int j = 0; j < S; ++j) { key[j] = 0; meta[j] = 0; }
     if (lane == 0) {
-      const double w0 = static_cast<double>(lpt[0]);
+      const double w0 = lp_at(0);
       key[0] = order_key(w0);
       meta[0] = (1u << 10) | neg_zero_bit(w0);
     }
     uint64_t bkey = 0;
-    uint32_t bpk = 0;
+    uint32_t bmeta = 0, bslot = 0;
     auto rescan = [&]() {
-      bkey = 0; bpk = 0;
+      bkey = 0; bmeta = 0; bslot = 0;
 #pragma unroll
       for (int j = 0; j < S; ++j) {
-        const uint32_t c = meta[j] | (static_cast<uint32_t>(j * 32 + lane) << 21);
-        if (key[j] > bkey) { bkey = key[j]; bpk = c; }
-        else if (key[j] != 0 && key[j] == bkey && tuple_less(c, bpk, s_pr)) { bpk = c; }
+        const uint32_t slot = static_cast<uint32_t>(j * 32 + lane);
+        if (key[j] > bkey || (key[j] != 0 && key[j] == bkey && tuple_less(slot, meta[j], bslot, bmeta, s_pr))) {
+          bkey = key[j]; bmeta = meta[j]; bslot = slot;
+        }
       }
     };
     rescan();
@@ -158,72 +160,76 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
       const uint32_t mlo = __reduce_max_sync(kFull, hi == mhi ? lo : 0u);
       if ((mhi | mlo) == 0u) break;  // heap exhausted
       const uint32_t tied = __ballot_sync(kFull, hi == mhi && lo == mlo);
-      uint32_t win = __shfl_sync(kFull, bpk, __ffs(tied) - 1);
+      const int src = __ffs(tied) - 1;
+      uint32_t wm = __shfl_sync(kFull, bmeta, src), p = __shfl_sync(kFull, bslot, src);
       if (tied & (tied - 1u)) {  // equal weights in several lanes: ranks-tuple order decides
         uint32_t rest = tied & (tied - 1u);
         while (rest) {
-          const int src = __ffs(rest) - 1;
+          const int o = __ffs(rest) - 1;
           rest &= rest - 1u;
-          const uint32_t other = __shfl_sync(kFull, bpk, src);
-          if (tuple_less(other, win, s_pr)) win = other;
+          const uint32_t om = __shfl_sync(kFull, bmeta, o), op = __shfl_sync(kFull, bslot, o);
+          if (tuple_less(op, om, p, wm, s_pr)) { wm = om; p = op; }
         }
       }
-      const uint32_t p = cand_parent(win), r = cand_rank(win), d = cand_depth(win);
-      const double logw = (win & kNegZero) ? -0.0 : key_value((static_cast<uint64_t>(mhi) << 32) | mlo);
+      const uint32_t r = meta_rank(wm), d = meta_depth(wm);
+      const double logw = (wm & kNegZero) ? -0.0 : key_value((static_cast<uint64_t>(mhi) << 32) | mlo);
       const int i = ++count;
-      const float* row = lpt + static_cast<int64_t>(d - 1) * lps;
+      const int64_t row = static_cast<int64_t>(d - 1) * lps;
       const bool has_sib = static_cast<int>(r) + 1 < k;
       const bool has_child = static_cast<int>(d) < L;
-      const double a = static_cast<double>(row[r]);
-      const double sib = has_sib ? __dadd_rn(__dsub_rn(logw, a), static_cast<double>(row[r + 1])) : 0.0;
-      const double child = has_child ? __dadd_rn(logw, static_cast<double>(lpt[static_cast<int64_t>(d) * lps])) : 0.0;
+      const double a = lp_at(row + r);
+      const double bn = has_sib ? lp_at(row + r + 1) : 0.0;
+      const double c = has_child ? lp_at(static_cast<int64_t>(d) * lps) : 0.0;
+      const double sib = __dadd_rn(__dsub_rn(logw, a), bn);
+      const double child = __dadd_rn(logw, c);
+      const uint64_t sib_key = has_sib ? order_key(sib) : 0;
+      const uint32_t sib_meta = has_sib ? ((r + 1) | (d << 10) | (static_cast<uint32_t>(i) << 21) | neg_zero_bit(sib)) : 0u;
+      const uint64_t child_key = has_child ? order_key(child) : 0;
+      const uint32_t child_meta = has_child ? (((d + 1) << 10) | neg_zero_bit(child)) : 0u;
 
       if (lane == 0) {
         s_pr[i] = p | (r << 16);
         s_depth[i] = static_cast<int32_t>(d);
         s_logw[i] = logw;
-        if (r == 0) s_next_tok[p] = static_cast<int16_t>(i);
-        else s_next_sib[s_last[p]] = static_cast<int16_t>(i);
-        s_last[p] = static_cast<int16_t>(i);
+        s_prev[i] = static_cast<int16_t>(r ? static_cast<int>(meta_prev(wm)) : -1);
       }
       if (lane < W) {
         s_bits[i * W + lane] = s_bits[p * W + lane] | (lane == (i >> 5) ? (1u << (i & 31)) : 0u);
       }
       __syncwarp();
 
-      const int lane_p = p & 31, j_p = p >> 5, lane_i = i & 31, j_i = i >> 5;
-      if (lane == lane_p) {
+      // Slot p <- its next sibling, slot i <- its first child (predicated, no divergent branches).
+      const bool own_p = lane == static_cast<int>(p & 31), own_i = lane == (i & 31);
+      const int j_p = static_cast<int>(p >> 5), j_i = i >> 5;
 #pragma unroll
-        for (int j = 0; j < S; ++j) {
-          if (j == j_p) {
-            key[j] = has_sib ? order_key(sib) : 0;
-            meta[j] = has_sib ? ((r + 1) | (d << 10) | neg_zero_bit(sib)) : 0u;
-          }
-        }
+      for (int j = 0; j < S; ++j) {
+        const bool set_p = own_p && j == j_p, set_i = own_i && j == j_i;
+        key[j] = set_p ? sib_key : (set_i ? child_key : key[j]);
+        meta[j] = set_p ? sib_meta : (set_i ? child_meta : meta[j]);
       }
-      if (lane == lane_i) {
-#pragma unroll
-        for (int j = 0; j < S; ++j) {
-          if (j == j_i) {
-            key[j] = has_child ? order_key(child) : 0;
-            meta[j] = has_child ? (((d + 1) << 10) | neg_zero_bit(child)) : 0u;
-          }
-        }
-      }
-      if (lane == lane_p) {
+      if (own_p) {
         rescan();
-      } else if (lane == lane_i && has_child) {
-        const uint64_t kc_ = order_key(child);
-        const uint32_t c = ((d + 1) << 10) | neg_zero_bit(child) | (static_cast<uint32_t>(i) << 21);
-        if (kc_ > bkey || (kc_ == bkey && tuple_less(c, bpk, s_pr))) { bkey = kc_; bpk = c; }
+      } else if (own_i && has_child) {
+        const uint32_t slot = static_cast<uint32_t>(i);
+        if (child_key > bkey || (child_key == bkey && tuple_less(slot, child_meta, bslot, bmeta, s_pr))) {
+          bkey = child_key; bmeta = child_meta; bslot = slot;
+        }
       }
     }
     if (lane == 0) *s_count = count;
   }
   __syncthreads();
 
-  // ---- emit every TreeBatch field
+  // Links from (parent, rank, previous sibling): every target is written once.
   const int count = *s_count;
+  for (int i = 1 + tid; i <= count; i += nthreads) {
+    const uint32_t pr = s_pr[i];
+    if ((pr >> 16) == 0) s_next_tok[pr & 0xffffu] = static_cast<int16_t>(i);
+    else s_next_sib[s_prev[i]] = static_cast<int16_t>(i);
+  }
+  __syncthreads();
+
+  // ---- emit every TreeBatch field
   const int64_t nn = n;
   const int64_t seq = seq_lens[b];
   const int64_t* ids_b = ids + b * Lk;
@@ -280,19 +286,15 @@ cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, 
   const int n = budget + 1;
   const int kc = k < n ? k : n;
   constexpr size_t kSmemCap = 200 * 1024;
-  bool lp_in_smem = true;
-  size_t bytes = Layout(n, L, kc, true).total;
-  if (bytes > kSmemCap) {
-    lp_in_smem = false;
-    bytes = Layout(n, L, kc, false).total;
-  }
+  const bool lp_in_smem = Layout(n, L, kc, true).total <= kSmemCap;
+  const size_t bytes = Layout(n, L, kc, lp_in_smem).total;
+  auto kern = lp_in_smem ? tree_build_kernel<S, true> : tree_build_kernel<S, false>;
   if (bytes > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(tree_build_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(bytes));
+    const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     if (e != cudaSuccess) return e;
   }
   const int threads = n > 256 ? 256 : 128;
-  tree_build_kernel<S><<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, lp_in_smem, out);
+  kern<<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, out);
   return cudaGetLastError();
 }
 

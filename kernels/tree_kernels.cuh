@@ -50,11 +50,9 @@ cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, 
                                const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
                                cudaStream_t stream);
 
-// Exact top-k (value desc, id asc) and lp = top - logsumexp(row) over logits [R, V].
-// `workspace` must hold topk_lse_workspace_bytes(R, V, k, dtype) bytes; `counters` R int32 zeros (the
-// kernel leaves them zero again).
-size_t topk_lse_workspace_bytes(int64_t R, int64_t V, int k, LogitDtype dtype);
+// Exact top-k (value desc, id asc) and lp = top - logsumexp(row) over logits [R, V]. One launch, no
+// workspace: the CTAs that share a row merge through distributed shared memory (thread-block clusters).
 cudaError_t launch_topk_lse(const void* logits, LogitDtype dtype, int64_t R, int64_t V, int k, float* lp,
-                            int64_t* ids, void* workspace, int32_t* counters, cudaStream_t stream);
+                            int64_t* ids, cudaStream_t stream);
 
 }  // namespace ddtree

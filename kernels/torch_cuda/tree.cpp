@@ -117,12 +117,8 @@ std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64
   auto opt = logits.options();
   at::Tensor lp = at::empty({R, k}, opt.dtype(at::kFloat)), ids = at::empty({R, k}, opt.dtype(at::kLong));
   if (R == 0) return {lp, ids};
-  const size_t ws = ddtree::topk_lse_workspace_bytes(R, V, static_cast<int>(k), dt);
-  at::Tensor workspace = at::empty({static_cast<int64_t>(ws)}, opt.dtype(at::kByte));
-  at::Tensor counters = at::zeros({R}, opt.dtype(at::kInt));
   C10_CUDA_CHECK(ddtree::launch_topk_lse(logits.data_ptr(), dt, R, V, static_cast<int>(k), lp.data_ptr<float>(),
-                                         ids.data_ptr<int64_t>(), workspace.data_ptr(), counters.data_ptr<int32_t>(),
-                                         c10::cuda::getCurrentCUDAStream()));
+                                         ids.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
   return {lp, ids};
 }
 

@@ -72,9 +72,11 @@ def warm_up_gpu(seconds: float = 0.5) -> None:
 
 
 def copy_bandwidth() -> float:
+    """Device copy ceiling (read + write), timed eagerly: inside a CUDA graph torch's copy_ becomes a DMA
+    memcpy node, which measured 2.71 TB/s on the H200 against 4.07 TB/s for the SM copy kernel."""
     src = torch.randn(2 ** 28, device="cuda")  # 1 GiB
     dst = torch.empty_like(src)
-    t = graph_time(lambda: dst.copy_(src), inner=5, replays=10)
+    t = common.time_fn(lambda: dst.copy_(src), device=src.device, repeats=10)["median_s"]
     return 2 * src.numel() * 4 / t
 
 
