@@ -13,7 +13,7 @@ PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 .PHONY: install sglang-deps demo test test-core bench-tree gpu-bundle
 install:
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test,bench,engine]'
+	$(PIP) install -q -e '.[test,bench]'
 
 $(DEPS)/sglang.stamp:
 	$(PIP) install -q $(SGL_LIGHT_DEPS)
