@@ -11,16 +11,28 @@ import torch
 
 from . import ops
 
-def topk_logprobs_torch(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Canonical top-k + log-normaliser with plain torch ops (any device; the CPU backend's stage 1).
+_ROWS_PER_CHUNK = 16  # ~10 MB of float32 per chunk at V=152k: temporaries stay cache-sized (4-8x faster
+                      # on a CPU than one pass over a [B·L, V] batch, measured)
 
-    torch.topk gets the values right but not which of several equal values it keeps at the k-th
+
+def topk_logprobs_torch(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Canonical top-k + log-normaliser with plain torch ops (any device; the CPU backend's stage 1)."""
+    V = logits.shape[-1]
+    rows = logits.reshape(-1, V)
+    lp = torch.empty(rows.shape[0], k, dtype=torch.float32, device=logits.device)
+    ids = torch.empty(rows.shape[0], k, dtype=torch.int64, device=logits.device)
+    for s in range(0, rows.shape[0], _ROWS_PER_CHUNK):
+        lp[s:s + _ROWS_PER_CHUNK], ids[s:s + _ROWS_PER_CHUNK] = _topk_rows(rows[s:s + _ROWS_PER_CHUNK], k)
+    return lp.reshape(*logits.shape[:-1], k), ids.reshape(*logits.shape[:-1], k)
+
+
+def _topk_rows(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk gets the values right but not which of several equal values it keeps at the k-th
     boundary, nor their order. Rows where more than k logits reach the k-th value are re-read with a
     larger top-g that holds every tied candidate (an unambiguous set); then (value desc, id asc) comes
     from a stable sort by value over candidates pre-sorted by id.
     """
-    V = logits.shape[-1]
-    x = logits.reshape(-1, V).float() + 0.0  # + 0.0 folds -0.0 into +0.0 (they compare equal)
+    x = rows.float()  # -0.0 and +0.0 compare equal everywhere below, so they tie and order by id
     vals, idx = torch.topk(x, k, dim=-1, sorted=True)
     ge = (x >= vals[:, -1:]).sum(-1)
     tie_rows = (ge > k).nonzero().flatten()
@@ -32,9 +44,7 @@ def topk_logprobs_torch(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, tor
         idx[tie_rows] = torch.gather(wide, -1, order[:, :k])
     idx = idx.sort(dim=-1).values
     v, order = torch.sort(torch.gather(x, -1, idx), dim=-1, descending=True, stable=True)
-    idx = torch.gather(idx, -1, order)
-    lp = v - torch.logsumexp(x, dim=-1, keepdim=True)
-    return lp.reshape(*logits.shape[:-1], k), idx.reshape(*logits.shape[:-1], k)
+    return v - torch.logsumexp(x, dim=-1, keepdim=True), torch.gather(idx, -1, order)
 
 
 def topk_logprobs(logits: torch.Tensor, k: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,12 +11,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
 
 constexpr int32_t kNonfiniteInput = 1;
 constexpr int32_t kHeapExhausted = 2;
+
+// Branch-free scan (vectorises): an exponent of all ones is ±inf or NaN.
+inline bool all_finite(const float* x, int64_t count) {
+  uint32_t bad = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, x + j, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
 
 struct Entry {
   double logw;
@@ -56,12 +68,11 @@ class Builder {
     logw[0] = 0.0;
     *num_nodes = 1;
     *flags = 0;
-    for (int64_t j = 0; j < L_ * k_; ++j) {
-      if (!std::isfinite(lp[j])) { *flags = kNonfiniteInput; return; }
-    }
+    if (!all_finite(lp, L_ * k_)) { *flags = kNonfiniteInput; return; }
 
     const int64_t L = L_, k = k_;
-    s.paths.assign(static_cast<size_t>(n * std::max<int64_t>(L, 1)), 0);
+    // only the rows of emitted nodes are ever read, and each is written when its node is emitted
+    s.paths.resize(static_cast<size_t>(n * std::max<int64_t>(L, 1)));
     s.heap.clear();
     const int32_t* paths = s.paths.data();
     // a before b (a has priority): higher weight, else lexicographically smaller ranks tuple.
@@ -77,15 +88,31 @@ class Builder {
       }
       return la < lb;
     };
-    auto heap_less = [&](const Entry& a, const Entry& b) { return higher(b, a); };  // max-heap by priority
+    // Binary max-heap by `higher`. A pop's sibling replaces the popped top in place (one sift-down instead
+    // of a pop plus a push); the order of pops is the order of keys, so this matches heapq exactly.
+    std::vector<Entry>& h = s.heap;
+    auto sift_down = [&](size_t at) {
+      const Entry e = h[at];
+      const size_t size = h.size();
+      for (size_t c = 2 * at + 1; c < size; at = c, c = 2 * at + 1) {
+        if (c + 1 < size && higher(h[c + 1], h[c])) ++c;
+        if (!higher(h[c], e)) break;
+        h[at] = h[c];
+      }
+      h[at] = e;
+    };
+    auto push = [&](const Entry& e) {
+      size_t at = h.size();
+      h.push_back(e);
+      for (size_t up = (at - 1) / 2; at > 0 && higher(e, h[up]); at = up, up = (at - 1) / 2) h[at] = h[up];
+      h[at] = e;
+    };
 
     int64_t count = 0;
-    if (L > 0 && k > 0 && budget_ > 0) s.heap.push_back({static_cast<double>(lp[0]), 0, 1, 0});
+    if (L > 0 && k > 0 && budget_ > 0) h.push_back({static_cast<double>(lp[0]), 0, 1, 0});
     int32_t* mutable_paths = s.paths.data();
-    while (!s.heap.empty() && count < budget_) {
-      std::pop_heap(s.heap.begin(), s.heap.end(), heap_less);
-      const Entry e = s.heap.back();
-      s.heap.pop_back();
+    while (!h.empty() && count < budget_) {
+      const Entry e = h.front();
       const int64_t i = ++count;
       const int64_t d = e.depth, r = e.rank;
       tokens[i] = ids[(d - 1) * k + r];
@@ -111,14 +138,13 @@ class Builder {
       if (r + 1 < k) {
         const double sib = (e.logw - static_cast<double>(lp[(d - 1) * k + r])) +
                            static_cast<double>(lp[(d - 1) * k + r + 1]);
-        s.heap.push_back({sib, e.parent, static_cast<int32_t>(d), static_cast<int32_t>(r + 1)});
-        std::push_heap(s.heap.begin(), s.heap.end(), heap_less);
+        h.front() = {sib, e.parent, static_cast<int32_t>(d), static_cast<int32_t>(r + 1)};
+      } else {
+        h.front() = h.back();
+        h.pop_back();
       }
-      if (d < L) {
-        const double child = e.logw + static_cast<double>(lp[d * k]);
-        s.heap.push_back({child, static_cast<int32_t>(i), static_cast<int32_t>(d + 1), 0});
-        std::push_heap(s.heap.begin(), s.heap.end(), heap_less);
-      }
+      if (!h.empty()) sift_down(0);
+      if (d < L) push({e.logw + static_cast<double>(lp[d * k]), static_cast<int32_t>(i), static_cast<int32_t>(d + 1), 0});
     }
     if (count < budget_) *flags |= kHeapExhausted;
     *num_nodes = static_cast<int32_t>(count + 1);
