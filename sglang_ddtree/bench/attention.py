@@ -21,7 +21,7 @@ import time
 import torch
 
 from ..attention import libraries, make_problem, native, tree_verify_attention
-from .common import metadata, time_fn, write_outputs
+from .common import capture_graph, metadata, time_fn, write_outputs
 
 MLA_H, MLA_DL, MLA_DR = 64, 512, 64
 GQA_HQ, GQA_HKV, GQA_D = 32, 8, 128
@@ -39,15 +39,7 @@ def _time_graph(fn):
     Python and launch gaps stay out of the number (as in serving, where verify runs inside captured graphs);
     paths that cannot be captured are timed eagerly."""
     try:
-        fn()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        graph = capture_graph(fn)
         us, _ = _time(graph.replay)
         return us, "graph"
     except Exception:

@@ -51,6 +51,22 @@ def time_fn(fn, *, device: torch.device, repeats: int = 20, warmup: int = 3, max
     return {"median_s": statistics.median(samples), "min_s": min(samples), "n": len(samples)}
 
 
+def capture_graph(fn, calls: int = 1) -> "torch.cuda.CUDAGraph":
+    """`calls` back-to-back calls of fn captured in one CUDA graph (warmed up on a side stream first, as
+    capture requires), so replays time device work without host launch gaps."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
 def metadata(device: torch.device) -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -24,16 +24,7 @@ V_QWEN = 151936
 
 def graph_time(fn, *, inner: int = 20, replays: int = 15) -> float:
     """Median seconds per fn() call from CUDA-graph replays of `inner` calls."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(inner):
-            fn()
+    g = common.capture_graph(fn, inner)
     g.replay()
     torch.cuda.synchronize()
     ts = []
