@@ -97,6 +97,9 @@ lossless() {  # lossless NAME REF SERVER... : greedy outputs of each ready SERVE
 }
 TRAINED_SERVERS=""; for name in "${!ARGS[@]}"; do case $name in base|r*) ;; *) TRAINED_SERVERS="$TRAINED_SERVERS $name";; esac; done
 lossless lossless base $TRAINED_SERVERS
+# DDTree against stock DFLASH: both run the target's verify path, so SGLang's verify-vs-decode numerics
+# (a greedy near-tie can round differently in a one-token decode) cancel out of this comparison.
+lossless lossless_vs_dflash dflash $(for n in $TRAINED_SERVERS; do case $n in ddtree*) echo $n;; esac; done)
 AB_PROMPTS_FILE= lossless lossless_random rbase rddtree_b16
 if [ "${SG_AB:-1}" = 1 ]; then
   AB=""; for name in base dflash $(for b in ${SG_BUDGETS:-8 16 32 64}; do echo ddtree_b$b; done); do
@@ -112,5 +115,5 @@ done
 nvidia-smi --query-gpu=name,memory.used --format=csv > "$OUTD/nvidia_smi.txt" 2>&1
 log "done"
 # the device returns at most 8 files: one archive with everything, the summaries beside it
-tar -C "$OUTD" -czf "$OUTD.tar.gz" . && find "$OUTD" -type f ! -name 'lossless.json' ! -name 'lossless_random.json' ! -name 'ab_bench.json' \
+tar -C "$OUTD" -czf "$OUTD.tar.gz" . && find "$OUTD" -type f ! -name 'lossless.json' ! -name 'lossless_random.json' ! -name 'lossless_vs_dflash.json' ! -name 'ab_bench.json' \
   ! -name 'ab_bench.md' ! -name 'steps.log' -delete
