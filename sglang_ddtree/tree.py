@@ -46,6 +46,11 @@ class TreeBatch:
     def batch_size(self) -> int:
         return self.tokens.shape[0]
 
+    def to(self, device, non_blocking: bool = False) -> "TreeBatch":
+        """The same tree with every tensor on `device` (the CPU-ops fallback moves trees across)."""
+        return dataclasses.replace(self, **{k: v.to(device, non_blocking=non_blocking)
+                                            for k, v in self.tensors().items()})
+
     def tensors(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if isinstance(getattr(self, f.name), torch.Tensor)}

@@ -105,8 +105,7 @@ class DraftTreeHead:
         if self.ops_backend == "cpu" and lp.device.type != "cpu":  # fallback without the CUDA ops: syncs
             tree = build_tree_from_topk(lp.cpu(), ids.cpu(), self.budget, root_tokens=roots.cpu(),
                                         seq_lens=prefix.cpu().to(torch.int64), backend="cpu")
-            return TreeBatch(**{k: v.to(lp.device, non_blocking=True) for k, v in tree.tensors().items()},
-                             budget=tree.budget, depth_limit=tree.depth_limit, topk=tree.topk)
+            return tree.to(lp.device, non_blocking=True)
         return build_tree_from_topk(lp, ids, self.budget, root_tokens=roots, seq_lens=prefix.to(torch.int64),
                                     backend=self.ops_backend)
 
@@ -273,9 +272,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def _accept(self, tree: TreeBatch, target_tokens: torch.Tensor):
         if self.ops_backend == "cuda":
             return accept_tree(tree, target_tokens)
-        host = TreeBatch(**{k: v.cpu() for k, v in tree.tensors().items()}, budget=tree.budget,
-                         depth_limit=tree.depth_limit, topk=tree.topk)
-        res = accept_tree(host, target_tokens.cpu())
+        res = accept_tree(tree.to("cpu"), target_tokens.cpu())
         return type(res)(**{f: getattr(res, f).to(self.device) for f in res.__dataclass_fields__})
 
     def _decode_round(self, batch, on_publish):
@@ -291,8 +288,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # 1) draft block → tree (TreeBatch on the device; n slots per request)
         tree = self._draft(batch, draft_input, bs)
         if self.ops_backend == "cpu" and tree.tokens.device.type == "cpu":
-            tree = TreeBatch(**{k: v.to(self.device) for k, v in tree.tensors().items()}, budget=tree.budget,
-                             depth_limit=tree.depth_limit, topk=tree.topk)
+            tree = tree.to(self.device)
 
         # 2) target verify of the tree: n slots per request at req_to_token[row, prefix : prefix + n]
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
