@@ -15,8 +15,13 @@ install:
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test,bench]'
 
+# torch first, and held at the installed release while SGLang's light dependencies install (some of them
+# depend on torch; unpinned, pip would replace the CPU build with a multi-GB CUDA one).
+TORCH_PIN = torch==$$($(PY) -c "import torch; print(torch.__version__.split('+')[0])")
+
 $(DEPS)/sglang.stamp:
-	$(PIP) install -q $(SGL_LIGHT_DEPS)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q $(SGL_LIGHT_DEPS) "$(TORCH_PIN)"
 	$(PIP) install -q $(SGL_WHEEL) --target $(DEPS)/sgl-0.5.23 sglang==0.5.23
 	$(PIP) install -q $(SGL_WHEEL) --target $(DEPS)/sgl-0.5.17 sglang==0.5.17
 	$(PIP) install -q --no-deps --target $(DEPS)/sgl-0.5.17 transformers==5.12.1 tokenizers==0.22.2 \

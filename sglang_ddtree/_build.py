@@ -6,7 +6,8 @@ Two shared libraries register implementations of the ops that `ops.py` declares:
     nvcc exists.
 They carry no Python module: they register into the torch dispatcher on load (TORCH_LIBRARY_IMPL), so
 the ops stay visible to CUDA-graph capture and torch.compile. The cache lives in TORCH_EXTENSIONS_DIR
-(torch rebuilds when a source changes).
+(torch rebuilds when a source changes). The C++ standard is torch's choice (C++17 up to torch 2.13, C++20
+from 2.14, whose headers refuse anything older), so no -std flag is passed here.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def load_cpu() -> None:
         sources=sources,
         extra_include_paths=[str(kdir)],
         # No fast-math and no FP contraction: the builder's float64 path weights must match the oracle.
-        extra_cflags=["-O3", "-std=c++17", "-fno-fast-math", "-ffp-contract=off", "-fopenmp"],
+        extra_cflags=["-O3", "-fno-fast-math", "-ffp-contract=off", "-fopenmp"],
         extra_ldflags=["-fopenmp"],
         is_python_module=False,
         verbose=_verbose(),
@@ -71,8 +72,8 @@ def load_cuda() -> None:
         name="sglang_ddtree_cuda",
         sources=sources,
         extra_include_paths=[str(kdir)],
-        extra_cflags=["-O3", "-std=c++17"],
-        extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr", "-lineinfo",
                            *cuda_arch_flags()],
         is_python_module=False,
         verbose=_verbose(),

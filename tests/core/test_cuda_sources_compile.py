@@ -57,10 +57,14 @@ def test_cuda_kernels_compile_for_sm90a(tmp_path):
 
 def test_cuda_bindings_compile_against_torch_headers(tmp_path):
     nvcc = _nvcc()
+    import torch
     from torch.utils import cpp_extension
 
     cuda_inc = _cuda_include(nvcc)
     incs = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{cuda_inc}", f"-I{KDIR}"]
-    cmds = [["g++", "-std=c++17", "-fsyntax-only", *incs, str(f)] for f in BINDINGS]
+    # the standard torch's own extension builds use (its headers require C++20 from torch 2.14 on)
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    std = "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
+    cmds = [["g++", std, "-fsyntax-only", *incs, str(f)] for f in BINDINGS]
     with ThreadPoolExecutor(2) as pool:
         _check(list(pool.map(_run, cmds)))
