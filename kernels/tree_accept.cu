@@ -1,5 +1,6 @@
-// Accepting a verified tree on the GPU: the bounded greedy walk (reference.walk_reference) and the
-// per-node target token (argmax, or Gumbel-max at temperature > 0).
+// Accepting a verified tree on the GPU: the bounded greedy walk (reference.walk_reference), the round's commit
+// plan (the walk plus KV moves, committed tokens, hidden-state rows; kernels/tree_walk.h) and the per-node
+// target token (argmax, or Gumbel-max at temperature > 0).
 //
 // ---- The sampling RNG (the CPU mirror, sglang_ddtree/accept.py:gumbel_noise, must match it) ----------
 //   Generator  Philox4x32-10 (Salmon et al. 2011): multipliers M0 = 0xD2511F53, M1 = 0xCD9E8D57,
@@ -26,17 +27,47 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tree_commit.cuh"
 #include "tree_kernels.cuh"
+#include "tree_walk.h"
 
 namespace ddtree {
 namespace {
 
-constexpr int32_t kFlagMalformed = 4;
-
 // ------------------------------------------------------------------------------------------ the walk
 // One warp per request: the links, tokens and targets are staged into shared memory with coalesced loads,
-// then lane 0 walks exactly like reference.walk_reference (forward-only links inside [1, num_nodes), at
-// most n link reads, at most depth_limit accepted nodes below the root).
+// then lane 0 walks (kernels/tree_walk.h, = reference.walk_reference); links outside [-1, n) become n,
+// which fails the walk's range check like the raw value would.
+struct Staged {
+  int64_t* tok;
+  int64_t* tgt;
+  int32_t* nt;
+  int32_t* ns;
+};
+
+__device__ __forceinline__ Staged stage_request(unsigned char* smem, const int64_t* tokens, const int64_t* next_token,
+                                                const int64_t* next_sibling, const int64_t* target, int b, int n,
+                                                int lane) {
+  Staged s;
+  s.tok = reinterpret_cast<int64_t*>(smem);
+  s.tgt = s.tok + n;
+  s.nt = reinterpret_cast<int32_t*>(s.tgt + n);
+  s.ns = s.nt + n;
+  const int64_t base = static_cast<int64_t>(b) * n;
+  auto squash = [n](int64_t v) -> int32_t { return (v < -1 || v >= n) ? n : static_cast<int32_t>(v); };
+  for (int i = lane; i < n; i += 32) {
+    s.tok[i] = tokens[base + i];
+    s.tgt[i] = target[base + i];
+    s.nt[i] = squash(next_token[base + i]);
+    s.ns[i] = squash(next_sibling[base + i]);
+  }
+  return s;
+}
+
+__host__ __device__ constexpr size_t staged_bytes(int n) {
+  return static_cast<size_t>(n) * (2 * sizeof(int64_t) + 2 * sizeof(int32_t));
+}
+
 __global__ void __launch_bounds__(32) tree_accept_kernel(const int64_t* __restrict__ tokens,
                                                          const int64_t* __restrict__ next_token,
                                                          const int64_t* __restrict__ next_sibling,
@@ -46,52 +77,53 @@ __global__ void __launch_bounds__(32) tree_accept_kernel(const int64_t* __restri
                                                          int32_t* __restrict__ accept_len,
                                                          int64_t* __restrict__ bonus, int32_t* __restrict__ flags) {
   extern __shared__ __align__(16) unsigned char smem[];
-  int64_t* s_tok = reinterpret_cast<int64_t*>(smem);
-  int64_t* s_tgt = s_tok + n;
-  int32_t* s_nt = reinterpret_cast<int32_t*>(s_tgt + n);
-  int32_t* s_ns = s_nt + n;
   const int b = blockIdx.x, lane = threadIdx.x;
-  const int64_t base = static_cast<int64_t>(b) * n;
-  // Links outside [-1, n) become n: still "not -1" (so the walk reads them) and never inside [1, num_nodes).
-  auto squash = [n](int64_t v) -> int32_t { return (v < -1 || v >= n) ? n : static_cast<int32_t>(v); };
-  for (int i = lane; i < n; i += 32) {
-    s_tok[i] = tokens[base + i];
-    s_tgt[i] = target[base + i];
-    s_nt[i] = squash(next_token[base + i]);
-    s_ns[i] = squash(next_sibling[base + i]);
-  }
+  const Staged s = stage_request(smem, tokens, next_token, next_sibling, target, b, n, lane);
   const int width = depth_limit + 1;
   int32_t* acc = accept_index + static_cast<int64_t>(b) * width;
   for (int j = lane; j < width; j += 32) acc[j] = -1;
   __syncwarp();
   if (lane != 0) return;
-  int32_t flg = 0;
-  int nn = num_nodes[b];
-  if (nn < 1 || nn > n) {
-    flg |= kFlagMalformed;
-    nn = nn < 1 ? 1 : n;
+  const WalkResult w = walk_tree(s.tok, s.tgt, s.nt, s.ns, num_nodes[b], n, depth_limit, acc);
+  accept_len[b] = w.len;
+  bonus[b] = s.tgt[w.last];
+  flags[b] = w.flags;
+}
+
+// The walk and the round's commit plan (tree_walk.h: commit_column) in one launch: lane 0 walks into shared
+// memory, then the warp writes the W = depth_limit + 1 plan columns.
+template <class Len>
+__global__ void __launch_bounds__(32) tree_commit_kernel(const int64_t* __restrict__ tokens,
+                                                         const int64_t* __restrict__ next_token,
+                                                         const int64_t* __restrict__ next_sibling,
+                                                         const int32_t* __restrict__ num_nodes,
+                                                         const int64_t* __restrict__ target,
+                                                         const Len* __restrict__ prefix_lens,
+                                                         const int64_t* __restrict__ slots, int n, int depth_limit,
+                                                         CommitOutputs out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int b = blockIdx.x, lane = threadIdx.x;
+  const Staged s = stage_request(smem, tokens, next_token, next_sibling, target, b, n, lane);
+  const int width = depth_limit + 1;
+  int32_t* s_acc = reinterpret_cast<int32_t*>(smem + staged_bytes(n));
+  __shared__ WalkResult s_w;
+  __syncwarp();
+  if (lane == 0) s_w = walk_tree(s.tok, s.tgt, s.nt, s.ns, num_nodes[b], n, depth_limit, s_acc);
+  __syncwarp();
+  const WalkResult w = s_w;
+  const int64_t o = static_cast<int64_t>(b) * width;
+  const Len prefix = prefix_lens[b];
+  for (int k = lane; k < width; k += 32) {
+    out.accept_index[o + k] = k < w.len ? s_acc[k] : -1;
+    commit_column(k, w, s_acc, s.tok, s.tgt, slots + static_cast<int64_t>(b) * n, prefix, b, n,
+                  out.out_tokens + o, out.kv_src + o, out.kv_dst + o, out.hidden_index + o, out.positions + o);
   }
-  acc[0] = 0;
-  int len = 1, cur = 0, steps = 0;
-  while (true) {
-    int matched = -1, prev = cur;
-    int c = s_nt[cur];
-    bool broken = false;
-    while (c != -1) {
-      ++steps;
-      if (!(prev < c && c < nn) || steps > n) { flg |= kFlagMalformed; broken = true; break; }
-      if (s_tok[c] == s_tgt[cur]) { matched = c; break; }
-      prev = c;
-      c = s_ns[c];
-    }
-    if (broken || matched == -1) break;
-    if (len == depth_limit + 1) { flg |= kFlagMalformed; break; }
-    acc[len++] = matched;
-    cur = matched;
+  if (lane == 0) {
+    out.accept_len[b] = w.len;
+    out.bonus[b] = s.tgt[w.last];
+    out.flags[b] = w.flags;
+    static_cast<Len*>(out.new_seq_lens)[b] = prefix + static_cast<Len>(w.len);
   }
-  accept_len[b] = len;
-  bonus[b] = s_tgt[cur];
-  flags[b] = flg;
 }
 
 // -------------------------------------------------------------------------------------- the sampler
@@ -203,7 +235,7 @@ cudaError_t launch_tree_accept(const int64_t* tokens, const int64_t* next_token,
                                cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
   if (n < 1 || depth_limit < 0) return cudaErrorInvalidValue;
-  const size_t bytes = static_cast<size_t>(n) * (2 * sizeof(int64_t) + 2 * sizeof(int32_t));
+  const size_t bytes = staged_bytes(n);
   if (bytes > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(tree_accept_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(bytes));
@@ -211,6 +243,33 @@ cudaError_t launch_tree_accept(const int64_t* tokens, const int64_t* next_token,
   }
   tree_accept_kernel<<<B, 32, bytes, stream>>>(tokens, next_token, next_sibling, num_nodes, target, n, depth_limit,
                                                accept_index, accept_len, bonus, flags);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_tree_commit(const int64_t* tokens, const int64_t* next_token, const int64_t* next_sibling,
+                               const int32_t* num_nodes, const int64_t* target, const void* prefix_lens,
+                               bool prefix_is_64, const int64_t* slots, int B, int n, int depth_limit,
+                               const CommitOutputs& out, cudaStream_t stream) {
+  if (B == 0) return cudaSuccess;
+  if (n < 1 || depth_limit < 0) return cudaErrorInvalidValue;
+  const size_t bytes = staged_bytes(n) + static_cast<size_t>(depth_limit + 1) * sizeof(int32_t);
+  if (bytes > 48 * 1024) {
+    const cudaError_t e =
+        prefix_is_64 ? cudaFuncSetAttribute(tree_commit_kernel<int64_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(bytes))
+                     : cudaFuncSetAttribute(tree_commit_kernel<int32_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(bytes));
+    if (e != cudaSuccess) return e;
+  }
+  if (prefix_is_64) {
+    tree_commit_kernel<int64_t><<<B, 32, bytes, stream>>>(tokens, next_token, next_sibling, num_nodes, target,
+                                                          static_cast<const int64_t*>(prefix_lens), slots, n,
+                                                          depth_limit, out);
+  } else {
+    tree_commit_kernel<int32_t><<<B, 32, bytes, stream>>>(tokens, next_token, next_sibling, num_nodes, target,
+                                                          static_cast<const int32_t*>(prefix_lens), slots, n,
+                                                          depth_limit, out);
+  }
   return cudaGetLastError();
 }
 

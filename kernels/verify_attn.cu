@@ -10,14 +10,58 @@
 // The tree keys are the last tiles of the last chunk, masked by the per-row ancestor bitset, so the
 // prefix and the tree share one online softmax (no O_p round trip). Chunked prefixes (small batches) are
 // combined by LSE in `combine_kernel`. With num_splits = 0 the kernel is the cascade's tree tail alone.
+// Prefix keys are found either through a page table ([B, pages], the standalone API) or through a ragged
+// slot list (kv_indptr / kv_indices, what SGLang's attention backends build for TARGET_VERIFY); with
+// kv_chunk = 0 every request's prefix is split into num_splits equal chunks, so one launch (and one CUDA
+// graph) serves any prefix lengths. bf16 and fp16 (mma.sync .bf16 / .f16); GQA head dims 32-256.
 #include "verify_attn.cuh"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace ddtree {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+// Element traits: the mma instruction and the float pair -> packed 2 x 16-bit conversion per dtype.
+template <class T>
+struct Elem;
+template <>
+struct Elem<bf16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t x) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+  }
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Elem<f16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t x) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&x));
+  }
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
 
 constexpr int kRows = 64;
 constexpr int kWarps = 8;
@@ -35,8 +79,8 @@ struct Cfg {
   static constexpr int K_ELEMS = BN * KSTR;
   static constexpr int V_ELEMS = V_IS_K ? 0 : BN * VSTR;
   static constexpr int P_ELEMS = kRows * PSTR;
-  static constexpr size_t SMEM =
-      size_t(Q_ELEMS + 2 * K_ELEMS + 2 * V_ELEMS + P_ELEMS) * sizeof(bf16) + 4 * kRows * sizeof(float);
+  static constexpr size_t SMEM =  // 16-bit elements (bf16 or fp16)
+      size_t(Q_ELEMS + 2 * K_ELEMS + 2 * V_ELEMS + P_ELEMS) * 2 + 4 * kRows * sizeof(float);
   static constexpr int NB_S = BN / 2 / 8;  // 8-key n-blocks per warp in S
   static constexpr int NB_V = DV / 2 / 8;  // 8-column n-blocks per warp in O
   static constexpr int TPK = kThreads / BN;  // loader threads per key row
@@ -45,7 +89,8 @@ struct Cfg {
   static_assert(!V_IS_K || DV <= DA, "MLA values are the first Dv key dims");
 };
 using MlaCfg = Cfg<512, 64, 512, true, 32>;   // 155.6 KB smem
-using GqaCfg = Cfg<128, 0, 128, false, 64>;   //  97.3 KB smem
+template <int D>
+using GqaCfg = Cfg<D, 0, D, false, 64>;       // D = 128: 97.3 KB smem; 256: 179 KB; 64: 55 KB; 32: 34 KB
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -59,35 +104,44 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(p)));
 }
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(p)));
 }
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
+
+// Request b's prefix: [pstart, pstart + plen) in the ragged slot list, or keys 0..plen through the page table.
+__device__ __forceinline__ void prefix_extent(const VerifyAttnParams& p, int b, int64_t& pstart, int& plen) {
+  if (p.kv_indptr != nullptr) {
+    pstart = p.kv_indptr[b];
+    plen = max(0, p.kv_indptr[b + 1] - p.kv_indptr[b]);
+  } else {
+    pstart = 0;
+    plen = p.prefix_lens[b];
+  }
 }
 
-template <class C>
+__device__ __forceinline__ int64_t prefix_slot(const VerifyAttnParams& p, int b, int64_t pstart, int j) {
+  if (p.kv_indptr != nullptr) {
+    return p.kv_indices_64 ? static_cast<const int64_t*>(p.kv_indices)[pstart + j]
+                           : int64_t(static_cast<const int32_t*>(p.kv_indices)[pstart + j]);
+  }
+  return int64_t(p.page_table[int64_t(b) * p.pt_b + j / p.page_size]) * p.page_size + j % p.page_size;
+}
+
+template <class T, class C>
 __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAttnParams p) {
+  using E = Elem<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* Ks = Qs + C::Q_ELEMS;
-  bf16* Vs = Ks + 2 * C::K_ELEMS;
-  bf16* Ps = Vs + 2 * C::V_ELEMS;
+  T* Qs = reinterpret_cast<T*>(smem_raw);
+  T* Ks = Qs + C::Q_ELEMS;
+  T* Vs = Ks + 2 * C::K_ELEMS;
+  T* Ps = Vs + 2 * C::V_ELEMS;
   float* red_max = reinterpret_cast<float*>(Ps + C::P_ELEMS);  // [2][kRows]
   float* red_sum = red_max + 2 * kRows;                         // [2][kRows]
 
@@ -99,19 +153,26 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
   const int part = blockIdx.y, parts = gridDim.y;
   const int b = blockIdx.z / p.Hkv, kvh = blockIdx.z % p.Hkv;
 
-  const bf16* qa = static_cast<const bf16*>(p.q_a);
-  const bf16* qb = static_cast<const bf16*>(p.q_b);
-  const bf16* kc = static_cast<const bf16*>(p.k_cache);
-  const bf16* vc = static_cast<const bf16*>(p.v_cache);
-  const bf16* kt = static_cast<const bf16*>(p.k_tree);
-  const bf16* vt = static_cast<const bf16*>(p.v_tree);
+  const T* qa = static_cast<const T*>(p.q_a);
+  const T* qb = static_cast<const T*>(p.q_b);
+  const T* kc = static_cast<const T*>(p.k_cache);
+  const T* vc = static_cast<const T*>(p.v_cache);
+  const T* kt = static_cast<const T*>(p.k_tree);
+  const T* vt = static_cast<const T*>(p.v_tree);
 
   // This CTA's keys: prefix [pbeg, pend), then (last part only) the n tree keys.
-  const int plen = p.prefix_lens[b];
+  int64_t pstart;
+  int plen;
+  prefix_extent(p, b, pstart, plen);
   int pbeg = 0, pend = 0;
   if (p.num_splits > 0) {
-    pbeg = part * p.kv_chunk;
-    pend = max(pbeg, min(plen, pbeg + p.kv_chunk));
+    int chunk = p.kv_chunk;
+    if (chunk == 0) {  // this request's prefix in `parts` equal chunks, each a whole number of key tiles
+      chunk = ((plen + parts - 1) / parts + C::BN - 1) / C::BN * C::BN;
+      chunk = max(chunk, C::BN);
+    }
+    pbeg = part * chunk;
+    pend = max(pbeg, min(plen, pbeg + chunk));
   }
   const bool tree_here = p.with_tree && part == parts - 1;
   const int n_ptiles = (pend - pbeg + C::BN - 1) / C::BN;
@@ -124,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
     const bool valid = R < rows_per_kv;
     const int i = valid ? R / p.G : 0, h = kvh * p.G + (valid ? R % p.G : 0);
     const int64_t t = int64_t(b) * p.n + i;
-    const bf16* src;
+    const T* src;
     if constexpr (C::DB > 0) {
       src = col < C::DA ? qa + t * p.q_a_t + h * p.q_a_h + col : qb + t * p.q_b_t + h * p.q_b_h + (col - C::DA);
     } else {
@@ -149,25 +210,24 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
     const int kr = tid / C::TPK, sub = tid % C::TPK;
     const int j = key0 + kr;
     const bool valid = j < kend;
-    const bf16* krow = kc;
-    const bf16* vrow = vc;
+    const T* krow = kc;
+    const T* vrow = vc;
     if (valid) {
       if (is_tree) {
         const int64_t t = int64_t(b) * p.n + j;
         krow = kt + t * p.kt_t + kvh * p.kt_h;
         vrow = vt + t * p.vt_t + kvh * p.vt_h;
       } else {
-        const int64_t slot = int64_t(p.page_table[int64_t(b) * p.pt_b + j / p.page_size]) * p.page_size +
-                             j % p.page_size;
+        const int64_t slot = prefix_slot(p, b, pstart, j);
         krow = kc + slot * p.kc_s + kvh * p.kc_h;
         vrow = vc + slot * p.vc_s + kvh * p.vc_h;
       }
     }
-    bf16* kdst = Ks + buf * C::K_ELEMS + kr * C::KSTR;
+    T* kdst = Ks + buf * C::K_ELEMS + kr * C::KSTR;
 #pragma unroll
     for (int col = sub * 8; col < C::DQK; col += C::TPK * 8) cp_async16(kdst + col, krow + (valid ? col : 0), valid);
     if constexpr (!C::V_IS_K) {
-      bf16* vdst = Vs + buf * C::V_ELEMS + kr * C::VSTR;
+      T* vdst = Vs + buf * C::V_ELEMS + kr * C::VSTR;
 #pragma unroll
       for (int col = sub * 8; col < C::DV; col += C::TPK * 8) cp_async16(vdst + col, vrow + (valid ? col : 0), valid);
     }
@@ -192,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
     int key0, kend;
     tile_keys(it, key0, kend);
     const bool is_tree = it >= n_ptiles;
-    const bf16* Kb = Ks + buf * C::K_ELEMS;
+    const T* Kb = Ks + buf * C::K_ELEMS;
 
     // ---- S = Q Kᵀ ----
     float s[C::NB_S][4];
@@ -207,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
         uint32_t bb[4];
         ldsm_x4(bb, Kb + (wk * (C::BN / 2) + np * 16 + (lane >> 4) * 8 + (lane & 7)) * C::KSTR + kk * 16 +
                         ((lane >> 3) & 1) * 8);
-        mma16816(s[2 * np], a, bb[0], bb[1]);
-        mma16816(s[2 * np + 1], a, bb[2], bb[3]);
+        E::mma(s[2 * np], a, bb[0], bb[1]);
+        E::mma(s[2 * np + 1], a, bb[2], bb[3]);
       }
     }
 
@@ -242,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
     }
     __syncthreads();
 
-    // ---- online softmax; P (bf16) → smem ----
+    // ---- online softmax; P (16-bit) → smem ----
     float alpha[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -266,8 +326,8 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
 #pragma unroll
     for (int nb = 0; nb < C::NB_S; ++nb) {
       const int col = wk * (C::BN / 2) + nb * 8 + 2 * tq;
-      *reinterpret_cast<uint32_t*>(Ps + (wr * 16 + g) * C::PSTR + col) = pack_bf16(s[nb][0], s[nb][1]);
-      *reinterpret_cast<uint32_t*>(Ps + (wr * 16 + g + 8) * C::PSTR + col) = pack_bf16(s[nb][2], s[nb][3]);
+      *reinterpret_cast<uint32_t*>(Ps + (wr * 16 + g) * C::PSTR + col) = E::pack(s[nb][0], s[nb][1]);
+      *reinterpret_cast<uint32_t*>(Ps + (wr * 16 + g + 8) * C::PSTR + col) = E::pack(s[nb][2], s[nb][3]);
     }
     __syncthreads();
 
@@ -279,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
       o[nb][2] *= alpha[1];
       o[nb][3] *= alpha[1];
     }
-    const bf16* Vb = C::V_IS_K ? Kb : Vs + buf * C::V_ELEMS;
+    const T* Vb = C::V_IS_K ? Kb : Vs + buf * C::V_ELEMS;
     constexpr int VS = C::V_IS_K ? C::KSTR : C::VSTR;
 #pragma unroll
     for (int kk = 0; kk < C::BN / 16; ++kk) {
@@ -290,8 +350,8 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
         uint32_t bb[4];
         ldsm_x4_t(bb, Vb + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wk * (C::DV / 2) + np * 16 +
                           (lane >> 4) * 8);
-        mma16816(o[2 * np], a, bb[0], bb[1]);
-        mma16816(o[2 * np + 1], a, bb[2], bb[3]);
+        E::mma(o[2 * np], a, bb[0], bb[1]);
+        E::mma(o[2 * np + 1], a, bb[2], bb[3]);
       }
     }
   }
@@ -319,26 +379,27 @@ __global__ void __launch_bounds__(kThreads, 1) verify_attn_kernel(const VerifyAt
     const float lse = l > 0.f ? (m_r[hr] + log2f(l)) * kLn2 : kNegInf;
     const int64_t row = (int64_t(b) * p.n + R / p.G) * p.Hq + kvh * p.G + R % p.G;
     if (parts == 1) {
-      bf16* orow = static_cast<bf16*>(p.out) + row * C::DV + wk * (C::DV / 2) + 2 * tq;
+      T* orow = static_cast<T*>(p.out) + row * C::DV + wk * (C::DV / 2) + 2 * tq;
 #pragma unroll
       for (int nb = 0; nb < C::NB_V; ++nb)
-        *reinterpret_cast<uint32_t*>(orow + nb * 8) = pack_bf16(o[nb][hr * 2] * inv, o[nb][hr * 2 + 1] * inv);
+        *reinterpret_cast<uint32_t*>(orow + nb * 8) = E::pack(o[nb][hr * 2] * inv, o[nb][hr * 2 + 1] * inv);
       if (wk == 0 && tq == 0) p.lse[row] = lse;
     } else {
+      if (wk == 0 && tq == 0) p.lse_part[int64_t(part) * total_rows + row] = lse;
+      if (l == 0.f) continue;  // an empty chunk: LSE −inf, and the combine never reads its O
       float* orow = p.o_part + (int64_t(part) * total_rows + row) * C::DV + wk * (C::DV / 2) + 2 * tq;
 #pragma unroll
       for (int nb = 0; nb < C::NB_V; ++nb)
         *reinterpret_cast<float2*>(orow + nb * 8) = make_float2(o[nb][hr * 2] * inv, o[nb][hr * 2 + 1] * inv);
-      if (wk == 0 && tq == 0) p.lse_part[int64_t(part) * total_rows + row] = lse;
     }
   }
 }
 
 // Combines the prefix chunks of each row by their natural-log LSE; chunks without keys (LSE −inf) weigh 0.
-template <int DV>
+template <class T, int DV>
 __global__ void __launch_bounds__(DV / 4) combine_kernel(const float* __restrict__ o_part,
                                                         const float* __restrict__ lse_part, int parts,
-                                                        int64_t rows, bf16* __restrict__ out,
+                                                        int64_t rows, T* __restrict__ out,
                                                         float* __restrict__ lse) {
   const int64_t row = blockIdx.x;
   float m = kNegInf;
@@ -355,26 +416,38 @@ __global__ void __launch_bounds__(DV / 4) combine_kernel(const float* __restrict
     wsum += w;
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  uint2 packed = make_uint2(pack_bf16(acc.x * inv, acc.y * inv), pack_bf16(acc.z * inv, acc.w * inv));
+  uint2 packed = make_uint2(Elem<T>::pack(acc.x * inv, acc.y * inv), Elem<T>::pack(acc.z * inv, acc.w * inv));
   reinterpret_cast<uint2*>(out + row * DV)[threadIdx.x] = packed;
   if (threadIdx.x == 0) lse[row] = wsum > 0.f ? mu + logf(wsum) : kNegInf;
 }
 
-template <class C>
+template <class T, class C>
 cudaError_t launch(const VerifyAttnParams& p, cudaStream_t stream) {
   const int parts = verify_attn_parts(p);
   if (p.B == 0 || p.n == 0) return cudaSuccess;
   const dim3 grid((p.n * p.G + kRows - 1) / kRows, parts, p.B * p.Hkv);
-  cudaError_t err = cudaFuncSetAttribute(verify_attn_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaError_t err = cudaFuncSetAttribute(verify_attn_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(C::SMEM));
   if (err != cudaSuccess) return err;
-  verify_attn_kernel<C><<<grid, kThreads, C::SMEM, stream>>>(p);
+  verify_attn_kernel<T, C><<<grid, kThreads, C::SMEM, stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess || parts == 1) return err;
   const int64_t rows = int64_t(p.B) * p.n * p.Hq;
-  combine_kernel<C::DV><<<static_cast<unsigned>(rows), C::DV / 4, 0, stream>>>(
-      p.o_part, p.lse_part, parts, rows, static_cast<bf16*>(p.out), p.lse);
+  combine_kernel<T, C::DV><<<static_cast<unsigned>(rows), C::DV / 4, 0, stream>>>(
+      p.o_part, p.lse_part, parts, rows, static_cast<T*>(p.out), p.lse);
   return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_layout(const VerifyAttnParams& p, VerifyAttnLayout layout, int head_dim, cudaStream_t stream) {
+  if (layout == VerifyAttnLayout::kMLA) return launch<T, MlaCfg>(p, stream);
+  switch (head_dim) {
+    case 32: return launch<T, GqaCfg<32>>(p, stream);
+    case 64: return launch<T, GqaCfg<64>>(p, stream);
+    case 128: return launch<T, GqaCfg<128>>(p, stream);
+    case 256: return launch<T, GqaCfg<256>>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 __device__ __forceinline__ float natural_lse(float l, float scale) {
@@ -383,10 +456,11 @@ __device__ __forceinline__ float natural_lse(float l, float scale) {
 }
 
 // One row per D/8 threads, 16-byte loads; an empty side (weight 0) is skipped, so its O may hold anything.
-__global__ void __launch_bounds__(256) merge_two_kernel(const bf16* __restrict__ oa, const float* __restrict__ la,
-                                                        float sa, const bf16* __restrict__ ob,
+template <class T>
+__global__ void __launch_bounds__(256) merge_two_kernel(const T* __restrict__ oa, const float* __restrict__ la,
+                                                        float sa, const T* __restrict__ ob,
                                                         const float* __restrict__ lb, float sb, int64_t rows,
-                                                        int D, bf16* __restrict__ out, float* __restrict__ lse) {
+                                                        int D, T* __restrict__ out, float* __restrict__ lse) {
   const int tpr = D / 8, rpb = blockDim.x / tpr;
   const int64_t row = int64_t(blockIdx.x) * rpb + threadIdx.x / tpr;
   const int c = (threadIdx.x % tpr) * 8;
@@ -398,46 +472,97 @@ __global__ void __launch_bounds__(256) merge_two_kernel(const bf16* __restrict__
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   if (wa > 0.f) {
     const uint4 v = *reinterpret_cast<const uint4*>(oa + row * D + c);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+    const uint32_t* h = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(h[k]);
+      const float2 f = Elem<T>::unpack(h[k]);
       acc[2 * k] += wa * f.x, acc[2 * k + 1] += wa * f.y;
     }
   }
   if (wb > 0.f) {
     const uint4 v = *reinterpret_cast<const uint4*>(ob + row * D + c);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+    const uint32_t* h = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(h[k]);
+      const float2 f = Elem<T>::unpack(h[k]);
       acc[2 * k] += wb * f.x, acc[2 * k + 1] += wb * f.y;
     }
   }
   uint4 o;
-  o.x = pack_bf16(acc[0] * inv, acc[1] * inv), o.y = pack_bf16(acc[2] * inv, acc[3] * inv);
-  o.z = pack_bf16(acc[4] * inv, acc[5] * inv), o.w = pack_bf16(acc[6] * inv, acc[7] * inv);
+  o.x = Elem<T>::pack(acc[0] * inv, acc[1] * inv), o.y = Elem<T>::pack(acc[2] * inv, acc[3] * inv);
+  o.z = Elem<T>::pack(acc[4] * inv, acc[5] * inv), o.w = Elem<T>::pack(acc[6] * inv, acc[7] * inv);
   *reinterpret_cast<uint4*>(out + row * D + c) = o;
   if (c == 0) lse[row] = tot > 0.f ? mu + __logf(tot) : kNegInf;
 }
 
-}  // namespace
-
-cudaError_t launch_merge_states_bf16(const void* o_a, const float* lse_a, float scale_a, const void* o_b,
-                                     const float* lse_b, float scale_b, int64_t rows, int D, void* out,
-                                     float* lse_out, cudaStream_t stream) {
+template <class T>
+cudaError_t launch_merge(const void* o_a, const float* lse_a, float scale_a, const void* o_b, const float* lse_b,
+                         float scale_b, int64_t rows, int D, void* out, float* lse_out, cudaStream_t stream) {
   if (D % 8 != 0 || D > 2048 || D <= 0) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   const int tpr = D / 8, rpb = 256 / tpr;
   const int64_t blocks = (rows + rpb - 1) / rpb;
-  merge_two_kernel<<<static_cast<unsigned>(blocks), rpb * tpr, 0, stream>>>(
-      static_cast<const bf16*>(o_a), lse_a, scale_a, static_cast<const bf16*>(o_b), lse_b, scale_b, rows, D,
-      static_cast<bf16*>(out), lse_out);
+  merge_two_kernel<T><<<static_cast<unsigned>(blocks), rpb * tpr, 0, stream>>>(
+      static_cast<const T*>(o_a), lse_a, scale_a, static_cast<const T*>(o_b), lse_b, scale_b, rows, D,
+      static_cast<T*>(out), lse_out);
   return cudaGetLastError();
 }
 
-cudaError_t launch_verify_attn_bf16(const VerifyAttnParams& p, VerifyAttnLayout layout, cudaStream_t stream) {
-  return layout == VerifyAttnLayout::kMLA ? launch<MlaCfg>(p, stream) : launch<GqaCfg>(p, stream);
+// SGLang's prefix addressing for verify_attn_ragged: one block per request sums the lengths before it (its
+// offset), writes indptr[b + 1] and copies its row of req_to_token. No host value is read.
+template <class R, class L>
+__global__ void __launch_bounds__(256) gather_prefix_slots_kernel(const int32_t* __restrict__ req_to_token,
+                                                                   int64_t stride, const R* __restrict__ rows,
+                                                                   const L* __restrict__ lens,
+                                                                   int32_t* __restrict__ indptr,
+                                                                   int32_t* __restrict__ indices) {
+  const int b = blockIdx.x;
+  __shared__ int64_t s_part[8];
+  int64_t acc = 0;
+  for (int i = threadIdx.x; i < b; i += blockDim.x) acc += static_cast<int64_t>(lens[i]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  int64_t start = 0;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) start += s_part[w];
+  const int64_t len = static_cast<int64_t>(lens[b]);
+  if (threadIdx.x == 0) {
+    indptr[b + 1] = static_cast<int32_t>(start + len);
+    if (b == 0) indptr[0] = 0;
+  }
+  const int32_t* src = req_to_token + static_cast<int64_t>(rows[b]) * stride;
+  for (int64_t j = threadIdx.x; j < len; j += blockDim.x) indices[start + j] = src[j];
+}
+
+}  // namespace
+
+cudaError_t launch_gather_prefix_slots(const int32_t* req_to_token, int64_t stride, const void* rows, bool rows_64,
+                                       const void* lens, bool lens_64, int B, int32_t* indptr, int32_t* indices,
+                                       cudaStream_t stream) {
+  if (B <= 0) return cudaSuccess;
+#define DDTREE_GATHER(R, L)                                                                                   \
+  gather_prefix_slots_kernel<R, L><<<B, 256, 0, stream>>>(req_to_token, stride, static_cast<const R*>(rows), \
+                                                           static_cast<const L*>(lens), indptr, indices)
+  if (rows_64 && lens_64) DDTREE_GATHER(int64_t, int64_t);
+  else if (rows_64) DDTREE_GATHER(int64_t, int32_t);
+  else if (lens_64) DDTREE_GATHER(int32_t, int64_t);
+  else DDTREE_GATHER(int32_t, int32_t);
+#undef DDTREE_GATHER
+  return cudaGetLastError();
+}
+
+cudaError_t launch_merge_states(const void* o_a, const float* lse_a, float scale_a, const void* o_b,
+                                const float* lse_b, float scale_b, int64_t rows, int D, void* out, float* lse_out,
+                                bool fp16, cudaStream_t stream) {
+  return fp16 ? launch_merge<f16>(o_a, lse_a, scale_a, o_b, lse_b, scale_b, rows, D, out, lse_out, stream)
+              : launch_merge<bf16>(o_a, lse_a, scale_a, o_b, lse_b, scale_b, rows, D, out, lse_out, stream);
+}
+
+cudaError_t launch_verify_attn(const VerifyAttnParams& p, VerifyAttnLayout layout, int head_dim, bool fp16,
+                               cudaStream_t stream) {
+  return fp16 ? launch_layout<f16>(p, layout, head_dim, stream) : launch_layout<bf16>(p, layout, head_dim, stream);
 }
 
 }  // namespace ddtree

@@ -24,6 +24,12 @@ SCHEMAS = {
     #   -> accept_index i32 [B,L+1], accept_len i32 [B], bonus i64 [B], flags i32 [B]
     "accept_tree": "(Tensor tokens, Tensor next_token, Tensor next_sibling, Tensor num_nodes, Tensor target, "
                    "int depth_limit) -> (Tensor, Tensor, Tensor, Tensor)",
+    # the accept walk plus the round's commit plan (kernels/tree_walk.h), W = depth_limit + 1: tokens, links,
+    #   target i64 [B,n], num_nodes i32 [B], prefix_lens i32/i64 [B], slots i64 [B,n] -> accept_index i32 [B,W],
+    #   accept_len i32 [B], bonus i64 [B], flags i32 [B], out_tokens, kv_src, kv_dst, hidden_index, positions
+    #   i64 [B,W], new_seq_lens [B] (prefix_lens' dtype)
+    "commit_tree": "(Tensor tokens, Tensor next_token, Tensor next_sibling, Tensor num_nodes, Tensor target, "
+                   "Tensor prefix_lens, Tensor slots, int depth_limit) -> Tensor[]",
     # logits [R, V] (bf16/fp16/fp32) -> lp f32 [R, k], ids i64 [R, k] in canonical order (value desc, id asc)
     "topk_lse": "(Tensor logits, int k) -> (Tensor, Tensor)",
     # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample (argmax when temperature == 0) -> i64 [R]
@@ -57,6 +63,15 @@ def _accept_fake(tokens, next_token, next_sibling, num_nodes, target, depth_limi
     B = tokens.shape[0]
     return (tokens.new_empty((B, depth_limit + 1), dtype=torch.int32), tokens.new_empty((B,), dtype=torch.int32),
             tokens.new_empty((B,), dtype=torch.int64), tokens.new_empty((B,), dtype=torch.int32))
+
+
+@torch.library.register_fake(f"{NS}::commit_tree")
+def _commit_fake(tokens, next_token, next_sibling, num_nodes, target, prefix_lens, slots, depth_limit):
+    B, W = tokens.shape[0], depth_limit + 1
+    i32, i64 = dict(dtype=torch.int32), dict(dtype=torch.int64)
+    return [tokens.new_empty((B, W), **i32), tokens.new_empty((B,), **i32), tokens.new_empty((B,), **i64),
+            tokens.new_empty((B,), **i32)] + [tokens.new_empty((B, W), **i64) for _ in range(5)] + \
+           [prefix_lens.new_empty((B,))]
 
 
 @torch.library.register_fake(f"{NS}::topk_lse")
@@ -136,8 +151,37 @@ def _verify_attn_fake(q_a, q_b, k_cache, v_cache, page_size, page_table, prefix_
     T, Hq = q_a.shape[0], q_a.shape[1]
     return q_a.new_empty((T, Hq, v_cache.shape[-1])), q_a.new_empty((T, Hq), dtype=torch.float32)
 
-# o_a, o_b bf16 [..., D]; lse_* f32 [...] times lse_*_scale = natural log (1.0, or ln 2 for base 2)
-#   -> merged O bf16 [..., D], natural-log lse f32 [...]
+# The same attention with SGLang's prefix addressing: request b's prefix slots are kv_indices[kv_indptr[b] ..
+# kv_indptr[b+1]) (kv_indptr i32 [B+1], kv_indices i32/i64), each prefix split on the device into num_splits
+# equal chunks (no host length: one CUDA graph serves any prefix lengths); the tree keys always included.
+SCHEMAS["verify_attn_ragged"] = ("(Tensor q_a, Tensor? q_b, Tensor k_cache, Tensor v_cache, Tensor kv_indptr, "
+                                 "Tensor kv_indices, Tensor k_tree, Tensor v_tree, Tensor mask_bits, float sm_scale, "
+                                 "int num_splits) -> (Tensor, Tensor)")
+_lib.define("verify_attn_ragged" + SCHEMAS["verify_attn_ragged"])
+
+
+@torch.library.register_fake(f"{NS}::verify_attn_ragged")
+def _verify_attn_ragged_fake(q_a, q_b, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree, mask_bits,
+                             sm_scale, num_splits):
+    T, Hq = q_a.shape[0], q_a.shape[1]
+    return q_a.new_empty((T, Hq, v_cache.shape[-1])), q_a.new_empty((T, Hq), dtype=torch.float32)
+
+
+# SGLang's prefix addressing for verify_attn_ragged, written in place into caller buffers (CUDA-graph static
+# ones): indptr i32 [>= B+1] = cumsum of lens with a leading 0, indices i32 [>= B * context] = each request's
+# req_to_token[rows[b], :lens[b]] (req_to_token i32 [R, context]; rows, lens i32/i64 [B]).
+SCHEMAS["gather_prefix_slots"] = ("(Tensor req_to_token, Tensor rows, Tensor lens, Tensor(a!) indptr, "
+                                  "Tensor(b!) indices) -> ()")
+_lib.define("gather_prefix_slots" + SCHEMAS["gather_prefix_slots"])
+
+
+@torch.library.register_fake(f"{NS}::gather_prefix_slots")
+def _gather_prefix_slots_fake(req_to_token, rows, lens, indptr, indices):
+    return None
+
+
+# o_a, o_b bf16/fp16 [..., D]; lse_* f32 [...] times lse_*_scale = natural log (1.0, or ln 2 for base 2)
+#   -> merged O [..., D] (o_a's dtype), natural-log lse f32 [...]
 SCHEMAS["merge_attn_states"] = ("(Tensor o_a, Tensor lse_a, float lse_a_scale, Tensor o_b, Tensor lse_b, "
                                 "float lse_b_scale) -> (Tensor, Tensor)")
 _lib.define("merge_attn_states" + SCHEMAS["merge_attn_states"])

@@ -1,77 +1,115 @@
-// Native CPU greedy walk over SGLang's child/sibling links (reference.walk_reference, bit for bit).
-//
-// Links must point strictly forward and stay inside [1, num_nodes); the path may not exceed the depth
-// limit. Anything else sets MALFORMED_TREE and stops the walk, so every request finishes after at most
-// n link reads, whatever the input (cyclic, out-of-range or corrupted trees included).
+// Native CPU greedy walk over SGLang's child/sibling links and the round's commit plan. The walk and the
+// per-column plan rule live in kernels/tree_walk.h (shared with the CUDA kernels); reference.walk_reference
+// is the oracle the tests hold both against.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <cstdint>
+
+#include "tree_walk.h"
 
 namespace {
 
-constexpr int32_t kMalformed = 4;
+struct Inputs {
+  at::Tensor tokens, next_token, next_sibling, num_nodes, target;
+  int64_t B, n, width;
+};
+
+Inputs contiguous_inputs(const at::Tensor& tokens_in, const at::Tensor& next_token_in,
+                         const at::Tensor& next_sibling_in, const at::Tensor& num_nodes_in,
+                         const at::Tensor& target_in, int64_t depth_limit, const char* op) {
+  TORCH_CHECK(tokens_in.dim() == 2, op, ": tokens must be [B, n]");
+  TORCH_CHECK(depth_limit >= 0, op, ": depth_limit must be >= 0");
+  Inputs in{tokens_in.to(at::kLong).contiguous(), next_token_in.to(at::kLong).contiguous(),
+            next_sibling_in.to(at::kLong).contiguous(), num_nodes_in.to(at::kInt).contiguous(),
+            target_in.to(at::kLong).contiguous(), tokens_in.size(0), tokens_in.size(1), depth_limit + 1};
+  TORCH_CHECK(in.next_token.sizes() == in.tokens.sizes() && in.next_sibling.sizes() == in.tokens.sizes() &&
+                  in.target.sizes() == in.tokens.sizes() && in.num_nodes.numel() == in.B,
+              op, ": link, target and num_nodes shapes must match tokens [B, n]");
+  TORCH_CHECK(in.n >= 1 || in.B == 0, op, ": a tree has at least the root slot");
+  return in;
+}
+
+ddtree::WalkResult walk(const Inputs& in, int64_t b, int32_t* acc) {
+  const int64_t off = b * in.n;
+  return ddtree::walk_tree(in.tokens.data_ptr<int64_t>() + off, in.target.data_ptr<int64_t>() + off,
+                           in.next_token.data_ptr<int64_t>() + off, in.next_sibling.data_ptr<int64_t>() + off,
+                           in.num_nodes.data_ptr<int32_t>()[b], in.n, static_cast<int>(in.width - 1), acc);
+}
+
+constexpr int64_t kGrain = 16384;  // a walk is ~0.1 us: threads only pay for huge batches
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> accept_tree_cpu(
-    const at::Tensor& tokens_in, const at::Tensor& next_token_in, const at::Tensor& next_sibling_in,
-    const at::Tensor& num_nodes_in, const at::Tensor& target_in, int64_t depth_limit) {
-  TORCH_CHECK(tokens_in.dim() == 2, "tokens must be [B, n]");
-  TORCH_CHECK(depth_limit >= 0, "depth_limit must be >= 0");
-  const auto tokens = tokens_in.to(at::kLong).contiguous();
-  const auto next_token = next_token_in.to(at::kLong).contiguous();
-  const auto next_sibling = next_sibling_in.to(at::kLong).contiguous();
-  const auto num_nodes = num_nodes_in.to(at::kInt).contiguous();
-  const auto target = target_in.to(at::kLong).contiguous();
-  const int64_t B = tokens.size(0), n = tokens.size(1), width = depth_limit + 1;
-  TORCH_CHECK(next_token.sizes() == tokens.sizes() && next_sibling.sizes() == tokens.sizes() &&
-                  target.sizes() == tokens.sizes() && num_nodes.numel() == B,
-              "accept_tree: link, target and num_nodes shapes must match tokens [B, n]");
-  auto accept_index = at::full({B, width}, -1, tokens.options().dtype(at::kInt));
-  auto accept_len = at::empty({B}, tokens.options().dtype(at::kInt));
-  auto bonus = at::empty({B}, tokens.options().dtype(at::kLong));
-  auto flags = at::empty({B}, tokens.options().dtype(at::kInt));
-
-  at::parallel_for(0, B, 16384,  // a walk is ~0.1 us: threads only pay for huge batches
-                    [&](int64_t begin, int64_t end) {
+    const at::Tensor& tokens, const at::Tensor& next_token, const at::Tensor& next_sibling,
+    const at::Tensor& num_nodes, const at::Tensor& target, int64_t depth_limit) {
+  const Inputs in = contiguous_inputs(tokens, next_token, next_sibling, num_nodes, target, depth_limit, "accept_tree");
+  const auto opt = in.tokens.options();
+  auto accept_index = at::full({in.B, in.width}, -1, opt.dtype(at::kInt));
+  auto accept_len = at::empty({in.B}, opt.dtype(at::kInt));
+  auto bonus = at::empty({in.B}, opt.dtype(at::kLong));
+  auto flags = at::empty({in.B}, opt.dtype(at::kInt));
+  at::parallel_for(0, in.B, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t* tok = tokens.data_ptr<int64_t>() + b * n;
-      const int64_t* nt = next_token.data_ptr<int64_t>() + b * n;
-      const int64_t* ns = next_sibling.data_ptr<int64_t>() + b * n;
-      const int64_t* tgt = target.data_ptr<int64_t>() + b * n;
-      int32_t* idx = accept_index.data_ptr<int32_t>() + b * width;
-      int32_t flag = 0;
-      int64_t count = num_nodes.data_ptr<int32_t>()[b];
-      if (count < 1 || count > n) {
-        flag |= kMalformed;
-        count = std::min<int64_t>(std::max<int64_t>(count, 1), n);
-      }
-      int64_t cur = 0, len = 1, steps = 0;
-      idx[0] = 0;
-      while (true) {
-        int64_t matched = -1, prev = cur, c = nt[cur];
-        bool bad = false;
-        while (c != -1) {
-          if (!(prev < c && c < count) || ++steps > n) { bad = true; break; }
-          if (tok[c] == tgt[cur]) { matched = c; break; }
-          prev = c;
-          c = ns[c];
-        }
-        if (bad) { flag |= kMalformed; break; }
-        if (matched == -1) break;
-        if (len == width) { flag |= kMalformed; break; }
-        idx[len++] = static_cast<int32_t>(matched);
-        cur = matched;
-      }
-      accept_len.data_ptr<int32_t>()[b] = static_cast<int32_t>(len);
-      bonus.data_ptr<int64_t>()[b] = tgt[cur];
-      flags.data_ptr<int32_t>()[b] = flag;
+      const ddtree::WalkResult w = walk(in, b, accept_index.data_ptr<int32_t>() + b * in.width);
+      accept_len.data_ptr<int32_t>()[b] = w.len;
+      bonus.data_ptr<int64_t>()[b] = in.target.data_ptr<int64_t>()[b * in.n + w.last];
+      flags.data_ptr<int32_t>()[b] = w.flags;
     }
   });
   return {accept_index, accept_len, bonus, flags};
 }
 
+template <class Len>
+void commit_rows(const Inputs& in, const at::Tensor& prefix, const at::Tensor& slots, at::Tensor* o) {
+  const Len* pre = prefix.data_ptr<Len>();
+  at::parallel_for(0, in.B, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      int32_t* acc = o[0].data_ptr<int32_t>() + b * in.width;
+      const ddtree::WalkResult w = walk(in, b, acc);
+      const int64_t off = b * in.n, col = b * in.width;
+      for (int64_t k = w.len; k < in.width; ++k) acc[k] = -1;
+      for (int k = 0; k < in.width; ++k)
+        ddtree::commit_column(k, w, acc, in.tokens.data_ptr<int64_t>() + off, in.target.data_ptr<int64_t>() + off,
+                              slots.data_ptr<int64_t>() + off, pre[b], b, in.n, o[4].data_ptr<int64_t>() + col,
+                              o[5].data_ptr<int64_t>() + col, o[6].data_ptr<int64_t>() + col,
+                              o[7].data_ptr<int64_t>() + col, o[8].data_ptr<int64_t>() + col);
+      o[1].data_ptr<int32_t>()[b] = w.len;
+      o[2].data_ptr<int64_t>()[b] = in.target.data_ptr<int64_t>()[off + w.last];
+      o[3].data_ptr<int32_t>()[b] = w.flags;
+      o[9].data_ptr<Len>()[b] = pre[b] + static_cast<Len>(w.len);
+    }
+  });
+}
+
+std::vector<at::Tensor> commit_tree_cpu(const at::Tensor& tokens, const at::Tensor& next_token,
+                                        const at::Tensor& next_sibling, const at::Tensor& num_nodes,
+                                        const at::Tensor& target, const at::Tensor& prefix_lens,
+                                        const at::Tensor& slots_in, int64_t depth_limit) {
+  const Inputs in = contiguous_inputs(tokens, next_token, next_sibling, num_nodes, target, depth_limit, "commit_tree");
+  TORCH_CHECK(prefix_lens.numel() == in.B && (prefix_lens.scalar_type() == at::kInt ||
+                                               prefix_lens.scalar_type() == at::kLong),
+              "commit_tree: prefix_lens must be int32 or int64 [B]");
+  TORCH_CHECK(slots_in.sizes() == in.tokens.sizes(), "commit_tree: slots must be [B, n] like tokens");
+  const auto prefix = prefix_lens.contiguous();
+  const auto slots = slots_in.to(at::kLong).contiguous();
+  const auto opt = in.tokens.options();
+  at::Tensor o[10] = {at::empty({in.B, in.width}, opt.dtype(at::kInt)), at::empty({in.B}, opt.dtype(at::kInt)),
+                      at::empty({in.B}, opt), at::empty({in.B}, opt.dtype(at::kInt)),
+                      at::empty({in.B, in.width}, opt), at::empty({in.B, in.width}, opt),
+                      at::empty({in.B, in.width}, opt), at::empty({in.B, in.width}, opt),
+                      at::empty({in.B, in.width}, opt), at::empty({in.B}, prefix.options())};
+  if (prefix.scalar_type() == at::kLong) {
+    commit_rows<int64_t>(in, prefix, slots, o);
+  } else {
+    commit_rows<int32_t>(in, prefix, slots, o);
+  }
+  return {o, o + 10};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) { m.impl("accept_tree", &accept_tree_cpu); }
+TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) {
+  m.impl("accept_tree", &accept_tree_cpu);
+  m.impl("commit_tree", &commit_tree_cpu);
+}

@@ -1,5 +1,5 @@
-// CUDA binding of sglang_ddtree::verify_attn (schema in sglang_ddtree/ops.py): shape/stride checks, output
-// and split-workspace allocation, launch on the current stream.
+// CUDA bindings of sglang_ddtree::verify_attn / verify_attn_ragged / merge_attn_states (schemas in
+// sglang_ddtree/ops.py): shape/stride checks, output and split-workspace allocation, launch on the current stream.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -22,27 +22,36 @@ cudaStream_t current_stream(const at::Tensor& t) {
   return static_cast<cudaStream_t>(stream);
 }
 
-void check_rows(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kBFloat16, name, " must be a CUDA bfloat16 tensor");
+void check_rows(const at::Tensor& t, const char* name, at::ScalarType dtype) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == dtype, name, " must be a CUDA ", c10::toString(dtype),
+              " tensor (like q_a)");
   TORCH_CHECK(t.dim() == 3 && t.stride(2) == 1, name, " must be 3-D with a contiguous last dimension");
   TORCH_CHECK(t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0, name, " strides must be multiples of 8 elements");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
-std::tuple<at::Tensor, at::Tensor> verify_attn(const at::Tensor& q_a, const std::optional<at::Tensor>& q_b,
-                                               const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                               int64_t page_size, const at::Tensor& page_table,
-                                               const at::Tensor& prefix_lens, const at::Tensor& k_tree,
-                                               const at::Tensor& v_tree, const at::Tensor& mask_bits,
-                                               double sm_scale, int64_t num_splits, int64_t kv_chunk,
-                                               bool with_tree) {
-  check_rows(q_a, "q_a");
-  check_rows(k_cache, "k_cache");
-  check_rows(v_cache, "v_cache");
-  check_rows(k_tree, "k_tree");
-  check_rows(v_tree, "v_tree");
+struct Launch {
+  ddtree::VerifyAttnParams p{};
+  ddtree::VerifyAttnLayout layout;
+  int head_dim;
+  bool fp16;
+  at::Tensor out, lse, o_part, lse_part;
+};
+
+// Shape checks shared by both prefix forms; fills everything but the prefix addressing and the split plan.
+Launch prepare(const at::Tensor& q_a, const std::optional<at::Tensor>& q_b, const at::Tensor& k_cache,
+               const at::Tensor& v_cache, int64_t B, const at::Tensor& k_tree, const at::Tensor& v_tree,
+               const at::Tensor& mask_bits, double sm_scale) {
+  TORCH_CHECK(q_a.scalar_type() == at::kBFloat16 || q_a.scalar_type() == at::kHalf,
+              "verify_attn takes bfloat16 or float16 inputs");
+  const auto dt = q_a.scalar_type();
+  check_rows(q_a, "q_a", dt);
+  check_rows(k_cache, "k_cache", dt);
+  check_rows(v_cache, "v_cache", dt);
+  check_rows(k_tree, "k_tree", dt);
+  check_rows(v_tree, "v_tree", dt);
   const bool mla = q_b.has_value();
-  if (mla) check_rows(*q_b, "q_b");
+  if (mla) check_rows(*q_b, "q_b", dt);
   const int64_t T = q_a.size(0), Hq = q_a.size(1), Hkv = k_cache.size(1);
   const int64_t Da = q_a.size(2), Db = mla ? q_b->size(2) : 0, Dv = v_cache.size(2);
   if (mla) {
@@ -53,63 +62,116 @@ std::tuple<at::Tensor, at::Tensor> verify_attn(const at::Tensor& q_a, const std:
                 "verify_attn MLA: values must be the latent part (a view) of the keys");
     TORCH_CHECK(q_b->size(0) == T && q_b->size(1) == Hq, "q_b must match q_a in T and heads");
   } else {
-    TORCH_CHECK(Da == 128 && Dv == 128 && k_cache.size(2) == 128, "verify_attn GQA takes head dim 128");
+    TORCH_CHECK(ddtree::verify_attn_gqa_head_dim(static_cast<int>(Da)) && Dv == Da && k_cache.size(2) == Da,
+                "verify_attn GQA takes head dim 32, 64, 128 or 256 with equal key and value dims, got ", Da);
   }
   TORCH_CHECK(Hkv >= 1 && Hq % Hkv == 0, "query heads must be a multiple of KV heads");
   TORCH_CHECK(v_cache.size(1) == Hkv && k_tree.size(1) == Hkv && v_tree.size(1) == Hkv, "KV head counts differ");
-  TORCH_CHECK(page_table.scalar_type() == at::kInt && page_table.dim() == 2 && page_table.stride(1) == 1,
-              "page_table must be int32 [B, pages] with contiguous rows");
-  const int64_t B = page_table.size(0);
   TORCH_CHECK(B > 0 && T % B == 0, "T must be a multiple of B");
   const int64_t n = T / B;
-  TORCH_CHECK(prefix_lens.scalar_type() == at::kInt && prefix_lens.is_contiguous() && prefix_lens.numel() == B,
-              "prefix_lens must be int32 [B]");
   const int64_t words = (n + 31) / 32;
   TORCH_CHECK(mask_bits.scalar_type() == at::kInt && mask_bits.is_contiguous() && mask_bits.numel() == B * n * words,
               "mask_bits must be contiguous int32 [B, n, ceil(n/32)]");
   TORCH_CHECK(k_tree.size(0) == T && v_tree.size(0) == T, "tree KV must have T rows");
-  TORCH_CHECK(page_size >= 1 && num_splits >= 0 && kv_chunk >= 1, "bad page_size / num_splits / kv_chunk");
-  TORCH_CHECK(kv_chunk % (mla ? 32 : 64) == 0, "kv_chunk must be a multiple of the key tile");
   TORCH_CHECK(B * Hkv <= 65535, "B * Hkv too large for one launch");
 
-  const c10::DeviceGuard guard(q_a.device());
-  at::Tensor out = at::empty({T, Hq, Dv}, q_a.options());
-  at::Tensor lse = at::empty({T, Hq}, q_a.options().dtype(at::kFloat));
-  ddtree::VerifyAttnParams p{};
+  Launch L;
+  L.layout = mla ? ddtree::VerifyAttnLayout::kMLA : ddtree::VerifyAttnLayout::kGQA;
+  L.head_dim = static_cast<int>(Da);
+  L.fp16 = dt == at::kHalf;
+  L.out = at::empty({T, Hq, Dv}, q_a.options());
+  L.lse = at::empty({T, Hq}, q_a.options().dtype(at::kFloat));
+  auto& p = L.p;
   p.q_a = q_a.data_ptr(), p.q_a_t = q_a.stride(0), p.q_a_h = q_a.stride(1);
   if (mla) p.q_b = q_b->data_ptr(), p.q_b_t = q_b->stride(0), p.q_b_h = q_b->stride(1);
   p.k_cache = k_cache.data_ptr(), p.kc_s = k_cache.stride(0), p.kc_h = k_cache.stride(1);
   p.v_cache = v_cache.data_ptr(), p.vc_s = v_cache.stride(0), p.vc_h = v_cache.stride(1);
   p.k_tree = k_tree.data_ptr(), p.kt_t = k_tree.stride(0), p.kt_h = k_tree.stride(1);
   p.v_tree = v_tree.data_ptr(), p.vt_t = v_tree.stride(0), p.vt_h = v_tree.stride(1);
-  p.page_table = page_table.data_ptr<int32_t>(), p.pt_b = page_table.stride(0);
-  p.prefix_lens = prefix_lens.data_ptr<int32_t>();
   p.mask_bits = reinterpret_cast<const uint32_t*>(mask_bits.data_ptr<int32_t>());
-  p.page_size = static_cast<int>(page_size), p.mask_words = static_cast<int>(words);
+  p.mask_words = static_cast<int>(words);
   p.B = static_cast<int>(B), p.n = static_cast<int>(n), p.Hq = static_cast<int>(Hq);
   p.Hkv = static_cast<int>(Hkv), p.G = static_cast<int>(Hq / Hkv);
   p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
-  p.num_splits = static_cast<int>(num_splits), p.kv_chunk = static_cast<int>(kv_chunk);
-  p.with_tree = with_tree ? 1 : 0;
-  p.out = out.data_ptr(), p.lse = lse.data_ptr<float>();
-  at::Tensor o_part, lse_part;
+  p.out = L.out.data_ptr(), p.lse = L.lse.data_ptr<float>();
+  return L;
+}
+
+std::tuple<at::Tensor, at::Tensor> run(Launch& L, const at::Tensor& q_a) {
+  auto& p = L.p;
   const int parts = ddtree::verify_attn_parts(p);
   if (parts > 1) {
-    o_part = at::empty({parts, T * Hq, Dv}, q_a.options().dtype(at::kFloat));
-    lse_part = at::empty({parts, T * Hq}, q_a.options().dtype(at::kFloat));
-    p.o_part = o_part.data_ptr<float>(), p.lse_part = lse_part.data_ptr<float>();
+    const int64_t rows = int64_t(p.B) * p.n * p.Hq, dv = L.out.size(2);
+    L.o_part = at::empty({parts, rows, dv}, q_a.options().dtype(at::kFloat));
+    L.lse_part = at::empty({parts, rows}, q_a.options().dtype(at::kFloat));
+    p.o_part = L.o_part.data_ptr<float>(), p.lse_part = L.lse_part.data_ptr<float>();
   }
-  const cudaError_t err = ddtree::launch_verify_attn_bf16(
-      p, mla ? ddtree::VerifyAttnLayout::kMLA : ddtree::VerifyAttnLayout::kGQA,
-      current_stream(q_a));
+  const cudaError_t err = ddtree::launch_verify_attn(p, L.layout, L.head_dim, L.fp16, current_stream(q_a));
   TORCH_CHECK(err == cudaSuccess, "verify_attn launch failed: ", cudaGetErrorString(err));
-  return {out, lse};
+  return {L.out, L.lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> verify_attn(const at::Tensor& q_a, const std::optional<at::Tensor>& q_b,
+                                               const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                               int64_t page_size, const at::Tensor& page_table,
+                                               const at::Tensor& prefix_lens, const at::Tensor& k_tree,
+                                               const at::Tensor& v_tree, const at::Tensor& mask_bits,
+                                               double sm_scale, int64_t num_splits, int64_t kv_chunk,
+                                               bool with_tree) {
+  TORCH_CHECK(page_table.is_cuda() && page_table.scalar_type() == at::kInt && page_table.dim() == 2 &&
+                  page_table.stride(1) == 1,
+              "page_table must be CUDA int32 [B, pages] with contiguous rows");
+  const int64_t B = page_table.size(0);
+  TORCH_CHECK(prefix_lens.is_cuda() && prefix_lens.scalar_type() == at::kInt && prefix_lens.is_contiguous() &&
+                  prefix_lens.numel() == B,
+              "prefix_lens must be CUDA int32 [B]");
+  TORCH_CHECK(page_size >= 1 && num_splits >= 0 && kv_chunk >= 1, "bad page_size / num_splits / kv_chunk");
+  TORCH_CHECK(kv_chunk % (q_b.has_value() ? 32 : 64) == 0, "kv_chunk must be a multiple of the key tile");
+  const c10::DeviceGuard guard(q_a.device());
+  Launch L = prepare(q_a, q_b, k_cache, v_cache, B, k_tree, v_tree, mask_bits, sm_scale);
+  auto& p = L.p;
+  p.page_table = page_table.data_ptr<int32_t>(), p.pt_b = page_table.stride(0);
+  p.prefix_lens = prefix_lens.data_ptr<int32_t>();
+  p.page_size = static_cast<int>(page_size);
+  p.num_splits = static_cast<int>(num_splits), p.kv_chunk = static_cast<int>(kv_chunk);
+  p.with_tree = with_tree ? 1 : 0;
+  return run(L, q_a);
+}
+
+// SGLang's form: request b's prefix slots are kv_indices[kv_indptr[b] .. kv_indptr[b+1]), split into
+// num_splits equal chunks per request on the device (no host value of any length is needed, so one CUDA
+// graph serves every prefix length).
+std::tuple<at::Tensor, at::Tensor> verify_attn_ragged(const at::Tensor& q_a, const std::optional<at::Tensor>& q_b,
+                                                      const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                                      const at::Tensor& kv_indptr, const at::Tensor& kv_indices,
+                                                      const at::Tensor& k_tree, const at::Tensor& v_tree,
+                                                      const at::Tensor& mask_bits, double sm_scale,
+                                                      int64_t num_splits) {
+  TORCH_CHECK(kv_indptr.is_cuda() && kv_indptr.scalar_type() == at::kInt && kv_indptr.is_contiguous() &&
+                  kv_indptr.numel() >= 2,
+              "kv_indptr must be contiguous CUDA int32 [B + 1]");
+  TORCH_CHECK(kv_indices.is_cuda() && kv_indices.is_contiguous() &&
+                  (kv_indices.scalar_type() == at::kInt || kv_indices.scalar_type() == at::kLong),
+              "kv_indices must be contiguous CUDA int32 or int64");
+  TORCH_CHECK(num_splits >= 1 && num_splits <= 1024, "num_splits must be in [1, 1024]");
+  const int64_t B = kv_indptr.numel() - 1;
+  const c10::DeviceGuard guard(q_a.device());
+  Launch L = prepare(q_a, q_b, k_cache, v_cache, B, k_tree, v_tree, mask_bits, sm_scale);
+  auto& p = L.p;
+  p.kv_indptr = kv_indptr.data_ptr<int32_t>();
+  p.kv_indices = kv_indices.data_ptr();
+  p.kv_indices_64 = kv_indices.scalar_type() == at::kLong ? 1 : 0;
+  p.page_size = 1;
+  p.num_splits = static_cast<int>(num_splits), p.kv_chunk = 0;
+  p.with_tree = 1;
+  return run(L, q_a);
 }
 
 std::tuple<at::Tensor, at::Tensor> merge_attn_states(const at::Tensor& o_a, const at::Tensor& lse_a, double scale_a,
                                                      const at::Tensor& o_b, const at::Tensor& lse_b, double scale_b) {
-  TORCH_CHECK(o_a.is_cuda() && o_a.scalar_type() == at::kBFloat16 && o_b.scalar_type() == at::kBFloat16,
-              "merge_attn_states takes CUDA bfloat16 outputs");
+  TORCH_CHECK(o_a.is_cuda() && (o_a.scalar_type() == at::kBFloat16 || o_a.scalar_type() == at::kHalf) &&
+                  o_b.scalar_type() == o_a.scalar_type(),
+              "merge_attn_states takes CUDA bfloat16 or float16 outputs of one dtype");
   TORCH_CHECK(o_a.sizes() == o_b.sizes() && o_a.dim() >= 2, "o_a and o_b must have the same shape [..., D]");
   const int64_t D = o_a.size(-1), rows = o_a.numel() / std::max<int64_t>(D, 1);
   TORCH_CHECK(D % 8 == 0 && D <= 2048, "merge_attn_states: D must be a multiple of 8, at most 2048");
@@ -119,16 +181,41 @@ std::tuple<at::Tensor, at::Tensor> merge_attn_states(const at::Tensor& o_a, cons
   const c10::DeviceGuard guard(o_a.device());
   at::Tensor out = at::empty_like(a);
   at::Tensor lse = at::empty(lse_a.sizes(), la.options());
-  const cudaError_t err = ddtree::launch_merge_states_bf16(
+  const cudaError_t err = ddtree::launch_merge_states(
       a.data_ptr(), la.data_ptr<float>(), static_cast<float>(scale_a), b.data_ptr(), lb.data_ptr<float>(),
-      static_cast<float>(scale_b), rows, static_cast<int>(D), out.data_ptr(), lse.data_ptr<float>(), current_stream(o_a));
+      static_cast<float>(scale_b), rows, static_cast<int>(D), out.data_ptr(), lse.data_ptr<float>(),
+      o_a.scalar_type() == at::kHalf, current_stream(o_a));
   TORCH_CHECK(err == cudaSuccess, "merge_attn_states launch failed: ", cudaGetErrorString(err));
   return {out, lse};
+}
+
+void gather_prefix_slots(const at::Tensor& req_to_token, const at::Tensor& rows, const at::Tensor& lens,
+                         at::Tensor& indptr, at::Tensor& indices) {
+  TORCH_CHECK(req_to_token.is_cuda() && req_to_token.scalar_type() == at::kInt && req_to_token.dim() == 2 &&
+                  req_to_token.stride(1) == 1, "req_to_token must be CUDA int32 [rows, context] with contiguous rows");
+  auto int_vec = [](const at::Tensor& t) {
+    return t.is_cuda() && t.dim() == 1 && t.is_contiguous() && (t.scalar_type() == at::kInt || t.scalar_type() == at::kLong);
+  };
+  TORCH_CHECK(int_vec(rows) && int_vec(lens) && rows.numel() == lens.numel(), "rows and lens must be CUDA int [B]");
+  const int64_t B = rows.numel();
+  TORCH_CHECK(indptr.is_cuda() && indptr.scalar_type() == at::kInt && indptr.is_contiguous() && indptr.numel() >= B + 1,
+              "indptr must be contiguous CUDA int32 with at least B + 1 entries");
+  TORCH_CHECK(indices.is_cuda() && indices.scalar_type() == at::kInt && indices.is_contiguous() &&
+                  indices.numel() >= B * req_to_token.size(1),
+              "indices must be contiguous CUDA int32 with at least B * context entries");
+  const c10::DeviceGuard guard(rows.device());
+  const cudaError_t err = ddtree::launch_gather_prefix_slots(
+      req_to_token.data_ptr<int32_t>(), req_to_token.stride(0), rows.data_ptr(), rows.scalar_type() == at::kLong,
+      lens.data_ptr(), lens.scalar_type() == at::kLong, static_cast<int>(B), indptr.data_ptr<int32_t>(),
+      indices.data_ptr<int32_t>(), current_stream(rows));
+  TORCH_CHECK(err == cudaSuccess, "gather_prefix_slots launch failed: ", cudaGetErrorString(err));
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
   m.impl("verify_attn", &verify_attn);
+  m.impl("verify_attn_ragged", &verify_attn_ragged);
+  m.impl("gather_prefix_slots", &gather_prefix_slots);
   m.impl("merge_attn_states", &merge_attn_states);
 }

@@ -38,7 +38,8 @@ def resolve_backend(prob: Problem, backend: str) -> str:
                 return lib
         return "native"
     if backend == "native" and not native.supports(prob):
-        raise ValueError("backend='native' needs CUDA bf16 tensors in the MLA (512+64 → 512) or GQA (128) shapes")
+        raise ValueError("backend='native' needs CUDA bf16/fp16 tensors in the MLA (512+64 → 512) or GQA "
+                         "(head dim 32, 64, 128 or 256) shapes")
     if backend in libraries.PREFIX:
         if not libraries.supports(backend, prob):
             raise ValueError(f"backend={backend!r} does not take these inputs (device, dtype, layout or page size)")

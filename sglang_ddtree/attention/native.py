@@ -20,12 +20,38 @@ def key_tile(prob: Problem) -> int:
     return 32 if prob.layout == "mla" else 64
 
 
-def supports(prob: Problem) -> bool:
-    if prob.q_a.device.type != "cuda" or prob.dtype != torch.bfloat16:
+DTYPES = (torch.bfloat16, torch.float16)
+GQA_HEAD_DIMS = (32, 64, 128, 256)
+
+
+def supports_shape(device, dtype, layout: str, qk_dim: int, v_dim: int, latent: int | None = None) -> bool:
+    """What kernels/verify_attn.cu takes: CUDA bf16/fp16; MLA 512 + 64 -> 512, GQA head dims 32-256."""
+    if torch.device(device).type != "cuda" or dtype not in DTYPES:
         return False
-    if prob.layout == "mla":
-        return prob.q_a.shape[2] == 512 and prob.Dqk == 576 and prob.Dv == 512
-    return prob.Dqk == 128 and prob.Dv == 128
+    if layout == "mla":
+        return latent == 512 and qk_dim == 576 and v_dim == 512
+    return qk_dim == v_dim and qk_dim in GQA_HEAD_DIMS
+
+
+def supports(prob: Problem) -> bool:
+    return supports_shape(prob.q_a.device, prob.dtype, prob.layout, prob.Dqk, prob.Dv, prob.q_a.shape[2])
+
+
+def ragged_splits(batch: int, n: int, group: int, kv_heads: int, num_sms: int, cap: int = 16) -> int:
+    """Prefix chunks per request for `attend_ragged`: about two waves of CTAs for this batch, at most `cap`
+    (each split costs a float32 partial of the request's rows; empty splits write only their LSE)."""
+    ctas = -(-n * group // ROWS_PER_CTA) * batch * kv_heads
+    return max(1, min(cap, -(-2 * num_sms // max(1, ctas))))
+
+
+def attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree, mask_bits, sm_scale: float,
+                  num_splits: int):
+    """The kernel with SGLang's prefix addressing (ops.py: verify_attn_ragged): request b's prefix KV slots
+    are kv_indices[kv_indptr[b]:kv_indptr[b+1]]; no host read of any length, so it captures in a CUDA graph
+    that any later prefix lengths replay. q [T, Hq, D] (MLA: q = c_kv part 512, q_pe 64); caches [slots,
+    Hkv, D]; tree K/V [T, Hkv, D]; mask_bits int32 [B, n, W]. Returns (O [T, Hq, Dv], natural-log LSE)."""
+    return ops.op("verify_attn_ragged")(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree,
+                                        mask_bits, float(sm_scale), int(num_splits))
 
 
 def split_plan(prob: Problem, n_max: int, num_sms: int) -> tuple[int, int]:
@@ -60,8 +86,8 @@ def attend(prob: Problem, *, with_prefix: bool = True, with_tree: bool = True, m
 
 
 def merge(o_a, lse_a, base_a: str, o_b, lse_b, base_b: str, out_dtype):
-    """merge_states through the CUDA kernel (one pass, bf16 in/out) where it applies, else in torch."""
-    if o_a.is_cuda and o_a.dtype == o_b.dtype == out_dtype == torch.bfloat16 and o_a.shape[-1] % 8 == 0:
+    """merge_states through the CUDA kernel (one pass, bf16/fp16 in and out) where it applies, else in torch."""
+    if o_a.is_cuda and o_a.dtype == o_b.dtype == out_dtype and out_dtype in DTYPES and o_a.shape[-1] % 8 == 0:
         ops.ensure_backend("cuda")
         scale = {"e": 1.0, "2": LN2}
         return ops.op("merge_attn_states")(o_a, lse_a, scale[base_a], o_b, lse_b, scale[base_b])

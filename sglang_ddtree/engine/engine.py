@@ -6,9 +6,10 @@ one `all done?` check that ends the loop):
   build   build_tree(logits, budget)          (chain: budget L, topk 1; AR: budget 0 -> the root alone)
   verify  one target forward over the n tree nodes at positions seq_len + depth, prefix + ancestor mask
   sample  sample_node_tokens: the target's token at every node (argmax, or Gumbel-max at T > 0)
-  accept  accept_tree: the bounded walk down the tree with those tokens
-  commit  the accepted nodes' KV move to slots seq_len .. seq_len+len-1; their target features become
-          drafter context at the same slots; the bonus is the next root.
+  accept  RoundOps.commit (sglang_ddtree/round.py, shared with the SGLang worker): the bounded walk down the
+          tree with those tokens and the round's commit plan
+  commit  apply the plan: the accepted nodes' KV move to slots seq_len .. seq_len+len-1; their target
+          features become drafter context at the same slots; the bonus is the next root.
 The three methods differ only in the tree's shape, so they are compared under identical conditions.
 Stage "loop" is the per-round `all done?` check (a device->host read) and the Python between rounds.
 """
@@ -20,7 +21,8 @@ import time
 
 import torch
 
-from ..accept import accept_tree, sample_node_tokens
+from ..accept import sample_node_tokens
+from ..round import RoundOps
 from ..tree import build_tree
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR
@@ -88,6 +90,7 @@ class Engine:
         if attention == "op" and not fits:
             raise ValueError("attention='op' needs a CUDA bf16 target with head_dim 128")
         self.attention = "op" if attention == "op" or (attention == "auto" and fits) else "sdpa"
+        self.ops = RoundOps(self.device)
         if drafter is not None:
             d = drafter.config
             if d.hidden_size != target.config.hidden_size or max(d.target_layer_ids) >= target.config.num_hidden_layers:
@@ -218,20 +221,18 @@ class Engine:
             clock.mark("sample")
             node_tokens = sample_node_tokens(logits, temperature, seed=seed_t, step=step)
             clock.mark("accept")
-            acc = accept_tree(tree, node_tokens)
+            plan = self.ops.commit(tree, node_tokens, seq_lens, slots)  # the walk and the commit plan
             clock.mark("commit")
-            alen = torch.where(done, 0, acc.accept_len.to(torch.int64))
-            idx = acc.accept_index.to(torch.int64).clamp(min=0)
-            dst = seq_lens[:, None] + acc_cols
-            tcache.move(seq_lens[:, None] + idx, dst)
+            alen = torch.where(done, 0, plan.commit_lens.to(torch.int64))
+            tcache.move(plan.kv_src, plan.kv_dst)
             if use_draft:
-                drf.add_context(dcache, feats.gather(1, idx[:, :, None].expand(-1, -1, feats.shape[-1])), dst, dst)
+                drf.add_context(dcache, feats.reshape(B * n, -1)[plan.hidden_index], plan.positions, plan.kv_dst)
             live = acc_cols[None, :] < alen[:, None]
-            out.scatter_(1, out_len[:, None] + acc_cols, torch.where(live, acc.accepted_tokens, 0))
-            hit_stop = (torch.isin(acc.accepted_tokens, stop_t) & live).any(1)
+            out.scatter_(1, out_len[:, None] + acc_cols, torch.where(live, plan.tokens, 0))
+            hit_stop = (torch.isin(plan.tokens, stop_t) & live).any(1)
             out_len += alen
             seq_lens += alen
-            root = torch.where(done, root, acc.bonus)
+            root = torch.where(done, root, plan.bonus)
             done = done | hit_stop | (out_len >= max_new)
             history.append(alen)
             clock.mark(None)

@@ -33,6 +33,8 @@ ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
 ENV_TOPK = "SGLANG_DDTREE_TOPK"
 ENV_OPS_BACKEND = "SGLANG_DDTREE_OPS_BACKEND"
 ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
+ENV_VERIFY_ATTENTION = "SGLANG_DDTREE_VERIFY_ATTENTION"
+VERIFY_ATTENTION = ("auto", "tree", "full_mask")
 
 
 def _env_int(name: str, minimum: int) -> int | None:
@@ -56,6 +58,7 @@ class Knobs:
     topk: int | None        # per-depth candidate cap k; None: k = min(budget, vocab), as in the paper
     ops_backend: str        # 'auto' | 'cuda' | 'cpu' for sglang_ddtree's build/accept ops
     draft_graph_head: bool  # fold lm_head + top-k + tree build into the draft CUDA graph
+    verify_attention: str   # 'auto' (the tree kernel where it applies) | 'tree' (required) | 'full_mask'
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -65,8 +68,11 @@ class Knobs:
         head = os.environ.get(ENV_GRAPH_HEAD, "1").strip()
         if head not in ("0", "1"):
             raise ValueError(f"{ENV_GRAPH_HEAD} must be 0 or 1, got {head!r}")
+        verify = os.environ.get(ENV_VERIFY_ATTENTION, "auto").strip() or "auto"
+        if verify not in VERIFY_ATTENTION:
+            raise ValueError(f"{ENV_VERIFY_ATTENTION} must be one of {', '.join(VERIFY_ATTENTION)}, got {verify!r}")
         return cls(budget=_env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1), ops_backend=backend,
-                   draft_graph_head=head == "1")
+                   draft_graph_head=head == "1", verify_attention=verify)
 
 
 def is_ddtree(view) -> bool:

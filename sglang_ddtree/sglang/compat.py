@@ -106,6 +106,17 @@ def install_backend_default_hook(choose) -> None:
     HookRegistry.apply_hooks()
 
 
+def max_batch_size(server_args) -> int:
+    """The largest decode batch the worker can see: --max-running-requests or the largest decode CUDA-graph
+    batch, whichever is larger (None fields: graphs off, or the default not filled in)."""
+    view = resolved(server_args)
+    sizes = [int(getattr(view, "max_running_requests", None) or 1)]
+    graphs = getattr(view, "cuda_graph_config", None)
+    decode = getattr(graphs, "decode", None) if graphs is not None else None
+    sizes += [int(b) for b in (getattr(decode, "bs", None) or [])]
+    return max(sizes)
+
+
 def worker_init_kwargs(ps=None) -> dict:
     """Extra constructor keywords of DFlashWorkerV2 on this release (0.5.17 takes the parallel state)."""
     return {"ps": ps} if not is_pipeline_resolution() else {}

@@ -1,10 +1,16 @@
-"""Run-time fixes to SGLang internals, applied only in a DDTREE scheduler process (from the worker factory).
+"""Run-time fixes to SGLang internals, applied only in a DDTREE scheduler process (by the worker).
 
-SGLang captures DFlash-family TARGET_VERIFY CUDA graphs *without* a custom mask on flashinfer, fa3 and
-triton (`dflash_utils.resolve_dflash_verify_mask_policy`: DFLASH's chain is causal). Graphs captured that
-way ignore a tree mask at replay, so DDTree's verify would silently attend to sibling branches. The patch
-makes the policy answer "build the custom mask" for the target runner (the caller already leaves the draft
-runner mask-free). patches/0002 is the same change as an upstream diff.
+1. Verify mask policy (only for the FULL_MASK fallback; the default verify path is tree_attention.py, which
+   reads no mask). SGLang captures DFlash-family TARGET_VERIFY CUDA graphs *without* a custom mask on
+   flashinfer, fa3 and triton (`dflash_utils.resolve_dflash_verify_mask_policy`: DFLASH's chain is causal).
+   Graphs captured that way ignore a tree mask at replay, so a FULL_MASK verify would silently attend to
+   sibling branches. The patch makes the policy answer "build the custom mask" for the target runner (the
+   caller already leaves the draft runner mask-free). patches/*/0002 is the same change as an upstream diff.
+2. Eager input embeddings in the model's dtype. `ModelRunner._extend_forward_kwargs` casts
+   `forward_batch.input_embeds` to bfloat16 whatever the model's dtype, so a float16 drafter run eagerly
+   (graphs off, or a batch above the largest graph) fails in its first projection ("expected mat1 and mat2
+   to have the same dtype"); DFLASH hits it too. The fix casts to the runner's dtype instead.
+   patches/*/0003 is the upstream diff.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ def _always_mask(original):
 
 
 def install_verify_mask_policy() -> None:
-    """Idempotent. Safe only where the server's algorithm is DDTREE (the factory is the only caller)."""
+    """Idempotent. Safe only where the server's algorithm is DDTREE (the worker is the only caller)."""
     from sglang.srt.speculative import dflash_utils
 
     current = dflash_utils.resolve_dflash_verify_mask_policy
@@ -31,3 +37,25 @@ def install_verify_mask_policy() -> None:
         return
     dflash_utils.resolve_dflash_verify_mask_policy = _always_mask(current)
     logger.info("sglang-ddtree: DFlash-family verify graphs will be captured with the tree mask")
+
+
+def _embeds_in_runner_dtype(original):
+    def _extend_forward_kwargs(self, forward_batch, pp_proxy_tensors):
+        kwargs = original(self, forward_batch, pp_proxy_tensors)
+        embeds = kwargs.get("input_embeds")
+        if embeds is not None and forward_batch.input_embeds is not None and embeds.dtype != self.dtype:
+            kwargs["input_embeds"] = forward_batch.input_embeds.to(self.dtype)
+        return kwargs
+
+    _extend_forward_kwargs.ddtree_original = original
+    return _extend_forward_kwargs
+
+
+def install_eager_embeds_dtype_fix() -> None:
+    """Idempotent (see the module docstring, item 2)."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    current = ModelRunner._extend_forward_kwargs
+    if getattr(current, "ddtree_original", None) is not None:
+        return
+    ModelRunner._extend_forward_kwargs = _embeds_in_runner_dtype(current)

@@ -16,11 +16,10 @@ _state = {"registered": False, "error": None}
 
 
 def _factory(server_args):
-    """Worker factory: runs in the scheduler process before attention backends and graphs are built."""
-    from . import hooks
+    """Worker factory: runs in the scheduler process before attention backends and graphs are built (the
+    worker installs its run-time fixes itself, once it knows which verify path it takes)."""
     from .worker import DDTreeWorkerV2
 
-    hooks.install_verify_mask_policy()
     return DDTreeWorkerV2
 
 

@@ -1,5 +1,8 @@
 """The worker's decode round (tree → verify inputs → accept → KV move → drafter commit → result) on CPU.
 
+Both verify paths: the default one (tree_attention: the round loads the tree's bitsets for the tree kernel and
+builds no FULL_MASK — a FULL_MASK build fails the test) and the FULL_MASK fallback.
+
 SGLang's two forwards are replaced by a deterministic fake model: the target's greedy next token is a hash
 of the whole context, and the fake "attention" writes node identities into a fake KV pool. The drafter's
 logits favour the target's true continuation (at rank 0 or 1 per depth, so acceptance has to go through
@@ -26,13 +29,29 @@ class FakeKV:
         self.kv[tgt] = self.kv[src].clone()
 
 
-def make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, ranks):
+class FakeTreeAttention:
+    """What the worker hands the tree kernel: the round's ancestor bitsets."""
+
+    def __init__(self):
+        self.loaded = []
+
+    def load_mask(self, mask_bits):
+        self.loaded.append(mask_bits.clone())
+
+
+def make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, ranks, tree_attention=True):
+    from sglang_ddtree.round import RoundOps
     from sglang_ddtree.sglang import worker as W
 
     w = object.__new__(W.DDTreeWorkerV2)
     n = budget + 1
     w.verify_width, w.budget, w.block_size = n, budget, block
-    w.device, w.ops_backend, w._round, w._seed, w._warned_sampling = torch.device("cpu"), "cpu", 0, 0, False
+    w.device, w.round, w._round, w._seed, w._warned_sampling = torch.device("cpu"), RoundOps("cpu"), 0, 0, False
+    w.tree_attn = FakeTreeAttention() if tree_attention else None
+    if tree_attention:
+        def no_full_mask(*a, **k):
+            raise AssertionError("the default verify path built a FULL_MASK")
+        monkeypatch.setattr(W, "full_tree_mask", no_full_mask)
     w._node_offsets = torch.arange(n)
     slots_per_req = 64
     req_to_token = torch.arange(bs * slots_per_req).view(bs, slots_per_req) + 1  # slot 0 = padding slot
@@ -103,13 +122,16 @@ def make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, ranks):
     return w, kv, captured, roots, batch_slots
 
 
+@pytest.mark.parametrize("tree_attention", [True, False], ids=["tree_kernel", "full_mask"])
 @pytest.mark.parametrize("budget,block,ranks", [(7, 4, [0, 0, 0]), (12, 5, [0, 1, 0, 1]), (9, 6, [1, 1, 0, 0, 1])])
-def test_decode_round_commits_the_targets_greedy_tokens(plugins_loaded, monkeypatch, budget, block, ranks):
+def test_decode_round_commits_the_targets_greedy_tokens(plugins_loaded, monkeypatch, budget, block, ranks,
+                                                        tree_attention):
     bs = 3
     g = torch.Generator().manual_seed(budget)
     seq_lens = torch.tensor([5, 9, 12])
     prefix_tokens = [torch.randint(0, V, (int(L),), generator=g).tolist() for L in seq_lens]
-    w, kv, captured, roots, slots = make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, ranks)
+    w, kv, captured, roots, slots = make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, ranks,
+                                                tree_attention)
     batch = types.SimpleNamespace(spec_info=types.SimpleNamespace(), seq_lens=seq_lens.clone(),
                                   seq_lens_cpu=seq_lens.to(torch.int32), seq_lens_sum=int(seq_lens.sum()),
                                   req_pool_indices=torch.arange(bs), sampling_info=None, out_cache_loc=None)
@@ -160,11 +182,16 @@ def test_decode_round_commits_the_targets_greedy_tokens(plugins_loaded, monkeypa
         assert dc["positions"].view(bs, block)[b].tolist() == list(range(int(seq_lens[b]), int(seq_lens[b]) + block))
         assert dc["cache_loc_2d"][b].tolist() == slots[b, :block].tolist()
     assert torch.equal(dc["commit_lens"], commit)
-    # verify inputs: n nodes per request, positions = prefix + depth, a FULL_MASK covering prefix + tree
+    # verify inputs: n nodes per request, positions = prefix + depth; the tree kernel gets the bitsets and no
+    # FULL_MASK exists, the fallback gets a FULL_MASK covering prefix + tree
     v = captured["verify"]
     assert v["draft_token_num"] == budget + 1
     assert torch.equal(v["positions"].view(bs, -1), seq_lens.unsqueeze(1) + acc.depths.to(torch.int64))
-    assert v["custom_mask"].numel() >= (budget + 1) * int((seq_lens + budget + 1).sum())
+    if tree_attention:
+        assert v["custom_mask"] is None
+        assert len(w.tree_attn.loaded) == 1 and torch.equal(w.tree_attn.loaded[0], acc.mask_bits)
+    else:
+        assert v["custom_mask"].numel() >= (budget + 1) * int((seq_lens + budget + 1).sum())
     assert torch.equal(batch.out_cache_loc.view(bs, -1), slots)
 
 

@@ -1,17 +1,21 @@
 """DraftTreeHead (the draft-side tree stage of the worker) against the public build_tree on the same logits."""
+import types
+
+import pytest
 import torch
 
 from sglang_ddtree import build_tree
+from sglang_ddtree.round import RoundOps
 
 
 def test_head_build_matches_build_tree(plugins_loaded):
-    from sglang_ddtree.sglang.worker import DraftTreeHead
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
     g = torch.Generator().manual_seed(3)
     V, H, block, budget, bs = 50, 16, 5, 9, 3
     weight = torch.randn(V, H, generator=g)
     head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=4,
-                         ops_backend="cpu", tree_in_graph=True)
+                         ops=RoundOps("cpu"), tree_in_graph=True)
     assert head.static_tree is None and not head.tree_in_graph  # in-graph build needs the CUDA ops
     hidden = torch.randn(bs * block, H, generator=g)
     roots, prefix = torch.tensor([7, 8, 9]), torch.tensor([3, 0, 11])
@@ -21,19 +25,43 @@ def test_head_build_matches_build_tree(plugins_loaded):
     for name, t in ref.tensors().items():
         assert torch.equal(getattr(got, name), t), name
 
-    # the graph path: the capture hook leaves top-k in static buffers, the tree is built from them
-    class Out:
-        hidden_states = hidden
-
-    head.capture_hook(None, Out(), None, bs * block)
-    again = head.from_graph(bs, roots, prefix)
-    for name, t in ref.tensors().items():
-        assert torch.equal(getattr(again, name), t), name
-
 
 def test_head_caps_k_at_vocab(plugins_loaded):
-    from sglang_ddtree.sglang.worker import DraftTreeHead
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
     head = DraftTreeHead(weight=torch.randn(6, 4), num_org=6, block_size=3, budget=20, topk=None, max_bs=2,
-                         ops_backend="cpu", tree_in_graph=False)
+                         ops=RoundOps("cpu"), tree_in_graph=False)
     assert head.k == 6
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)")
+def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded):
+    """The capture hook inside a real CUDA graph; replays with new hidden states, roots and prefixes (the
+    draft graph's static inputs) leave exactly build_tree's tree of the new inputs in the static buffers."""
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    V, H, block, budget, bs = 3000, 64, 8, 31, 4
+    weight = torch.randn(V, H, device="cuda", generator=g)
+    head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=8,
+                         ops=RoundOps("cuda"), tree_in_graph=True)
+    hidden = torch.randn(bs * block, H, device="cuda", generator=g)
+    fb = types.SimpleNamespace(input_ids=torch.zeros(bs * block, dtype=torch.int64, device="cuda"),
+                               seq_lens=torch.zeros(bs, dtype=torch.int64, device="cuda"))
+    out = types.SimpleNamespace(hidden_states=hidden)
+    head.capture_hook(None, out, fb, bs * block)  # warm-up (kernels loaded, workspaces allocated)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        head.capture_hook(None, out, fb, bs * block)
+    for trial in range(3):
+        hidden.copy_(torch.randn(bs * block, H, device="cuda", generator=g))
+        fb.input_ids.copy_(torch.randint(0, V, (bs * block,), device="cuda", generator=g))
+        fb.seq_lens.copy_(torch.randint(0, 10**6, (bs,), device="cuda", generator=g))
+        graph.replay()
+        got = head.from_graph(bs)
+        logits = (hidden.view(bs, block, H)[:, 1:] @ weight.T).cpu()
+        ref = build_tree(logits, budget, root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(),
+                         seq_lens=fb.seq_lens.cpu(), backend="cpu")
+        for name, t in ref.tensors().items():
+            assert torch.equal(getattr(got, name).cpu(), t), (trial, name)

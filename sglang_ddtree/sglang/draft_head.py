@@ -1,0 +1,65 @@
+"""DraftTreeHead: the draft side of a DDTree round — lm_head, top-k log-probs and the tree, for SGLang.
+
+The DFlash drafter's hidden states for [bonus, MASK x L] go through the target's lm_head, the canonical
+top-k + log-normaliser and the best-first build. As a capture-tail hook of the draft runner it runs inside
+the draft CUDA graph: the roots (the block's first input id) and positions (prefix + depth) come from the
+graph's own static inputs, so the replayed graph leaves the finished tree in static buffers and the round
+reads it with no extra op. Eagerly (`build`), the same functions run on the hidden states directly.
+Nothing here reads SGLang's request tables (they may be rewritten once a graph's pre-replay read barrier
+has passed).
+"""
+from __future__ import annotations
+
+import torch
+
+from sglang_ddtree.round import RoundOps
+from sglang_ddtree.topk import topk_logprobs
+from sglang_ddtree.tree import TreeBatch
+
+
+class DraftTreeHead:
+    def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
+                 ops: RoundOps, tree_in_graph: bool):
+        self.weight, self.num_org = weight, int(num_org)
+        self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
+        self.k = min(topk or budget, self.num_org)
+        self.ops = ops
+        self.stage1 = "cuda" if ops.backend == "cuda" else "cpu"
+        self.tree_in_graph = tree_in_graph and ops.backend == "cuda"
+        self.max_bs = int(max_bs)
+        self.static_tree = None
+        if self.tree_in_graph:
+            dev = weight.device
+            lp = torch.zeros(1, self.L, self.k, dtype=torch.float32, device=dev)
+            probe = ops.build(lp, torch.zeros(1, self.L, self.k, dtype=torch.int64, device=dev), self.budget,
+                              torch.zeros(1, dtype=torch.int64, device=dev), torch.zeros(1, dtype=torch.int64, device=dev))
+            self.static_tree = {name: torch.zeros((self.max_bs, *t.shape[1:]), dtype=t.dtype, device=dev)
+                                for name, t in probe.tensors().items()}
+        self.graph_ready = False
+
+    def logits(self, hidden: torch.Tensor, bs: int) -> torch.Tensor:
+        hs = hidden.view(bs, self.block, -1)[:, 1:, :]
+        if hs.dtype != self.weight.dtype:
+            hs = hs.to(self.weight.dtype)
+        return torch.matmul(hs, self.weight[: self.num_org].T)  # [bs, L, V]
+
+    def build(self, hidden, bs: int, roots, prefix) -> TreeBatch:
+        lp, ids = topk_logprobs(self.logits(hidden, bs), self.k, self.stage1)
+        return self.ops.build(lp, ids, self.budget, roots, prefix)
+
+    def capture_hook(self, runner, out, forward_batch, num_tokens):
+        """Draft-graph capture tail (DFlashWorkerV2's draft runner calls it inside the capture)."""
+        del runner
+        if self.static_tree is None:
+            return
+        bs = int(num_tokens) // self.block
+        roots = forward_batch.input_ids.view(bs, self.block)[:, 0]
+        tree = self.build(out.hidden_states, bs, roots, forward_batch.seq_lens[:bs])
+        for name, t in tree.tensors().items():
+            self.static_tree[name][:bs].copy_(t)
+        self.graph_ready = True
+
+    def from_graph(self, bs: int) -> TreeBatch:
+        """The tree the last draft-graph replay left in the static buffers (views, no op)."""
+        f = {name: buf[:bs] for name, buf in self.static_tree.items()}
+        return TreeBatch(**f, budget=self.budget, depth_limit=self.L, topk=self.k)

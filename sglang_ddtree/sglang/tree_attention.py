@@ -1,0 +1,161 @@
+"""DDTree's TARGET_VERIFY attention inside SGLang: the project's tree kernel on the target runner's backend.
+
+SGLang verifies a tree through its dense FULL_MASK path: per request an n x (prefix + n) bool mask, written
+every round and read by the masked (slower) attention kernel in every layer, growing with context and
+batch. Here the target runner's attention backend (triton or flashinfer; MHA/GQA) keeps every forward mode
+it has, except TARGET_VERIFY, which becomes:
+
+  metadata (before the forward, also at CUDA-graph replay):  gather_prefix_slots — kv_indptr and the prefix
+      KV slots from req_to_token into static buffers, one small kernel (the same replay-time reads of
+      req_to_token as DFLASH's verify, so SGLang's read-done barrier still holds);
+  per layer:  store the n tree tokens' K/V at out_cache_loc, then verify_attn_ragged — every tree query of
+      a request over its prefix (split per request on the device) and over the tree's own K/V through the
+      ancestor bitset (TreeBatch.mask_bits, loaded by the worker into a static buffer) in one online softmax.
+
+No FULL_MASK is built or read, the graph captured at any prefix length replays at every other one, and the
+page size does not matter (slots are token-level). Shapes the kernel does not take are refused up front
+(`unsupported`), and the worker falls back to SGLang's FULL_MASK path with the reason logged.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang_ddtree import ops
+from sglang_ddtree.attention import native
+
+logger = logging.getLogger("sglang_ddtree")
+
+BACKENDS = ("TritonAttnBackend", "FlashInferAttnBackend")  # MHA backends whose other modes stay untouched
+POOLS = ("MHATokenToKVPool",)
+
+
+def unsupported(model_runner) -> str | None:
+    """Why the tree kernel cannot serve this target runner's TARGET_VERIFY (None: it can)."""
+    backend = model_runner.attn_backend
+    name = type(backend).__name__
+    if name not in BACKENDS:
+        return f"attention backend {name} (the tree kernel is wired for {', '.join(BACKENDS)})"
+    pool = model_runner.token_to_kv_pool
+    if type(pool).__name__ not in POOLS or getattr(pool, "use_hnd", False):
+        return f"KV pool {type(pool).__name__} (plain {', '.join(POOLS)} only: no SWA, hybrid or head-major pools)"
+    cfg = model_runner.model_config
+    if getattr(cfg, "attention_arch", None) is not None and str(cfg.attention_arch).endswith("MLA"):
+        return "an MLA target"
+    k = pool.get_key_buffer(0)
+    head_dim, v_dim = int(k.shape[-1]), int(pool.get_value_buffer(0).shape[-1])
+    if not native.supports_shape("cuda", k.dtype, "gqa", head_dim, v_dim):
+        return (f"KV cache {k.dtype} with head dims {head_dim}/{v_dim} (the kernel takes bf16/fp16, equal key and "
+                f"value head dims in {native.GQA_HEAD_DIMS})")
+    if getattr(model_runner, "sliding_window_size", None):
+        return "sliding-window attention"
+    if int(getattr(model_runner.server_args, "dcp_size", 1) or 1) > 1:
+        return "decode context parallelism"
+    if k.device.type != "cuda":
+        return f"a KV cache on {k.device} (the kernel runs on CUDA)"
+    return None
+
+
+class TreeVerifyAttention:
+    """The static buffers and the patched methods of one target backend (module docstring)."""
+
+    def __init__(self, model_runner, *, n: int, max_bs: int):
+        self.runner = model_runner
+        self.backend = model_runner.attn_backend
+        self.pool = model_runner.token_to_kv_pool
+        self.req_to_token = model_runner.req_to_token_pool.req_to_token
+        self.n = int(n)
+        self.context = int(self.req_to_token.shape[1])
+        dev = self.req_to_token.device
+        self.device = dev
+        ops.ensure_backend("cuda" if dev.type == "cuda" else "cpu")
+        self.sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
+        self.mask_bits = torch.zeros(int(max_bs), self.n, ops.mask_words(self.n), dtype=torch.int32, device=dev)
+        self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
+        self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
+        self.bs = 0
+        self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
+        self._orig = {}
+
+    # --- what the worker calls ---------------------------------------------------------------------------
+    def load_mask(self, mask_bits: torch.Tensor) -> None:
+        """The round's ancestor bitsets int32 [bs, n, W] into the static buffer the kernels read."""
+        bs = mask_bits.shape[0]
+        if bs > self.mask_bits.shape[0]:
+            self._grow(bs)
+        if mask_bits.data_ptr() != self.mask_bits.data_ptr():
+            self.mask_bits[:bs].copy_(mask_bits)
+
+    def install(self) -> None:
+        """Patch the backend instance (its class and every other mode are untouched)."""
+        for name in ("init_forward_metadata", "init_forward_metadata_out_graph", "init_forward_metadata_in_graph",
+                     "init_cuda_graph_state", "forward_extend"):
+            self._orig[name] = getattr(self.backend, name)
+            setattr(self.backend, name, getattr(self, "_" + name))
+        self.backend.ddtree_tree_attention = self
+        logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK), verify width %d",
+                    type(self.backend).__name__, self.n)
+
+    # --- buffers -----------------------------------------------------------------------------------------
+    def _grow(self, bs: int) -> None:
+        mask = torch.zeros(bs, *self.mask_bits.shape[1:], dtype=torch.int32, device=self.device)
+        mask[: self.mask_bits.shape[0]].copy_(self.mask_bits)
+        self.mask_bits = mask
+        self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
+
+    def _ensure_indices(self, bs: int) -> None:
+        need = bs * self.context  # every prefix is at most the context length: no host bound needed
+        if self.kv_indices.numel() < need:
+            self.kv_indices = torch.zeros(need, dtype=torch.int32, device=self.device)
+
+    def _metadata(self, forward_batch) -> None:
+        bs = int(forward_batch.batch_size)
+        if bs > self.mask_bits.shape[0]:
+            self._grow(bs)
+        self._ensure_indices(bs)
+        ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
+                                      forward_batch.seq_lens[:bs], self.kv_indptr, self.kv_indices)
+        self.bs = bs
+
+    # --- the patched backend methods ------------------------------------------------------------------------
+    def _init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
+        self._orig["init_cuda_graph_state"](max_bs, max_num_tokens, *args, **kwargs)
+        if int(max_bs) > self.mask_bits.shape[0]:
+            self._grow(int(max_bs))
+        self._ensure_indices(int(max_bs))  # graphs capture these addresses: allocate before any capture
+
+    def _init_forward_metadata(self, forward_batch):
+        if forward_batch.forward_mode.is_target_verify():
+            return self._metadata(forward_batch)
+        return self._orig["init_forward_metadata"](forward_batch)
+
+    def _init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False, *args, **kwargs):
+        if forward_batch.forward_mode.is_target_verify():
+            return self._metadata(forward_batch)
+        return self._orig["init_forward_metadata_out_graph"](forward_batch, in_capture, *args, **kwargs)
+
+    def _init_forward_metadata_in_graph(self, forward_batch, *args, **kwargs):
+        if forward_batch.forward_mode.is_target_verify():
+            return None
+        return self._orig["init_forward_metadata_in_graph"](forward_batch, *args, **kwargs)
+
+    def _forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
+        if not forward_batch.forward_mode.is_target_verify():
+            return self._orig["forward_extend"](q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)
+        if k is None or v is None:
+            raise RuntimeError("DDTREE tree verify needs the layer's K and V (cross-layer KV sharing is not supported)")
+        if getattr(layer, "logit_cap", 0) or kwargs.get("sinks") is not None or kwargs.get("score_mod") is not None:
+            raise RuntimeError(f"DDTREE tree verify: layer {layer.layer_id} uses logit capping / sinks / score_mod, "
+                               f"which the tree kernel does not implement")
+        hq, hkv, d = layer.tp_q_head_num, layer.tp_k_head_num, layer.qk_head_dim
+        k3, v3 = k.view(-1, hkv, d), v.view(-1, hkv, layer.v_head_dim)
+        if save_kv_cache:
+            self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, v3)
+        bs = self.bs
+        splits = native.ragged_splits(bs, self.n, hq // hkv, hkv, self.sms)
+        o, _ = native.attend_ragged(q.view(-1, hq, d), None, self.pool.get_key_buffer(layer.layer_id),
+                                    self.pool.get_value_buffer(layer.layer_id), self.kv_indptr[: bs + 1],
+                                    self.kv_indices, k3, v3, self.mask_bits[:bs], layer.scaling, splits)
+        self.calls += 1
+        return o.view(q.shape[0], hq * layer.v_head_dim)

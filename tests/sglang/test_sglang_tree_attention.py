@@ -1,0 +1,166 @@
+"""The tree kernel's wiring into SGLang's attention backend (sglang_ddtree/sglang/tree_attention.py), on CPU.
+
+A stand-in backend records what reaches it; the kernel call is recorded too (its numerics are tested on the
+GPU against the dense reference: tests/attention/test_attention_ragged_gpu.py). Checked: only TARGET_VERIFY
+is rerouted, its metadata is the prefix slot list of req_to_token (computed here independently), the tree
+tokens' K/V are stored at out_cache_loc before the kernel reads the cache, the mask the kernel reads is the
+one the worker loaded, and unsupported targets are refused with the reason.
+"""
+import types
+
+import pytest
+import torch
+
+from sglang_ddtree import ops
+
+
+class Mode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_target_verify(self):
+        return self.name == "TARGET_VERIFY"
+
+
+class TritonAttnBackend:  # the name the wrapper checks; every method records that it ran
+    def __init__(self):
+        self.calls = []
+
+    def init_forward_metadata(self, fb):
+        self.calls.append(("init", fb.forward_mode.name))
+
+    def init_forward_metadata_out_graph(self, fb, in_capture=False):
+        self.calls.append(("out_graph", fb.forward_mode.name, in_capture))
+
+    def init_forward_metadata_in_graph(self, fb):
+        self.calls.append(("in_graph", fb.forward_mode.name))
+
+    def init_cuda_graph_state(self, max_bs, max_num_tokens):
+        self.calls.append(("graph_state", max_bs, max_num_tokens))
+
+    def forward_extend(self, q, k, v, layer, fb, save_kv_cache=True, **kw):
+        self.calls.append(("extend", fb.forward_mode.name))
+        return "base"
+
+
+class MHATokenToKVPool:
+    def __init__(self, slots, hkv, d):
+        self.k = torch.randn(slots, hkv, d, dtype=torch.bfloat16)
+        self.v = torch.randn(slots, hkv, d, dtype=torch.bfloat16)
+        self.events = []
+
+    def get_key_buffer(self, layer_id):
+        self.events.append("read")
+        return self.k
+
+    def get_value_buffer(self, layer_id):
+        return self.v
+
+    def set_kv_buffer(self, layer, loc, k, v):
+        self.events.append("store")
+        self.k[loc], self.v[loc] = k, v
+
+
+def make_runner(ctx=64, rows=6, hkv=2, d=128):
+    g = torch.Generator().manual_seed(0)
+    req_to_token = torch.randperm(rows * ctx, generator=g).to(torch.int32).view(rows, ctx)
+    return types.SimpleNamespace(
+        attn_backend=TritonAttnBackend(), token_to_kv_pool=MHATokenToKVPool(rows * ctx, hkv, d),
+        req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token), sliding_window_size=None,
+        model_config=types.SimpleNamespace(attention_arch="AttentionArch.MHA"),
+        server_args=types.SimpleNamespace(dcp_size=1))
+
+
+def test_only_target_verify_is_rerouted_and_its_metadata_is_the_prefix_slot_list(plugins_loaded, monkeypatch):
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    runner = make_runner()
+    base = runner.attn_backend
+    n, hq, hkv, d = 5, 8, 2, 128
+    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=4)
+    ta.install()
+    assert base.ddtree_tree_attention is ta
+    decode = types.SimpleNamespace(forward_mode=Mode("DECODE"))
+    base.init_forward_metadata(decode)
+    base.init_forward_metadata_out_graph(decode, True)
+    base.init_forward_metadata_in_graph(decode)
+    assert base.forward_extend(None, None, None, None, decode) == "base"
+    assert base.calls == [("init", "DECODE"), ("out_graph", "DECODE", True), ("in_graph", "DECODE"),
+                          ("extend", "DECODE")]
+
+    rows, lens = torch.tensor([4, 0, 2]), torch.tensor([7, 0, 33])
+    fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=3, req_pool_indices=rows,
+                               seq_lens=lens, out_cache_loc=torch.arange(100, 100 + 3 * n))
+    for call in (lambda: base.init_forward_metadata(fb), lambda: base.init_forward_metadata_out_graph(fb, False),
+                 lambda: base.init_forward_metadata_out_graph(fb, True)):
+        ta.kv_indices.fill_(-7)
+        call()
+        want = torch.cat([runner.req_to_token_pool.req_to_token[r, :L] for r, L in zip(rows.tolist(), lens.tolist())])
+        assert ta.kv_indptr[:4].tolist() == [0, 7, 7, 40]
+        assert torch.equal(ta.kv_indices[:40], want)
+    base.init_forward_metadata_in_graph(fb)
+    assert len(base.calls) == 4  # none of TARGET_VERIFY's metadata reached the backend
+
+    mask = torch.randint(0, 2**16, (3, n, 1), dtype=torch.int32)
+    ta.load_mask(mask)
+    seen = {}
+
+    def fake_kernel(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
+        seen.update(q=q, kc=kc, indptr=indptr.clone(), kt=kt, mask=mask_bits.clone(), scale=scale, splits=splits,
+                    events=list(runner.token_to_kv_pool.events))
+        return torch.zeros(q.shape[0], q.shape[1], vc.shape[-1], dtype=q.dtype), None
+
+    monkeypatch.setattr(TA.native, "attend_ragged", fake_kernel)
+    layer = types.SimpleNamespace(tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=d, layer_id=0,
+                                  scaling=0.125, logit_cap=0.0)
+    q = torch.randn(3 * n, hq * d, dtype=torch.bfloat16)
+    k = torch.randn(3 * n, hkv * d, dtype=torch.bfloat16)
+    v = torch.randn(3 * n, hkv * d, dtype=torch.bfloat16)
+    o = base.forward_extend(q, k, v, layer, fb)
+    assert o.shape == (3 * n, hq * d)
+    assert seen["events"] == ["store", "read"]  # the tree's K/V are in the cache before the kernel reads it
+    pool = runner.token_to_kv_pool
+    assert torch.equal(pool.k[fb.out_cache_loc], k.view(-1, hkv, d))
+    assert seen["q"].shape == (3 * n, hq, d) and seen["kc"] is pool.k and seen["kt"].shape == (3 * n, hkv, d)
+    assert seen["indptr"].tolist() == [0, 7, 7, 40] and torch.equal(seen["mask"], mask)
+    assert seen["scale"] == 0.125 and seen["splits"] >= 1
+
+
+def test_static_mask_buffer_is_shared_without_a_copy(plugins_loaded):
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    ta = TA.TreeVerifyAttention(make_runner(), n=9, max_bs=4)
+    static = torch.zeros(4, 9, 1, dtype=torch.int32)
+    ta.mask_bits = static
+    ta.load_mask(static[:2])  # the draft graph's own buffer: nothing to copy
+    assert ta.mask_bits is static
+    ta.load_mask(torch.ones(6, 9, 1, dtype=torch.int32))  # an eager batch above the graphs: grows, copies
+    assert ta.mask_bits.shape[0] >= 6 and int(ta.mask_bits[:6].min()) == 1
+
+
+def test_unsupported_targets_are_named(plugins_loaded):
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    r = make_runner()
+    assert TA.unsupported(r) == "a KV cache on cpu (the kernel runs on CUDA)"  # everything else would do
+    r.sliding_window_size = 4096
+    assert "sliding" in TA.unsupported(r)
+    r = make_runner(d=96)
+    assert "head dims 96" in TA.unsupported(r)
+    r = make_runner()
+    r.attn_backend = type("FlashAttentionBackend", (), {})()
+    assert "FlashAttentionBackend" in TA.unsupported(r)
+    r = make_runner()
+    r.token_to_kv_pool.k = r.token_to_kv_pool.k.float()
+    assert "float32" in TA.unsupported(r)
+
+
+def test_gather_prefix_slots_rejects_short_buffers(plugins_loaded):
+    ops.ensure_backend("cpu")
+    table = torch.zeros(2, 8, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="indices"):
+        ops.op("gather_prefix_slots")(table, torch.tensor([0, 1]), torch.tensor([3, 4]),
+                                      torch.zeros(3, dtype=torch.int32), torch.zeros(5, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="outside"):
+        ops.op("gather_prefix_slots")(table, torch.tensor([0, 1]), torch.tensor([3, 9]),
+                                      torch.zeros(3, dtype=torch.int32), torch.zeros(16, dtype=torch.int32))
