@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -283,6 +284,9 @@ def main(argv=None):
     ap.add_argument("--jit-only", action="store_true", help="only time FlashInfer's first calls (cold JIT)")
     ap.add_argument("--commit", default=None, help="commit id to record (the device copy has no .git)")
     a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.stderr.write("python -m sglang_ddtree.bench attention: error: needs a CUDA device (none visible)\n")
+        return 2
     os.makedirs(a.out, exist_ok=True)
     jit_path = os.path.join(a.out, "attention_jit.json")
     if a.jit_only:
