@@ -189,7 +189,7 @@ def parse_args(argv):
     ap = _cli.Parser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--full", action="store_true",
                     help=f"the full grid ({FULL['prompts']} prompts, budgets "
-                         f"{','.join(map(str, FULL['budgets']))}; about 1 min on 2 idle cores)")
+                         f"{','.join(map(str, FULL['budgets']))}; about 1.5 min on 2 shared cores)")
     ap.add_argument("--prompts", type=_cli.positive_int, default=None,
                     help=f"held-out prompts to decode (default {QUICK['prompts']}; --full: {FULL['prompts']})")
     ap.add_argument("--max-new-tokens", type=_cli.positive_int, default=64)
@@ -201,7 +201,9 @@ def parse_args(argv):
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--target-dir", default=None)
     ap.add_argument("--draft-dir", default=None)
-    ap.add_argument("--threads", type=_cli.positive_int, default=None, help="torch CPU threads")
+    ap.add_argument("--threads", type=_cli.positive_int, default=None,
+                    help="torch CPU threads (default 1 on the CPU: the tiny model's ops are too small to share, "
+                         "and on a loaded machine every extra thread stalls at each op's barrier)")
     ap.add_argument("--sampled-temperature", type=_cli.nonnegative_float, default=1.0,
                     help="also run every method sampled at this temperature (0: greedy only)")
     ap.add_argument("--json", default="ddtree_demo.json", help="where to write the results")
@@ -218,21 +220,32 @@ def parse_args(argv):
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     t_start = time.perf_counter()
-    if a.threads:
-        torch.set_num_threads(a.threads)
     try:
         engine = Engine.from_pretrained(a.target_dir, a.draft_dir, device=a.device, dtype=getattr(torch, a.dtype))
     except (OSError, ValueError) as e:
         _cli.fail(PROG, f"cannot load the models: {e}", 1)
     if engine.drafter is None:
         _cli.fail(PROG, "the demo compares speculative methods: pass --draft-dir with --target-dir")
+    threads = torch.get_num_threads()
+    # One thread by default on the CPU: on a 2-core VM with two other busy processes the default run took
+    # 18 s with 1 thread and 235 s with 2 (every op's OpenMP barrier waits for a descheduled thread).
+    torch.set_num_threads(a.threads or (1 if engine.device.type == "cpu" else threads))
+    try:
+        return _demo(a, engine, t_start)
+    finally:
+        torch.set_num_threads(threads)  # in-process callers (tests) keep their setting
+
+
+def _demo(a, engine: Engine, t_start: float) -> int:
     from .. import ops
 
     ops.ensure_backend("cuda" if engine.device.type == "cuda" else "cpu")  # a first use builds it (notice)
     prompts = heldout_prompts(a.prompts)
     bs = a.batch_size or len(prompts)
+    threads = torch.get_num_threads()
     print(f"DDTree demo: {len(prompts)} held-out prompts, {a.max_new_tokens} new tokens each, "
-          f"device {engine.device} ({a.dtype}, {torch.get_num_threads()} threads), block size {engine.block_size}, "
+          f"device {engine.device} ({a.dtype}, {threads} CPU thread{'s' if threads > 1 else ''}), "
+          f"block size {engine.block_size}, "
           f"batch {bs}{'' if a.full else '  (--full: the larger grid)'}", flush=True)
     nchunks = -(-len(prompts) // bs)
     temps = [0.0] + ([a.sampled_temperature] if a.sampled_temperature > 0 else [])

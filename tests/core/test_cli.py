@@ -89,15 +89,17 @@ def test_demo_defaults_are_the_small_grid():
 
 def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
     out = tmp_path / "demo.json"
-    rc = demo.main(["--prompts", "2", "--budgets", "4,8", "--max-new-tokens", "6", "--json", str(out)])
+    threads = torch.get_num_threads()
+    rc = demo.main(["--prompts", "2", "--budgets", "4,8", "--max-new-tokens", "6", "--device", "cpu",
+                    "--json", str(out)])
     text = capsys.readouterr().out
-    assert rc == 0
+    assert rc == 0 and torch.get_num_threads() == threads  # the demo's 1 thread does not leak out
     lines = text.strip().splitlines()
     assert lines[-1].startswith("VERDICT: DDTree greedy output identical to AR on 2/2 prompts")
     assert "vs chain" in lines[-1] and "vs AR 1.00" in lines[-1] and "sampled T=1" in lines[-1]
     assert "tau    = tokens committed per target forward" in text and "favours AR" in text
     data = json.loads(out.read_text())
-    assert data["prompts"] == 2 and data["verdict"] == lines[-1]
+    assert data["prompts"] == 2 and data["verdict"] == lines[-1] and data["threads"] == 1
     assert [(r["method"], r["budget"], r["temperature"]) for r in data["rows"]] == [
         (m, b, t) for t in (0.0, 1.0) for m, b in (("ar", 0), ("chain", 7), ("ddtree", 4), ("ddtree", 8))]
     assert all(r["identical_to_ar"] for r in data["rows"] if r["temperature"] == 0)
