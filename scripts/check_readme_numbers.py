@@ -163,7 +163,8 @@ CLAIMS = [
     ("takes ×{} the ports' `torch.topk` at batch 64 × budget 64", CPU_TREE,
      pick("rows", lambda r: r["ours_s"]["topk"] / r["ported_s"]["topk"], batch=64, budget=64), None),
     # limits
-    ("the build runs {}–{} µs per pop at budgets 8 and 64", GPU_TREE, span("build", "us_per_pop", budget=(8, 64)), None),
+    ("the build runs {}–{} µs per pop at budgets 8 and 64", GPU_TREE,
+     span("build", "us_per_pop", budget=(8, 64)), None),
     ("top-k+LSE reaches {}% of copy bandwidth at batch 64", (GPU_TREE, CEILINGS),
      lambda d, c: pick("topk", "GBps", B=64)(d) / (c["copy_TBps"] * 1e3) * 100, None),
     ("and {} µs at batch 1 (target 3)", GPU_TREE, pick("topk", "us", B=1), None),
@@ -173,8 +174,10 @@ CLAIMS = [
     ("GQA verify reaches {}% of bandwidth at best", ATTN,
      lambda d: span("rows", "pct_bw", layout="gqa")(d)[1], None),
     # the tiny models and the demo
-    ("DFlash drafter (trained here, {} MB)", BENCH + "engine-cpu.md", grep(r"sglang_ddtree/engine/models/`, ([0-9.]+) MB"), None),
-    ("(deterministic, ≈ {} min on 2 cores)", BENCH + "engine-cpu.md", grep(r"in\s+~([0-9]+) min on 2 idle cores"), None),
+    ("DFlash drafter (trained here, {} MB)", BENCH + "engine-cpu.md",
+     grep(r"sglang_ddtree/engine/models/`, ([0-9.]+) MB"), None),
+    ("(deterministic, ≈ {} min on 2 cores)", BENCH + "engine-cpu.md",
+     grep(r"in\s+~([0-9]+) min on 2 idle cores"), None),
 ]
 
 

@@ -60,6 +60,7 @@ def device(text: str) -> str:
     if name != "cpu" and name != "cuda" and not (name.startswith("cuda:") and name[5:].isdigit()):
         raise argparse.ArgumentTypeError(f"expected cpu or cuda (or cuda:N), got {text!r}")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        build = "without CUDA" if torch.version.cuda is None else f"with CUDA {torch.version.cuda}, but no GPU is visible"
+        build = ("without CUDA" if torch.version.cuda is None
+                 else f"with CUDA {torch.version.cuda}, but no GPU is visible")
         raise argparse.ArgumentTypeError(f"{text!r} is not available: torch {torch.__version__} is built {build}")
     return name

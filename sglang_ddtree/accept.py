@@ -1,8 +1,8 @@
 """Accepting a verified tree: per-node target tokens (greedy or sampled) and the bounded greedy walk.
 
 At T > 0 every node gets an independent sample of the target distribution at that node, then the same
-walk runs: the emitted tokens are exact ancestral samples of the target (DESIGN.md §3), so no [B, n, V]
-probability tensors and no rejection sampling are needed.
+walk runs: the emitted tokens are exact ancestral samples of the target (docs/DESIGN.md §3.5), so no
+[B, n, V] probability tensors and no rejection sampling are needed.
 """
 from __future__ import annotations
 
@@ -184,8 +184,8 @@ def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=
     temperature: a Python or numpy real. A temperature so small that logits / T overflows gives the argmax
     (the exact T → 0 limit; see OVERFLOW_TEMPERATURE for the one corner that gives −1 on CUDA instead).
     float64 logits are compared in float64 (on the torch path, also for CUDA tensors).
-    −1 marks a node that has no token: its logits hold a NaN or are all −inf. accept_tree stops the walk at such a node
-    and flags the request (flags.NONFINITE_TARGET); never feed −1 back as a token.
+    −1 marks a node that has no token: its logits hold a NaN or are all −inf. accept_tree stops the walk at
+    such a node and flags the request (flags.NONFINITE_TARGET); never feed −1 back as a token.
     """
     C.tensor("target_logits", target_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):

@@ -1,6 +1,6 @@
 """Tree verify attention: the n tree queries of each request over its prefix KV and its own tree KV.
 
-Cascade (DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
+Cascade (docs/DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
 (FlashMLA, FlashInfer, or our kernel) → (O_p, LSE_p); the tree tail with the ancestor mask (our kernel)
 → (O_t, LSE_t); merged by LSE with each library's base converted explicitly. backend="native" runs
 prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree tile last).

@@ -1,4 +1,4 @@
-"""CUDA tree-stage benchmark: top-k+LSE, build, accept and sampling kernels vs their floors (kernels.md §5),
+"""CUDA tree-stage benchmark: top-k+LSE, build, accept and sampling kernels vs their floors (docs/DESIGN.md §6),
 the whole tree stage vs the ported CPU heapq path (bench/baseline.py) in the same run, and a per-request
 GPU builder in the style of the latest SGLang DDTree PR (one program per request, float32 slots, a linear
 argmax over 2·budget+3 slots per pop; Triton, below) as a second baseline.
