@@ -53,7 +53,7 @@ def load_cpu() -> None:
 
     kdir = kernels_dir()
     sources = sorted(glob.glob(str(kdir / "cpu" / "*.cpp")))
-    _announce_first_build("sglang_ddtree_cpu", "the native CPU kernels, about 30 s on 2 cores")
+    _announce_first_build("sglang_ddtree_cpu", "the native CPU kernels, 30-60 s on 2 cores")
     cpp_extension.load(
         name="sglang_ddtree_cpu",
         sources=sources,
