@@ -33,7 +33,7 @@ struct TreeOutputs {
   int32_t* flags;                  // [B]
 };
 
-// DESIGN.md §3 for B requests in one launch: lp f32 [B, L, k], ids i64 [B, L, k].
+// docs/DESIGN.md §3 for B requests in one launch: lp f32 [B, L, k], ids i64 [B, L, k].
 cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
                               const int64_t* seq_lens, int B, int L, int k, int budget,
                               const TreeOutputs& out, cudaStream_t stream);

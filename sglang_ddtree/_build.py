@@ -31,12 +31,29 @@ def _verbose() -> bool:
     return os.environ.get("SGLANG_DDTREE_BUILD_VERBOSE", "0") == "1"
 
 
+def _announce_first_build(name: str, what: str) -> None:
+    """One line on stderr before a library is compiled for the first time (a silent 30 s looks like a hang).
+    A rebuild after a source change is not announced (torch decides that inside load())."""
+    import sys
+
+    from torch.utils import cpp_extension
+
+    try:
+        built = (Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so").exists()
+    except Exception:  # a private torch helper: never let the notice break a build
+        return
+    if not built:
+        sys.stderr.write(f"sglang-ddtree: building {what} (first use only; cached in TORCH_EXTENSIONS_DIR)...\n")
+        sys.stderr.flush()
+
+
 @functools.cache
 def load_cpu() -> None:
     from torch.utils import cpp_extension
 
     kdir = kernels_dir()
     sources = sorted(glob.glob(str(kdir / "cpu" / "*.cpp")))
+    _announce_first_build("sglang_ddtree_cpu", "the native CPU kernels, 30-60 s on 2 cores")
     cpp_extension.load(
         name="sglang_ddtree_cpu",
         sources=sources,
@@ -68,6 +85,7 @@ def load_cuda() -> None:
     load_cpu()
     kdir = kernels_dir()
     sources = sorted(glob.glob(str(kdir / "*.cu"))) + sorted(glob.glob(str(kdir / "torch_cuda" / "*.cpp")))
+    _announce_first_build("sglang_ddtree_cuda", "the CUDA kernels, about a minute of nvcc")
     cpp_extension.load(
         name="sglang_ddtree_cuda",
         sources=sources,

@@ -1,7 +1,11 @@
 """Argument checks shared by the public API: every failure names the argument it is about."""
 from __future__ import annotations
 
+import numbers
+
 import torch
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def tensor(name: str, value, *, ndim: int | None = None, dtypes=None, device: torch.device | None = None):
@@ -37,11 +41,12 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def per_request(name: str, value, batch: int, device: torch.device, *, default: int = 0) -> torch.Tensor:
-    """An optional per-request integer vector (None → default, int → broadcast) as int64 [batch]."""
+    """An optional per-request integer vector (None → default, a Python/numpy int → broadcast) as int64 [batch]."""
     if value is None:
         return torch.full((batch,), default, dtype=torch.int64, device=device)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return torch.full((batch,), value, dtype=torch.int64, device=device)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        integer(name, int(value), minimum=INT64_MIN, maximum=INT64_MAX)
+        return torch.full((batch,), int(value), dtype=torch.int64, device=device)
     tensor(name, value, ndim=1, dtypes=INT_DTYPES, device=device)
     shape(name, value, (batch,))
     return value.to(torch.int64).contiguous()

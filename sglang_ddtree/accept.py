@@ -1,18 +1,23 @@
 """Accepting a verified tree: per-node target tokens (greedy or sampled) and the bounded greedy walk.
 
 At T > 0 every node gets an independent sample of the target distribution at that node, then the same
-walk runs: the emitted tokens are exact ancestral samples of the target (DESIGN.md §3), so no [B, n, V]
-probability tensors and no rejection sampling are needed.
+walk runs: the emitted tokens are exact ancestral samples of the target (docs/DESIGN.md §3.5), so no
+[B, n, V] probability tensors and no rejection sampling are needed.
 """
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import torch
 
 from . import _checks as C
+from . import flags as F
 from . import ops
 from .tree import TreeBatch
+
+
+MAX_DEPTH_LIMIT = (1 << 20) - 1  # the CUDA walk's bound (kernels/torch_cuda/tree.cpp); accept_index is [B, L+1]
 
 
 @dataclasses.dataclass
@@ -21,7 +26,8 @@ class AcceptResult:
     accept_len: torch.Tensor       # int32 [B] accepted nodes incl. root = tokens committed incl. bonus
     bonus: torch.Tensor            # int64 [B] the target's token after the last accepted node
     accepted_tokens: torch.Tensor  # int64 [B, L+1] committed tokens: accepted nodes' tokens, then bonus; −1 pad
-    flags: torch.Tensor            # int32 [B] flags.MALFORMED_TREE where the walk stopped on bad links
+    flags: torch.Tensor            # int32 [B] flags.MALFORMED_TREE (the walk stopped on bad links),
+                                   # flags.NONFINITE_TARGET (it reached a node sampled −1; bonus is −1)
 
 
 def _committed_tokens(tree_tokens, accept_index, accept_len, bonus) -> torch.Tensor:
@@ -57,7 +63,8 @@ def _walk_reference(tree: TreeBatch, target: torch.Tensor):
 
 def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, backend: str = "auto") -> AcceptResult:
     """Greedy walk of `tree` with the target's per-node tokens (int64 [B, n]); bounded by n link reads
-    per request whatever the links say (malformed trees are flagged, never followed)."""
+    per request whatever the links say (malformed trees are flagged, never followed). A target of −1
+    (sample_node_tokens: no token) ends the walk there and sets flags.NONFINITE_TARGET."""
     if not isinstance(tree, TreeBatch):
         raise TypeError(f"tree must be a TreeBatch, got {type(tree).__name__}")
     device = tree.tokens.device
@@ -67,6 +74,8 @@ def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, backend: str = 
         C.tensor(f"tree.{name}", getattr(tree, name), ndim=2, dtypes=(torch.int64,), device=device)
         C.shape(f"tree.{name}", getattr(tree, name), (tree.batch_size, tree.n))
     C.tensor("tree.num_nodes", tree.num_nodes, ndim=1, dtypes=(torch.int32,), device=device)
+    C.shape("tree.num_nodes", tree.num_nodes, (tree.batch_size,))
+    C.integer("tree.depth_limit", tree.depth_limit, minimum=0, maximum=MAX_DEPTH_LIMIT)
     backend = ops.resolve_backend(backend, device)
     target = target_tokens.to(torch.int64).contiguous()
     if backend == "reference":
@@ -75,6 +84,7 @@ def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, backend: str = 
         idx, length, bonus, flg = ops.op("accept_tree")(
             tree.tokens.contiguous(), tree.retrive_next_token.contiguous(),
             tree.retrive_next_sibling.contiguous(), tree.num_nodes.contiguous(), target, tree.depth_limit)
+    flg = flg | torch.where(bonus < 0, F.NONFINITE_TARGET, 0).to(flg.dtype)  # the walk met a −1 target
     return AcceptResult(idx, length, bonus, _committed_tokens(tree.tokens, idx, length, bonus), flg)
 
 
@@ -132,11 +142,36 @@ def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, voc
 
 
 def sample_rows_torch(logits: torch.Tensor, temperature: float, seed, step, node) -> torch.Tensor:
-    """Row-wise Gumbel-max sample (argmax at temperature 0) with plain torch ops (the CPU backend)."""
+    """Row-wise Gumbel-max sample (argmax at temperature 0) with plain torch ops (the CPU backend).
+    float64 logits are scored in float64 (a float32 copy would turn 1e300 and 2e300 into the same inf)."""
+    x = logits if logits.dtype == torch.float64 else logits.float()
     if temperature == 0.0:
-        return torch.argmax(logits.float(), dim=-1)
-    score = logits.float() / temperature + gumbel_noise(seed, step, node, logits.shape[-1])
+        return torch.argmax(x, dim=-1)
+    score = x / temperature + gumbel_noise(seed, step, node, logits.shape[-1]).to(x.dtype)
     return torch.argmax(score, dim=-1)
+
+
+# logits / T overflows (float32 scores) only where |logit| > T * 3.4e38. Below this temperature that happens
+# with ordinary logits, so the greedy answer is computed too and replaces the overflowed rows' (their exact
+# law is the T -> 0 limit: the argmax). At or above it, overflow needs |logit| > 1.8e19: the CUDA path then
+# returns -1 for the row (no token) rather than pay a second pass over the logits on every call.
+OVERFLOW_TEMPERATURE = 2.0 ** -64
+
+
+def _unsampleable_rows(rows: torch.Tensor, picked: torch.Tensor, temperature: float, exact_overflow: bool):
+    """Mend a sampler's output with [R]-sized checks of the picked logit (no host sync): a row with a NaN
+    (every backend picks it) or only -inf logits has no distribution and gets -1; a row whose winning
+    score overflowed gets the argmax (exact_overflow) or -1."""
+    sel = rows.gather(1, picked.unsqueeze(1)).squeeze(1)
+    out = picked
+    none = torch.isnan(sel) | (sel == float("-inf"))  # a NaN ranks highest; an all -inf row picks -inf
+    if temperature > 0.0:
+        score_dtype = torch.float64 if rows.dtype == torch.float64 else torch.float32
+        # non-finite where the logit is finite: overflow (or 0 / T = NaN once T rounds to 0 in float32)
+        overflow = ~torch.isfinite(sel.to(score_dtype) / temperature) & torch.isfinite(sel)
+        fix = torch.argmax(rows, dim=-1) if exact_overflow else torch.full_like(picked, -1)
+        out = torch.where(overflow, fix, out)
+    return torch.where(none, torch.full_like(out, -1), out)
 
 
 def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=0, step=0,
@@ -146,10 +181,16 @@ def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=
     temperature 0 → argmax (first index on ties, like torch.argmax); > 0 → Gumbel-max, i.e. an exact draw
     from softmax(logits / T), independent across nodes, reproducible from (seed, step, node).
     seed / step: int or int64 [B] (per request; keep them tensors under CUDA graphs).
+    temperature: a Python or numpy real. A temperature so small that logits / T overflows gives the argmax
+    (the exact T → 0 limit; see OVERFLOW_TEMPERATURE for the one corner that gives −1 on CUDA instead).
+    float64 logits are compared in float64 (on the torch path, also for CUDA tensors).
+    −1 marks a node that has no token: its logits hold a NaN or are all −inf. accept_tree stops the walk at
+    such a node and flags the request (flags.NONFINITE_TARGET); never feed −1 back as a token.
     """
     C.tensor("target_logits", target_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature must be a float, got {type(temperature).__name__}")
+    temperature = float(temperature)
     if not temperature >= 0.0 or temperature == float("inf"):
         raise ValueError(f"temperature must be a finite value >= 0, got {temperature}")
     B, n, V = target_logits.shape
@@ -161,8 +202,10 @@ def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=
     nodes = torch.arange(n, device=device, dtype=torch.int64).repeat(B)
     backend = ops.resolve_backend(backend, device, allowed=("auto", "cuda", "cpu"))
     rows = target_logits.reshape(B * n, V)
-    if backend == "cuda":
-        out = ops.op("sample_rows")(rows.contiguous(), float(temperature), seeds, steps, nodes)
+    if backend == "cuda" and rows.dtype != torch.float64:  # the kernel reads 16/32-bit logits
+        out = ops.op("sample_rows")(rows.contiguous(), temperature, seeds, steps, nodes)
+        exact = temperature < OVERFLOW_TEMPERATURE
     else:
-        out = sample_rows_torch(rows, float(temperature), seeds, steps, nodes)
-    return out.reshape(B, n)
+        out = sample_rows_torch(rows, temperature, seeds, steps, nodes)
+        exact = True  # the argmax pass is cheap next to the torch Philox
+    return _unsampleable_rows(rows, out, temperature, exact).reshape(B, n)

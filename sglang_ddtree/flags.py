@@ -8,8 +8,10 @@ OK = 0
 NONFINITE_INPUT = 1   # a NaN/±inf draft log-prob was seen; the tree is root-only
 HEAP_EXHAUSTED = 2    # fewer than `budget` nodes exist (k^1 + … + k^L < budget)
 MALFORMED_TREE = 4    # accept walk met an out-of-range / non-increasing link or exceeded the depth limit
+NONFINITE_TARGET = 8  # accept walk reached a node whose target logits had no token (NaN / all −inf): bonus −1
 
-NAMES = {NONFINITE_INPUT: "nonfinite_input", HEAP_EXHAUSTED: "heap_exhausted", MALFORMED_TREE: "malformed_tree"}
+NAMES = {NONFINITE_INPUT: "nonfinite_input", HEAP_EXHAUSTED: "heap_exhausted", MALFORMED_TREE: "malformed_tree",
+         NONFINITE_TARGET: "nonfinite_target"}
 
 
 def describe(value: int) -> str:

@@ -1,6 +1,6 @@
 """Tree verify attention: the n tree queries of each request over its prefix KV and its own tree KV.
 
-Cascade (DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
+Cascade (docs/DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
 (FlashMLA, FlashInfer, or our kernel) → (O_p, LSE_p); the tree tail with the ancestor mask (our kernel)
 → (O_t, LSE_t); merged by LSE with each library's base converted explicitly. backend="native" runs
 prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree tile last).
@@ -11,7 +11,7 @@ import torch
 
 from . import fallback, libraries, native
 from .merge import LN2, lse_from_natural, lse_to_natural, merge_states
-from .problem import Problem, make_problem, unpack_mask
+from .problem import Problem, check_contents, make_problem, unpack_mask
 from .reference import reference_tree_attention
 
 BACKENDS = ("auto", "native", "flashmla", "flashinfer", "torch")
@@ -66,8 +66,15 @@ def tree_verify_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_ma
     prefix_lens / page_table / mask contents in place (lengths up to max_prefix_len). plan: a dict reused by
     all layers of one batch (library planning state; the library cascades re-plan when lengths change).
     Returns (O in q's dtype, LSE float32 [T, Hq] (float64 for float64 q), natural log).
+
+    Checked on CPU tensors, preconditions on CUDA (checking would read device memory on the host every
+    call): 0 <= prefix_lens[b] <= page_table.shape[1] * page_size (and <= max_prefix_len); the pages a
+    request uses, page_table[b, :ceil(prefix_lens[b] / page_size)], are pages of the cache (padding
+    past them, e.g. −1, is never read). A NaN or inf in q or in the K/V a query attends gives a NaN
+    output on the torch path, never a finite one; the CUDA kernels assume finite inputs.
     """
     prob = make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale)
+    check_contents(prob, max_prefix_len)
     backend = resolve_backend(prob, backend)
     if backend == "torch":
         o, lse = fallback.attend(prob, max_prefix_len=max_prefix_len)

@@ -17,14 +17,17 @@ _LOGIT_BUDGET = 1 << 26  # float elements of one chunk's logits (256 MB in float
 
 
 def _attend_block(q, K, V, visible):
-    """q [B,n,Hkv,G,D], K [B,J,Hkv,D], V [B,J,Hkv,Dv], visible bool broadcastable to [B,n,Hkv,G,J]."""
+    """q [B,n,Hkv,G,D], K [B,J,Hkv,D], V [B,J,Hkv,Dv], visible bool broadcastable to [B,n,Hkv,G,J].
+    A row with no visible key gives O = 0, LSE = −inf; a NaN among the visible logits stays NaN (it must
+    not read as an empty row, which the merge would then drop)."""
     logits = torch.einsum("bikgd,bjkd->bikgj", q, K).masked_fill(~visible, -math.inf)
     m = logits.amax(-1)
-    m_safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    empty = m == -math.inf
+    m_safe = torch.where(empty, torch.zeros_like(m), m)
     p = torch.exp(logits - m_safe.unsqueeze(-1))
     s = p.sum(-1)
-    o = torch.einsum("bikgj,bjkd->bikgd", p, V) / torch.where(s > 0, s, torch.ones_like(s)).unsqueeze(-1)
-    lse = torch.where(s > 0, m_safe + torch.log(s), torch.full_like(s, -math.inf))
+    o = torch.einsum("bikgj,bjkd->bikgd", p, V) / torch.where(empty, torch.ones_like(s), s).unsqueeze(-1)
+    lse = torch.where(empty, torch.full_like(s, -math.inf), m_safe + torch.log(s))
     return o, lse
 
 
@@ -44,8 +47,11 @@ def attend(prob: Problem, *, with_prefix: bool = True, with_tree: bool = True, m
         for c0 in range(0, n_max, chunk):
             keys = torch.arange(c0, min(c0 + chunk, n_max), device=q.device)
             slots = prefix_slots(prob, keys)                                    # [B, J]
-            visible = (keys.unsqueeze(0) < lens)[:, None, None, None, :]
-            o_c, lse_c = _attend_block(q, prob.k_cache[slots].to(cd), prob.v_cache[slots].to(cd), visible)
+            seen = keys.unsqueeze(0) < lens                                      # [B, J]
+            # keys past a prefix come from slots of other data (or padding): zero their values so that
+            # garbage there (NaN in unwritten cache memory) cannot reach the output through p = 0
+            V = prob.v_cache[slots].to(cd).masked_fill(~seen[:, :, None, None], 0.0)
+            o_c, lse_c = _attend_block(q, prob.k_cache[slots].to(cd), V, seen[:, None, None, None, :])
             o, lse = merge_states(o, lse, o_c, lse_c)
     if with_tree:
         visible = unpack_mask(prob.mask_bits, n)[:, :, None, None, :]           # [B, n, 1, 1, n]

@@ -41,7 +41,8 @@ def merge_states(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_
     """Combine attention over two disjoint key sets: O = (w_a O_a + w_b O_b)/(w_a + w_b), w_x = e^{s_x − m}.
 
     o_*: [..., D]; lse_*: [...] in the named bases. A side with LSE −inf (no keys) gets weight 0 and its
-    O is ignored even if it holds NaN; if both sides are empty, O = 0 and LSE = −inf.
+    O is ignored even if it holds NaN; if both sides are empty, O = 0 and LSE = −inf. A NaN LSE is not
+    an empty side: it makes O and LSE NaN.
     Returns (O in out_dtype (default o_a's), LSE (float32, or float64 for float64 input) in out_base).
     """
     _check_base("base_a", base_a), _check_base("base_b", base_b), _check_base("out_base", out_base)
@@ -53,14 +54,15 @@ def merge_states(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_
     la, lb = lse_to_natural(lse_a, base_a), lse_to_natural(lse_b, base_b)
     cd = torch.float64 if torch.float64 in (o_a.dtype, o_b.dtype, la.dtype, lb.dtype) else torch.float32
     la, lb = la.to(cd), lb.to(cd)
-    m = torch.maximum(la, lb)
-    m_safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    m = torch.maximum(la, lb)  # NaN if either is NaN
+    empty = m == -math.inf
+    m_safe = torch.where(empty, torch.zeros_like(m), m)
     wa, wb = torch.exp(la - m_safe), torch.exp(lb - m_safe)
-    total = wa + wb
-    inv = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
+    total = wa + wb  # >= 1 unless empty or NaN
+    inv = torch.where(empty, torch.zeros_like(total), 1.0 / total)
     acc = o_a.to(cd) * (wa * inv).unsqueeze(-1)
-    acc = torch.where((wa > 0).unsqueeze(-1), acc, torch.zeros_like(acc))
+    acc = torch.where((la == -math.inf).unsqueeze(-1), torch.zeros_like(acc), acc)
     part_b = o_b.to(cd) * (wb * inv).unsqueeze(-1)
-    acc = acc + torch.where((wb > 0).unsqueeze(-1), part_b, torch.zeros_like(part_b))
-    lse = torch.where(total > 0, m_safe + torch.log(total), torch.full_like(total, -math.inf))
+    acc = acc + torch.where((lb == -math.inf).unsqueeze(-1), torch.zeros_like(part_b), part_b)
+    lse = torch.where(empty, torch.full_like(total, -math.inf), m_safe + torch.log(total))
     return acc.to(out_dtype or o_a.dtype), lse_from_natural(lse, out_base)

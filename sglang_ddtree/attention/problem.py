@@ -11,6 +11,7 @@ with T = B·n rows, request b's node i at row b·n + i.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -83,6 +84,11 @@ def _mask_bits(tree_mask, B: int, n: int, device) -> torch.Tensor:
     return bits.contiguous()
 
 
+def _page_size(name: str, cache: torch.Tensor, ps: int) -> None:
+    if ps < 1:
+        raise ValueError(f"{name} must have a page size (dimension 1) >= 1, got shape {tuple(cache.shape)}")
+
+
 def make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale) -> Problem:
     """Check the public arguments (see `tree_verify_attention`) and build the internal form."""
     if isinstance(q, (tuple, list)):
@@ -110,8 +116,8 @@ def make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_sc
     if T % B:
         raise ValueError(f"q has {T} rows, not a multiple of the batch size {B} (page_table rows)")
     n = T // B
-    if not isinstance(sm_scale, (float, int)) or isinstance(sm_scale, bool) or not sm_scale > 0:
-        raise ValueError(f"sm_scale must be a positive float, got {sm_scale!r}")
+    if not isinstance(sm_scale, (float, int)) or isinstance(sm_scale, bool) or not 0 < sm_scale < math.inf:
+        raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
 
     if layout == "mla":
         cache = C.tensor("kv_cache", kv_cache, dtypes=(q_a.dtype,), device=device)
@@ -120,6 +126,7 @@ def make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_sc
         if cache.dim() != 3 or cache.shape[-1] != Dqk:
             raise ValueError(f"kv_cache must be [pages, page_size, {Dqk}] (c_kv ‖ k_pe), got {tuple(kv_cache.shape)}")
         P, ps, _ = cache.shape
+        _page_size("kv_cache", kv_cache, ps)
         k_cache = cache.reshape(P * ps, 1, Dqk)
         v_cache = k_cache[..., :Da]
         tree = C.tensor("tree_kv", tree_kv, dtypes=(q_a.dtype,), device=device)
@@ -135,6 +142,7 @@ def make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_sc
         kc = C.tensor("k_cache", kv_cache[0], ndim=4, dtypes=(q_a.dtype,), device=device)
         vc = C.tensor("v_cache", kv_cache[1], ndim=4, dtypes=(q_a.dtype,), device=device)
         P, ps, Hkv, D = kc.shape
+        _page_size("k_cache", kc, ps)
         if D != Dqk:
             raise ValueError(f"k_cache head dim {D} differs from q's {Dqk}")
         if vc.shape[:3] != kc.shape[:3]:
@@ -154,6 +162,33 @@ def make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_sc
                    mask_bits, float(sm_scale), B, n)
 
 
+def check_contents(prob: Problem, max_prefix_len: int | None = None) -> None:
+    """The checks that read the tensors' contents: prefix lengths within [0, the page table's capacity]
+    and max_prefix_len, and every page a request uses inside the cache. Cheap on CPU tensors; on CUDA they
+    would cost a device sync per call, so there they are preconditions (see tree_verify_attention).
+    Non-finite q / K / V need no check: they reach the output as NaN, never as a finite value."""
+    if max_prefix_len is not None:
+        C.integer("max_prefix_len", max_prefix_len, minimum=0)
+    if prob.q_a.device.type != "cpu":
+        return
+    lens = prob.prefix_lens.to(torch.int64)
+    capacity = prob.page_table.shape[1] * prob.page_size
+    if bool((lens < 0).any()) or bool((lens > capacity).any()):
+        raise ValueError(f"prefix_lens must be in [0, {capacity}] (page_table columns x page size), "
+                         f"got {lens.tolist()}")
+    if max_prefix_len is not None and bool((lens > max_prefix_len).any()):
+        raise ValueError(f"max_prefix_len ({max_prefix_len}) must be >= every prefix length, got "
+                         f"{int(lens.max())}")
+    pages = prob.k_cache.shape[0] // prob.page_size
+    used = torch.arange(prob.page_table.shape[1]) < ((lens + prob.page_size - 1) // prob.page_size)[:, None]
+    table = prob.page_table.to(torch.int64)
+    bad = used & ((table < 0) | (table >= pages))
+    if bool(bad.any()):
+        b, j = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"page_table[{b}, {j}] = {int(table[b, j])} is not a page of the cache (0..{pages - 1}) "
+                         f"but request {b} uses it (prefix length {int(lens[b])})")
+
+
 def unpack_mask(mask_bits: torch.Tensor, n: int) -> torch.Tensor:
     """int32 [..., n, W] → bool [..., n, n] (bit j%32 of word j//32)."""
     shifts = torch.arange(32, device=mask_bits.device, dtype=torch.int64)
@@ -162,6 +197,9 @@ def unpack_mask(mask_bits: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def prefix_slots(prob: Problem, keys: torch.Tensor) -> torch.Tensor:
-    """Cache slot of key positions `keys` [K] for every request → int64 [B, K] (clamped where past the table)."""
+    """Cache slot of key positions `keys` [K] for every request → int64 [B, K]. Positions past the table and
+    page entries outside the cache (padding, e.g. −1) are clamped into range: only keys below a request's
+    prefix length are ever visible, and those are checked (check_contents)."""
     pages = torch.clamp(keys // prob.page_size, max=prob.page_table.shape[1] - 1)
-    return prob.page_table.to(torch.int64)[:, pages] * prob.page_size + keys % prob.page_size
+    table = prob.page_table.to(torch.int64)[:, pages].clamp(0, prob.k_cache.shape[0] // prob.page_size - 1)
+    return table * prob.page_size + keys % prob.page_size

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from .problem import make_problem, unpack_mask
+from .problem import check_contents, make_problem, unpack_mask
 
 
 def reference_tree_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale, *,
                              dtype=torch.float64, device=None):
     """Same arguments as `tree_verify_attention`; computes in `dtype` on `device` (default: CPU)."""
     prob = make_problem(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale)
+    check_contents(prob)
     dev = torch.device("cpu") if device is None else torch.device(device)
     cast = lambda t: t.to(device=dev, dtype=dtype)
     B, n, Hq, Hkv, G = prob.B, prob.n, prob.Hq, prob.Hkv, prob.G

@@ -5,7 +5,7 @@ Per layer call, on build_tree trees, page size 64, bf16:
     batch ∈ {1, 8, 32, 64}; our fused kernel, the FlashMLA and FlashInfer cascades (+ our tail + merge),
     and the naive one-block-per-(row, head) design that re-reads the latent per head (batch 1 only).
   * GQA (Qwen3-8B: 32 query heads, 8 KV heads, D 128): same grid; our kernel and the FlashInfer cascade.
-Floors (kernels.md §3.5) use the ceilings measured in the same run: FLOP = B·2·Hq·T·N·(Dqk+Dv) over the
+Floors (docs/DESIGN.md §6.1) use the ceilings measured in the same run: FLOP = B·2·Hq·T·N·(Dqk+Dv) over the
 bf16 MMA rate, bytes = B·N·(KV bytes per token) + Q/O bytes over the copy bandwidth.
 Times: CUDA events, median of repeated calls after warm-up; library planning is per batch and excluded
 (it runs once per forward, not per layer). Writes attention.json and attention.md to --out.
@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -283,6 +284,9 @@ def main(argv=None):
     ap.add_argument("--jit-only", action="store_true", help="only time FlashInfer's first calls (cold JIT)")
     ap.add_argument("--commit", default=None, help="commit id to record (the device copy has no .git)")
     a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.stderr.write("python -m sglang_ddtree.bench attention: error: needs a CUDA device (none visible)\n")
+        return 2
     os.makedirs(a.out, exist_ok=True)
     jit_path = os.path.join(a.out, "attention_jit.json")
     if a.jit_only:

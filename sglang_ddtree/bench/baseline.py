@@ -2,7 +2,7 @@
 
 Per request: torch top-k + logsumexp over the draft logits, a device→host copy, a Python `heapq`
 best-first build that also fills a (1+n)² visibility matrix and per-node child dicts, then a Python dict
-walk with the target's tokens. It follows the paper's reference procedure (DESIGN.md §3); the same
+walk with the target's tokens. It follows the paper's reference procedure (docs/DESIGN.md §3); the same
 (lp, ids) through it gives the oracle's tree, which `check_equivalence` asserts.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ import argparse
 
 import torch
 
-from .. import accept_tree, build_tree, build_tree_from_topk
+from .. import _cli, accept_tree, build_tree, build_tree_from_topk
 from ..topk import topk_logprobs
 from . import baseline
 from .common import md_table, metadata, progress, time_fn, write_outputs
@@ -44,22 +44,28 @@ def bench_point(logits: torch.Tensor, budget: int, device: torch.device, backend
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.bench tree", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="small grid, few repeats (a minute on 2 cores)")
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    ap.add_argument("--batches", default=None, help="comma list (default 1,8,64,256; quick: 1,8,64)")
-    ap.add_argument("--budgets", default=None, help="comma list (default 8,32,64,128,256; quick: 8,64)")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap = _cli.Parser(prog="python -m sglang_ddtree.bench tree", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small grid, few repeats (about 35 s on 2 idle cores, "
+                    "longer on a loaded machine; the full grid takes far longer)")
+    ap.add_argument("--device", type=_cli.device, default=None, help="cpu or cuda (default: cuda if available)")
+    ap.add_argument("--batches", type=_cli.positive_int_list, default=None,
+                    help="comma list (default 1,8,64,256; quick: 1,8,64)")
+    ap.add_argument("--budgets", type=_cli.positive_int_list, default=None,
+                    help="comma list (default 8,32,64,128,256; quick: 8,64)")
+    ap.add_argument("--repeats", type=_cli.positive_int, default=None)
     ap.add_argument("--out", default="bench_out", help="output folder for tree-<device>.json/.md/.png")
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend = device.type
-    batches = [int(x) for x in (args.batches or ("1,8,64" if args.quick else "1,8,64,256")).split(",")]
-    budgets = [int(x) for x in (args.budgets or ("8,64" if args.quick else "8,32,64,128,256")).split(",")]
+    batches = args.batches or ([1, 8, 64] if args.quick else [1, 8, 64, 256])
+    budgets = args.budgets or ([8, 64] if args.quick else [8, 32, 64, 128, 256])
     repeats = args.repeats or (4 if args.quick else 12)
 
     gen = torch.Generator(device="cpu").manual_seed(0)
     full = (torch.randn(max(batches), DEPTH, VOCAB, generator=gen) * 2.0).to(torch.bfloat16).to(device)
+    print(f"bench tree: {len(batches) * len(budgets)} points (batch {batches} x budget {budgets}), {repeats} repeats; "
+          f"{'about 35 s on 2 idle cores' if args.quick else 'the full grid takes a while'}", flush=True)
     rows = []
     for B, budget in progress([(b, g) for b in batches for g in budgets], desc="bench tree"):
         rows.append(bench_point(full[:B], budget, device, backend, repeats))

@@ -1,4 +1,4 @@
-"""CUDA tree-stage benchmark: top-k+LSE, build, accept and sampling kernels vs their floors (kernels.md §5),
+"""CUDA tree-stage benchmark: top-k+LSE, build, accept and sampling kernels vs their floors (docs/DESIGN.md §6),
 the whole tree stage vs the ported CPU heapq path (bench/baseline.py) in the same run, and a per-request
 GPU builder in the style of the latest SGLang DDTree PR (one program per request, float32 slots, a linear
 argmax over 2·budget+3 slots per pop; Triton, below) as a second baseline.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-pr-baseline", action="store_true", help="skip the Triton PR-style builder")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("tree_gpu needs a CUDA device")
+        sys.stderr.write("python -m sglang_ddtree.bench tree_gpu: error: needs a CUDA device (none visible)\n")
         return 2
     from sglang_ddtree import _build, ops as _ops  # noqa: F401  (schemas)
     _build.load_cuda()

@@ -22,6 +22,9 @@ logger = logging.getLogger(__name__)
 
 ALGORITHM = "DDTREE"
 DEFAULT_BUDGET = 32
+# The CUDA tree builder holds n = budget + 1 <= 1024 nodes per request (kMaxTreeSlots in
+# kernels/tree_kernels.cuh: one mask word per lane, 10-bit node indices in the frontier metadata).
+MAX_BUDGET = 1023
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 # Backends whose TARGET_VERIFY applies an arbitrary FULL_MASK tree mask, eagerly and under CUDA graphs
@@ -117,6 +120,15 @@ def draft_block_size(view) -> int:
     return int(size) if size is not None else DEFAULT_BLOCK_SIZE
 
 
+def check_budget(budget: int) -> int:
+    """Refuse a budget the CUDA tree builder cannot build (at start-up, not in the first decode round)."""
+    if budget > MAX_BUDGET:
+        _reject(f"a tree budget of {budget} (the CUDA tree builder holds at most budget + 1 = {MAX_BUDGET + 1} "
+                "nodes per request)", f"use a budget <= {MAX_BUDGET} (--speculative-num-draft-tokens <= "
+                f"{MAX_BUDGET + 1}, or {ENV_BUDGET} / --speculative-ddtree-budget <= {MAX_BUDGET})")
+    return budget
+
+
 def resolve_budget(view, knobs: Knobs) -> int:
     """Tree budget B from the environment knob or --speculative-num-draft-tokens (= B + 1)."""
     ndt = getattr(view, "speculative_num_draft_tokens", None)
@@ -125,12 +137,12 @@ def resolve_budget(view, knobs: Knobs) -> int:
             raise ValueError(
                 f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal budget + 1 = {knobs.budget + 1} "
                 f"({ENV_BUDGET}={knobs.budget}); drop one of the two")
-        return knobs.budget
+        return check_budget(knobs.budget)
     if ndt is not None:
         if int(ndt) < 2:
             raise ValueError(f"DDTREE: --speculative-num-draft-tokens is the tree verify width budget + 1 and "
                              f"must be >= 2, got {ndt}")
-        return int(ndt) - 1
+        return check_budget(int(ndt) - 1)
     return DEFAULT_BUDGET
 
 
@@ -216,6 +228,10 @@ def apply_ddtree_defaults(server_args) -> None:
     knobs = Knobs.from_env()
     budget = resolve_budget(view, knobs)
     block = draft_block_size(view)
+    steps = getattr(view, "speculative_num_steps", None)
+    if steps is not None and int(steps) != 1:
+        logger.warning("DDTREE: --speculative-num-steps %s overridden to 1 (one drafter pass proposes the whole "
+                       "block; the tree's size is the budget, %d)", steps, budget)
     server_args.speculative_num_steps = 1
     server_args.speculative_eagle_topk = 1
     server_args.speculative_num_draft_tokens = budget + 1
@@ -224,6 +240,8 @@ def apply_ddtree_defaults(server_args) -> None:
     if getattr(view, "max_running_requests", None) is None:
         server_args.max_running_requests = DEFAULT_MAX_RUNNING_REQUESTS
     if getattr(view, "enable_mixed_chunk", False):
+        logger.warning("DDTREE: --enable-mixed-chunk overridden to off (SGLang's speculative decoding runs "
+                       "without mixed chunked prefill)")
         server_args.enable_mixed_chunk = False
     logger.info("DDTREE: budget=%d (verify width %d), drafter block=%d, topk=%s", budget, budget + 1, block,
                 knobs.topk or "min(budget, vocab)")

@@ -6,7 +6,10 @@ DDTREE. Exit status 0 when SGLang resolves the name, 1 otherwise, with the reaso
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import sys
+
+PROG = "python -m sglang_ddtree.check"
 
 
 def _entry_point():
@@ -14,6 +17,26 @@ def _entry_point():
         if ep.name == "ddtree":
             return ep
     return None
+
+
+def missing_module_fix(name: str) -> str:
+    """How to install a module SGLang failed to import (torchvision needs the build paired with torch)."""
+    if name.split(".")[0] == "torchvision":
+        import torch
+
+        major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+        pin = f"==0.{minor + 15}.*" if major == 2 else ""  # torch 2.N pairs with torchvision 0.(N+15)
+        index = " --index-url https://download.pytorch.org/whl/cpu" if torch.version.cuda is None else ""
+        return (f"SGLang imports torchvision at start-up (image decoding); install the release paired with your "
+                f"torch {torch.__version__}: pip install 'torchvision{pin}'{index}")
+    return f"install it: pip install {name.split('.')[0]}"
+
+
+def _import_failure(version: str, e: ImportError) -> list[str]:
+    missing = getattr(e, "name", None)
+    why = f"FAIL: sglang {version} does not import here: {type(e).__name__}: {e}"
+    return [why, f"Fix: {missing_module_fix(missing)}" if missing else
+            "Fix: reinstall sglang with its dependencies (pip install sglang==" + version + ")"]
 
 
 def diagnose() -> tuple[bool, list[str]]:
@@ -31,20 +54,20 @@ def diagnose() -> tuple[bool, list[str]]:
         return False, lines + ["FAIL: no 'ddtree' entry point in group sglang.srt.plugins: sglang-ddtree is not "
                                "installed in this environment (pip install sglang-ddtree, or pip install -e .)"]
     lines.append(f"entry point: {ep.name} = {ep.value}")
-    import os
-
     allow = os.environ.get("SGLANG_PLUGINS", "").strip()
     if allow and "ddtree" not in [x.strip() for x in allow.split(",")]:
         lines.append(f"WARN: SGLANG_PLUGINS={allow!r} does not list 'ddtree': SGLang will skip the plugin "
                      "(add ddtree to the list or unset it)")
-    from sglang.srt.plugins import load_plugins
-
+    try:
+        from sglang.srt.plugins import load_plugins
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    except ImportError as e:
+        return False, lines + _import_failure(version, e)
     load_plugins()
     from . import plugin
 
     if plugin.last_error():
         return False, lines + ["FAIL: the plugin raised while registering:", plugin.last_error()]
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     try:
         algo = SpeculativeAlgorithm.from_string("ddtree")
@@ -62,6 +85,10 @@ def diagnose() -> tuple[bool, list[str]]:
 
 
 def main(argv=None) -> int:
+    from .._cli import Parser
+
+    Parser(prog=PROG, description=__doc__.split("\n\n")[1].replace("\n", " ")).parse_args(
+        sys.argv[1:] if argv is None else argv)
     ok, lines = diagnose()
     print("\n".join(lines))
     return 0 if ok else 1

@@ -4,34 +4,77 @@
   --speculative-ddtree-topk K     per-depth candidate cap (SGLANG_DDTREE_TOPK; default min(B, vocab))
 
 The flags travel as environment variables, which SGLang's spawned scheduler processes inherit; every other
-argument goes to SGLang unchanged. `--speculative-algorithm ddtree` is added when absent.
+argument goes to SGLang unchanged. `--speculative-algorithm ddtree` is added when absent. `--help` shows
+these flags, then SGLang's own.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import runpy
 import sys
 
+from .._cli import Parser, fail, positive_int
+
+PROG = "python -m sglang_ddtree.launch_server"
+
+
+def parser() -> argparse.ArgumentParser:
+    from .args import ENV_BUDGET, ENV_TOPK, MAX_BUDGET
+
+    p = Parser(prog=PROG, add_help=False, description="DDTree's flags (every other flag goes to SGLang):")
+    p.add_argument("--speculative-ddtree-budget", type=positive_int, default=None, metavar="B",
+                   help=f"tree budget, 1..{MAX_BUDGET} (sets {ENV_BUDGET}; verify width B + 1)")
+    p.add_argument("--speculative-ddtree-topk", type=positive_int, default=None, metavar="K",
+                   help=f"per-depth candidate cap (sets {ENV_TOPK}; default min(B, vocab))")
+    return p
+
 
 def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
-    parser.add_argument("--speculative-ddtree-topk", type=int, default=None)
-    ours, rest = parser.parse_known_args(argv)
-    for name in ("speculative_ddtree_budget", "speculative_ddtree_topk"):
-        value = getattr(ours, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    from .args import MAX_BUDGET
+
+    p = parser()
+    ours, rest = p.parse_known_args(argv)
+    if ours.speculative_ddtree_budget is not None and ours.speculative_ddtree_budget > MAX_BUDGET:
+        p.error(f"argument --speculative-ddtree-budget: at most {MAX_BUDGET} (the CUDA tree builder's limit), "
+                f"got {ours.speculative_ddtree_budget}")
     if not any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in rest):
         rest = ["--speculative-algorithm", "DDTREE", *rest]
     return ours, rest
 
 
+def sglang_import_error() -> str | None:
+    """Why SGLang cannot start here (not installed, unsupported, or an import that fails), else None."""
+    from . import compat
+    from .check import _import_failure
+
+    try:
+        rel = compat.check_version()
+    except compat.UnsupportedSGLangVersion as e:
+        return str(e)
+    try:
+        importlib.import_module("sglang.srt.plugins")
+    except ImportError as e:
+        return " ".join(_import_failure(rel, e)).replace("FAIL: ", "")
+    return None
+
+
 def main(argv=None) -> None:
     from .args import ENV_BUDGET, ENV_TOPK
 
-    ours, rest = split_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    if wants_help:
+        parser().print_help()
+        print()
+    problem = sglang_import_error()
+    if problem is not None:
+        if wants_help:
+            print(f"(SGLang's own flags are listed once SGLang runs here: {problem})")
+            sys.exit(0)
+        fail(PROG, problem, 1)
+    ours, rest = split_args(argv)
     if ours.speculative_ddtree_budget is not None:
         os.environ[ENV_BUDGET] = str(ours.speculative_ddtree_budget)
     if ours.speculative_ddtree_topk is not None:

@@ -210,3 +210,83 @@ def test_torch_fallback_random_shapes(seed):
     ref_o, ref_l = reference_tree_attention(*args)
     o, lse = tree_verify_attention(*args, backend="auto")
     assert A.rel_err(o, ref_o) < 1e-12 and A.rel_err(lse, ref_l) < 1e-12
+
+
+# --- bad contents: an error naming the argument, or a NaN output, never a finite wrong answer ---------
+
+def _gqa_case():
+    args, _ = A.make_case("gqa", 2, 4, [5, 7], page_size=2, seed=21)  # uses 3 and 4 of 4 table columns
+    return list(args)
+
+
+def _poison(args, where):
+    q, (kc, vc), table, lens, (kt, vt), bits, scale = args
+    kc, vc, q, kt = kc.clone(), vc.clone(), q.clone(), kt.clone()
+    page = int(table[0, 0])
+    {"k": lambda: kc.__setitem__((page, 0, 0, 0), math.nan), "v": lambda: vc.__setitem__((page, 1, 1, 3), math.nan),
+     "q": lambda: q.__setitem__((2, 1, 0), math.nan), "k_tree": lambda: kt.__setitem__((0, 0, 5), math.nan)}[where]()
+    return [q, (kc, vc), table, lens, (kt, vt), bits, scale]
+
+
+@pytest.mark.parametrize("where", ["k", "v", "q", "k_tree"])
+def test_nan_inputs_reach_the_output(where):
+    """A NaN that a query attends makes that request's output NaN (it used to be dropped by the merge)."""
+    o, lse = tree_verify_attention(*_poison(_gqa_case(), where), backend="torch")
+    n = 5
+    assert torch.isnan(o[:n]).any() or torch.isnan(lse[:n]).any()
+    clean, _ = tree_verify_attention(*_gqa_case(), backend="torch")
+    assert torch.equal(o[n:], clean[n:])  # request 1 never sees request 0's data
+
+
+def test_garbage_outside_a_prefix_is_never_read():
+    """NaN in cache slots past a request's prefix (unwritten memory) and -1 padding in unused table
+    columns leave the output exactly as it is."""
+    args = _gqa_case()
+    clean, _ = tree_verify_attention(*args, backend="torch")
+    q, (kc, vc), table, lens, tree_kv, bits, scale = args
+    kc, vc, table = kc.clone(), vc.clone(), table.clone()
+    last = int(table[0, 2])              # request 0's third page holds key 4 only (prefix length 5)
+    kc[last, 1], vc[last, 1] = math.nan, math.nan
+    table[0, 3] = -1                     # request 0 uses 3 columns
+    o, _ = tree_verify_attention(q, (kc, vc), table, lens, tree_kv, bits, scale, backend="torch")
+    assert torch.equal(o, clean)
+    ref, _ = reference_tree_attention(q, (kc, vc), table, lens, tree_kv, bits, scale)
+    assert A.rel_err(o, ref) < 1e-12
+
+
+def test_merge_propagates_nan_lse():
+    o, lse = torch.ones(2, 3, 4, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float64)
+    bad = lse.clone()
+    bad[0, 1] = math.nan
+    m, s = merge_states(o, bad, o, lse)
+    assert torch.isnan(m[0, 1]).all() and torch.isnan(s[0, 1])
+    assert torch.isfinite(m[1]).all() and torch.isfinite(s[1]).all()
+
+
+@pytest.mark.parametrize("change,exc,name", [
+    (lambda a: a.__setitem__(6, math.inf), ValueError, "sm_scale"),
+    (lambda a: a[3].__setitem__(0, 9), ValueError, "prefix_lens"),       # the table holds 4 pages x 2
+    (lambda a: a[3].__setitem__(1, -1), ValueError, "prefix_lens"),
+    (lambda a: a[2].__setitem__((0, 1), -1), ValueError, r"page_table\[0, 1\]"),
+    (lambda a: a[2].__setitem__((1, 3), 10**6), ValueError, r"page_table\[1, 3\]"),
+    (lambda a: a.__setitem__(1, (a[1][0][:, :0], a[1][1][:, :0])), ValueError, "k_cache"),
+], ids=["sm_scale_inf", "prefix_past_table", "prefix_negative", "used_page_minus1", "used_page_oob", "page_size_0"])
+@pytest.mark.parametrize("fn", ["fallback", "reference"])
+def test_bad_contents_are_rejected_with_their_name(change, exc, name, fn):
+    args = _gqa_case()
+    args[2], args[3] = args[2].clone(), args[3].clone()
+    change(args)
+    call = reference_tree_attention if fn == "reference" else tree_verify_attention
+    with pytest.raises(exc, match=name):
+        call(*args)
+
+
+def test_page_size_zero_and_short_max_prefix_len_are_rejected():
+    args, _ = A.make_case("mla", 1, 4, [3], page_size=1)
+    q, cache, table, lens, tree_kv, bits, scale = args
+    with pytest.raises(ValueError, match="kv_cache"):
+        tree_verify_attention(q, cache[:, :0], table, lens, tree_kv, bits, scale)
+    with pytest.raises(ValueError, match="max_prefix_len"):
+        tree_verify_attention(*args, max_prefix_len=2)
+    with pytest.raises(ValueError, match="max_prefix_len"):
+        tree_verify_attention(*args, max_prefix_len=-1)

@@ -47,6 +47,11 @@ CASES = [
     (lambda: sample_node_tokens(LOGITS, 1.0, seed=torch.zeros(5, dtype=torch.long)), ValueError, "seed"),
     (lambda: sample_node_tokens(LOGITS, 1.0, step=torch.zeros(2)), TypeError, "step"),
     (lambda: sample_node_tokens(LOGITS, 1.0, backend="reference"), ValueError, "backend"),
+    # integers past int64 name their argument (not torch's "value cannot be converted")
+    (lambda: build_tree(LOGITS, 4, root_tokens=2**70), ValueError, "root_tokens"),
+    (lambda: build_tree(LOGITS, 4, seq_lens=-2**63 - 1), ValueError, "seq_lens"),
+    (lambda: sample_node_tokens(LOGITS, 1.0, seed=2**63), ValueError, "seed"),
+    (lambda: sample_node_tokens(LOGITS, 1.0, step=2**64), ValueError, "step"),
 ]
 
 
@@ -61,3 +66,32 @@ def test_tree_with_wrong_link_dtype_is_rejected():
     t.retrive_next_token = t.retrive_next_token.int()
     with pytest.raises(TypeError, match="tree.retrive_next_token"):
         accept_tree(t, torch.zeros(2, 6, dtype=torch.long))
+
+
+def test_numpy_integers_are_accepted_like_ints():
+    import numpy as np
+
+    a = sample_node_tokens(LOGITS, 1.0, seed=np.int64(7), step=np.int32(2))
+    assert torch.equal(a, sample_node_tokens(LOGITS, 1.0, seed=7, step=2))
+    for edge in (2**63 - 1, -2**63):  # the int64 range itself is accepted
+        assert sample_node_tokens(LOGITS, 1.0, seed=edge, step=edge).shape == (2, 3)
+
+
+def _with(t, **fields):
+    import dataclasses
+
+    return dataclasses.replace(t, **fields)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("change,exc,name", [
+    ({"num_nodes": torch.tensor([3], dtype=torch.int32)}, ValueError, "tree.num_nodes"),
+    ({"num_nodes": torch.tensor([3, 3, 3], dtype=torch.int32)}, ValueError, "tree.num_nodes"),
+    ({"depth_limit": -1}, ValueError, "tree.depth_limit"),
+    ({"depth_limit": 2**40}, ValueError, "tree.depth_limit"),
+    ({"depth_limit": 2.0}, TypeError, "tree.depth_limit"),
+])
+def test_accept_checks_the_tree_fields_every_backend_reads(backend, change, exc, name):
+    """Every backend gets the same error (they used to read out of bounds or raise unrelated errors)."""
+    with pytest.raises(exc, match=name):
+        accept_tree(_with(tree(), **change), torch.zeros(2, 6, dtype=torch.long), backend=backend)

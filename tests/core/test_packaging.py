@@ -34,3 +34,8 @@ def test_wheel_ships_tiny_models_and_entry_point(wheel_names):
             assert f"sglang_ddtree/engine/models/{model}/{f}" in wheel_names
     (ep,) = [v for n, v in wheel_names.items() if n.endswith("entry_points.txt")]
     assert b"[sglang.srt.plugins]" in ep and b"sglang_ddtree.sglang.plugin:register" in ep
+
+
+def test_wheel_ships_the_license(wheel_names):
+    assert any(n.split("/")[0].endswith(".dist-info") and n.endswith("LICENSE") for n in wheel_names), \
+        sorted(n for n in wheel_names if ".dist-info/" in n)

@@ -55,3 +55,57 @@ def test_per_request_seeds():
     assert torch.equal(out[0], out[1])
     out = sample_node_tokens(x, 1.0, seed=torch.tensor([1, 2]), step=0)
     assert not torch.equal(out[0], out[1])
+
+
+# --- inputs at the edge of float range (the expected answers come from numpy, not from the sampler) ---
+
+@pytest.mark.parametrize("temperature", [1e-30, 1e-39, 1e-45, 1e-300, 5e-324])
+def test_tiny_temperature_overflow_gives_the_argmax(temperature):
+    """logits / T overflows float32 here; the answer must be the T -> 0 limit (the argmax), not the first inf."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 7, 40)).astype(np.float32) * 4
+    x[0, 0, :] = -np.abs(x[0, 0, :]) - 1  # all negative: every score -> -inf
+    x[1, 1, 5] = 0.0                      # 0 / T is NaN once T rounds to 0 in float32
+    got = sample_node_tokens(torch.from_numpy(x), temperature, seed=3, step=1)
+    assert got.tolist() == x.argmax(-1).tolist()
+
+
+def test_float64_logits_keep_their_precision():
+    x = torch.tensor([[[1e300, 2e300, -1e300], [2e300, 1e300, 0.0]]], dtype=torch.float64)
+    for t in (0.0, 1.0, 1e-10):  # 1e-10: 2e300 / T overflows float64 too
+        assert sample_node_tokens(x, t, seed=5).tolist() == [[1, 0]], t
+
+
+def test_numpy_temperatures_are_accepted():
+    x = torch.randn(2, 4, 30)
+    for t in (np.float32(0.7), np.float64(0.7), np.float16(0.7)):
+        assert torch.equal(sample_node_tokens(x, t, seed=9), sample_node_tokens(x, float(t), seed=9))
+    assert torch.equal(sample_node_tokens(x, np.float32(0.0)), x.argmax(-1))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_nan_or_all_masked_logits_give_no_token(temperature):
+    x = torch.randn(2, 3, 20)
+    x[0, 1, 7] = float("nan")
+    x[1, 2, :] = float("-inf")
+    x[1, 0, :5] = float("-inf")  # partly masked: still a distribution
+    got = sample_node_tokens(x, temperature, seed=2)
+    assert got[0, 1] == -1 and got[1, 2] == -1
+    ok = torch.ones_like(got, dtype=torch.bool)
+    ok[0, 1] = ok[1, 2] = False
+    assert bool((got[ok] >= 0).all()) and int(got[1, 0]) >= 5
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_accept_flags_a_walk_that_reaches_a_node_without_token(backend):
+    from sglang_ddtree import accept_tree, build_tree
+    from sglang_ddtree import flags as F
+
+    tree = build_tree(torch.randn(2, 4, 16) * 3, 6, backend="reference")
+    logits = torch.randn(2, 7, 16)
+    logits[0, 0, 3] = float("nan")          # request 0: the root itself has no token
+    target = sample_node_tokens(logits, 0.0)
+    res = accept_tree(tree, target, backend=backend)
+    assert int(res.accept_len[0]) == 1 and int(res.bonus[0]) == -1
+    assert int(res.flags[0]) & F.NONFINITE_TARGET
+    assert not int(res.flags[1]) & F.NONFINITE_TARGET and int(res.bonus[1]) >= 0

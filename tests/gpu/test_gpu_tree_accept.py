@@ -131,3 +131,25 @@ def test_sample_deterministic_and_matches_cpu_mirror():
     mirror = sample_rows_torch(x, 0.8, seed, step, node)
     agree = (a == mirror).float().mean().item()
     assert agree >= 0.99, f"CUDA sampler and the CPU RNG mirror agree on only {agree:.3f} of rows"
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 1e-39, 1e-45])
+def test_public_sampler_on_cuda_mends_overflow_and_nan(temperature):
+    """sample_node_tokens on CUDA tensors: logits / T overflowing float32 gives the argmax, a NaN row -1,
+    float64 logits keep their precision (the torch path): the same answers as on the CPU."""
+    from sglang_ddtree import sample_node_tokens
+
+    load()
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 9, 1000, generator=gen) * 4
+    x[1, 2, 17] = float("nan")
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        got = sample_node_tokens(xd.cuda(), temperature, seed=5).cpu()
+        want = xd.float().argmax(-1)
+        want[1, 2] = -1
+        assert torch.equal(got, want), dtype
+        assert torch.equal(got, sample_node_tokens(xd, temperature, seed=5))
+    big = torch.tensor([[[1e300, 2e300]]], dtype=torch.float64)
+    assert sample_node_tokens(big.cuda(), 0.0).tolist() == [[1]]
+    assert sample_node_tokens(big.cuda(), 1.0, seed=1).tolist() == [[1]]

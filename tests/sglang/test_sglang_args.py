@@ -123,3 +123,60 @@ def test_validate_rejects_backends_sglang_refuses_first_on_cpu(backend):
                            model_path="/nonexistent", pp_size=1, tp_size=1, page_size=1)
     with pytest.raises(ValueError, match="cannot apply a tree mask"):
         validate_server_args(view)
+
+
+def test_budget_limit_is_the_cuda_builders():
+    """MAX_BUDGET is n = budget + 1 <= kMaxTreeSlots of kernels/tree_kernels.cuh (read from the header)."""
+    import re
+    from pathlib import Path
+
+    from sglang_ddtree.sglang.args import MAX_BUDGET
+
+    header = (Path(__file__).resolve().parents[2] / "kernels" / "tree_kernels.cuh").read_text()
+    slots = int(re.search(r"constexpr int kMaxTreeSlots = (\d+);", header).group(1))
+    assert MAX_BUDGET == slots - 1
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_budget_above_the_cuda_builder_is_refused_at_start_up(resolve, monkeypatch, how):
+    from sglang_ddtree.sglang.args import MAX_BUDGET
+
+    for budget in (MAX_BUDGET + 1, 10**9):
+        extra = ("--speculative-num-draft-tokens", str(budget + 1)) if how == "flag" else ()
+        if how == "env":
+            monkeypatch.setenv("SGLANG_DDTREE_BUDGET", str(budget))
+        with pytest.raises(ValueError, match=f"budget <= {MAX_BUDGET}") as info:
+            resolve(*extra)
+        assert "Fix:" in str(info.value) and str(budget) in str(info.value)
+    monkeypatch.delenv("SGLANG_DDTREE_BUDGET", raising=False)
+    assert resolve("--speculative-num-draft-tokens", str(MAX_BUDGET + 1)).speculative_num_draft_tokens == MAX_BUDGET + 1
+
+
+@pytest.fixture
+def arg_warnings():
+    """Warnings of sglang_ddtree.sglang.args, through a handler of its own (SGLang reconfigures the root
+    logger at import, which pytest's caplog relies on)."""
+    import logging
+
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: records.append(record.getMessage())
+    log = logging.getLogger("sglang_ddtree.sglang.args")
+    log.addHandler(handler)
+    yield records
+    log.removeHandler(handler)
+
+
+@pytest.mark.parametrize("extra,needle,field,value", [
+    (("--speculative-num-steps", "3"), "--speculative-num-steps 3 overridden to 1", "speculative_num_steps", 1),
+    (("--enable-mixed-chunk",), "--enable-mixed-chunk overridden to off", "enable_mixed_chunk", False),
+])
+def test_overridden_flags_are_logged(resolve, arg_warnings, extra, needle, field, value):
+    sa = resolve(*extra)
+    assert getattr(sa, field) == value
+    assert any(needle in m for m in arg_warnings), arg_warnings
+
+
+def test_default_flags_log_no_override(resolve, arg_warnings):
+    resolve()
+    assert not [m for m in arg_warnings if "overridden" in m]

@@ -1,0 +1,264 @@
+"""Check the README's headline numbers against the committed files they come from.
+
+    python scripts/check_readme_numbers.py          # exit 0 when every claim matches its source
+
+One table, CLAIMS: each row is (README fragment, source file(s), reader, tolerance).
+  * fragment: README text, literally (line breaks and runs of spaces count as one space), with `{}` where
+    a number stands ("**{} µs** on the GPU"). It must occur in the README; its numbers are parsed
+    (thousands separators allowed).
+  * source: a path under the repository (or a tuple of paths); JSON is parsed, anything else read as text.
+  * reader: a function of the loaded source(s) returning the value(s), one per `{}` (helpers below:
+    `at` for a JSON path, `pick`/`span`/`ratio` over lists of rows, `grep` for a number in text, `has` for
+    a sentence that must be in the source when the fragment has no number).
+  * tolerance: None = the README's printed precision (half a unit of its last digit), else a relative
+    tolerance (0.01 = 1%).
+A number drifting from its source, a fragment no longer in the README, or a source that lost the value
+fails with a line saying which. Add a row for every new headline number.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = "docs/benchmarks/"
+NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+# --- readers --------------------------------------------------------------------------------------------
+
+def at(path: str, scale: float = 1.0):
+    """JSON path 'a.b.0.c' (list indexes as integers), times scale."""
+    def read(doc):
+        for key in path.split("."):
+            doc = doc[int(key)] if isinstance(doc, list) else doc[key]
+        return doc if scale == 1.0 else doc * scale
+    return read
+
+
+def _rows(doc, list_path: str, where: dict):
+    rows = at(list_path)(doc)
+    out = [r for r in rows if all(r.get(k) in (v if isinstance(v, (tuple, list)) else (v,)) for k, v in where.items())]
+    if not out:
+        raise LookupError(f"no row of {list_path} matches {where}")
+    return out
+
+
+def _field(row, field):
+    return at(field)(row) if isinstance(field, str) else field(row)
+
+
+def pick(list_path: str, field, scale: float = 1.0, **where):
+    """The one row of list_path matching where (values or tuples of allowed values): field (a path or a
+    function of the row), times scale."""
+    def read(doc):
+        rows = _rows(doc, list_path, where)
+        if len(rows) != 1:
+            raise LookupError(f"{len(rows)} rows of {list_path} match {where}, expected one")
+        return _field(rows[0], field) * scale
+    return read
+
+
+def span(list_path: str, field, scale: float = 1.0, **where):
+    """(min, max) of field over the rows matching where."""
+    def read(doc):
+        values = [_field(r, field) * scale for r in _rows(doc, list_path, where)]
+        return min(values), max(values)
+    return read
+
+
+def ratio(num, den):
+    """num(doc) / den(doc) for two readers of the same source."""
+    return lambda doc: num(doc) / den(doc)
+
+
+def grep(pattern: str):
+    """The number(s) captured by a regular expression in a text source."""
+    def read(text):
+        m = re.search(pattern, text)
+        if m is None:
+            raise LookupError(f"pattern {pattern!r} not found")
+        values = tuple(float(g.replace(",", "")) for g in m.groups())
+        return values[0] if len(values) == 1 else values
+    return read
+
+
+def has(sentence: str):
+    """A claim without a number: the sentence must be in the text source."""
+    def read(text):
+        if _flat(sentence) not in _flat(text):
+            raise LookupError(f"{sentence!r} not found")
+        return ()
+    return read
+
+
+def _same_for_every_budget(doc):
+    """The identical-prompt count that every DDTree server of the lossless run shares."""
+    counts = {k: s["identical"] for k, s in doc["servers"].items() if k.startswith("ddtree")}
+    if len(set(counts.values())) != 1:
+        raise LookupError(f"the DDTree servers differ: {counts}")
+    return next(iter(counts.values()))
+
+
+def _naive_speedup(T):
+    """Naive per-head time over the best other backend, MLA batch 1, N 8192, tree size T."""
+    def read(doc):
+        rows = _rows(doc, "rows", {"layout": "mla", "B": 1, "N": 8192, "T": T})
+        naive = [r["us"] for r in rows if r["backend"] == "naive"]
+        return naive[0] / min(r["us"] for r in rows if r["backend"] != "naive")
+    return read
+
+
+# --- the claims -----------------------------------------------------------------------------------------
+
+GPU_TREE = BENCH + "tree-gpu-2026-12-02-v4.json"
+CEILINGS = BENCH + "h200-ceilings-2026-12-02.json"
+ENGINE = BENCH + "engine-h200-2026-12-02.json"
+ATTN = BENCH + "attention-h200-2026-12-02-run1-eager.json"
+CPU_TREE = BENCH + "tree-cpu.json"
+LOSSLESS = BENCH + "sglang-h200-2026-12-02-run2-lossless.json"
+AB = BENCH + "sglang-h200-2026-12-02-run2-ab.json"
+ab = lambda config, conc, field: pick("rows", field, config=config, concurrency=conc)
+per_request = lambda key: (lambda r: r[key[0]][key[1]] / r["batch"])
+
+CLAIMS = [
+    # tree stage on the H200
+    ("**{} µs** on the GPU (exact top-k+LSE {} µs + float64 build {} µs) vs {} ms for the ported path", GPU_TREE,
+     lambda d: (at("stage.gpu_stage_us")(d), at("stage.gpu_topk_us")(d), at("stage.gpu_build_us")(d),
+                at("stage.ported_total_ms")(d)), None),
+    ("the same run: **×{}** (build alone ×{})", GPU_TREE,
+     lambda d: (at("stage.speedup_stage_vs_ported_total")(d), at("stage.speedup_build_vs_host_build")(d)), None),
+    ("**{}%** with our ops vs {}% for the ported CPU path", ENGINE,
+     lambda d: (pick("timing", "tree_share_ours", 100, batch=32, budget=64)(d),
+                pick("timing", "tree_share_heapq", 100, batch=32, budget=64)(d)), None),
+    # SGLang server (run 2); the lead replaces these with the next run's numbers
+    ("identical to the non-speculative server on {}/{} prompts at every budget", LOSSLESS,
+     lambda d: (_same_for_every_budget(d), d["prompts"]), None),
+    ("the same {}/{} as stock DFLASH", LOSSLESS, lambda d: (d["servers"]["dflash"]["identical"], d["prompts"]), None),
+    ("budget 64: accept length **{} vs {}**, **{} vs {} tok/s** at concurrency 1, {} vs {} at 8", AB,
+     lambda d: (ab("ddtree_b64", 1, "accept_len")(d), ab("dflash", 1, "accept_len")(d),
+                ab("ddtree_b64", 1, "output_tok_s")(d), ab("dflash", 1, "output_tok_s")(d),
+                ab("ddtree_b64", 8, "output_tok_s")(d), ab("dflash", 8, "output_tok_s")(d)), None),
+    # verify attention
+    ("LSE merge at **{}–{}% of the bf16 MMA rate**", ATTN,
+     span("rows", "pct_mma", layout="mla", backend="flashmla", B=32, N=(8192, 32768)), None),
+    ("the best path is {}–{}× faster than the naive per-head design", ATTN,
+     lambda d: (_naive_speedup(9)(d), _naive_speedup(65)(d)), None),
+    # correctness statements of the GPU run
+    ("CUDA builder == oracle bit for bit on {} random requests", BENCH + "tree-gpu-2026-12-02-v4.md",
+     grep(r"builder == oracle bit for bit on ([0-9,]+) random requests"), None),
+    ("compute-sanitizer memcheck / racecheck / synccheck clean", BENCH + "tree-gpu-2026-12-02-v4.md",
+     has("memcheck 0 errors, racecheck 0 hazards, synccheck 0 errors"), None),
+    # CPU tree stage
+    ("budget-64 tree in {} µs per request against {} µs for the ports'", CPU_TREE,
+     lambda d: (pick("rows", per_request(("ours_s", "build")), 1e6, batch=64, budget=64)(d),
+                pick("rows", per_request(("ported_s", "host_build")), 1e6, batch=64, budget=64)(d)), None),
+    ("(**×{}** at batch 64, ×{} at batch 256)", CPU_TREE,
+     lambda d: (pick("rows", "build_speedup_per_request", batch=64, budget=64)(d),
+                pick("rows", "build_speedup_per_request", batch=256, budget=64)(d)), None),
+    ("(×{}–{} across the grid, {}–{} at budget 64)", CPU_TREE,
+     lambda d: span("rows", "stage_speedup")(d) + span("rows", "stage_speedup", budget=64)(d), None),
+    ("takes ×{} the ports' `torch.topk` at batch 64 × budget 64", CPU_TREE,
+     pick("rows", lambda r: r["ours_s"]["topk"] / r["ported_s"]["topk"], batch=64, budget=64), None),
+    # limits
+    ("the build runs {}–{} µs per pop at budgets 8 and 64", GPU_TREE,
+     span("build", "us_per_pop", budget=(8, 64)), None),
+    ("top-k+LSE reaches {}% of copy bandwidth at batch 64", (GPU_TREE, CEILINGS),
+     lambda d, c: pick("topk", "GBps", B=64)(d) / (c["copy_TBps"] * 1e3) * 100, None),
+    ("and {} µs at batch 1 (target 3)", GPU_TREE, pick("topk", "us", B=1), None),
+    ("accept {}–{} µs (batch 1–512,", GPU_TREE, span("accept", "us"), None),
+    ("fused MLA kernel reaches {}–{}% of MMA at batch 32", ATTN,
+     span("rows", "pct_mma", layout="mla", backend="native", B=32), None),
+    ("GQA verify reaches {}% of bandwidth at best", ATTN,
+     lambda d: span("rows", "pct_bw", layout="gqa")(d)[1], None),
+    # the tiny models and the demo
+    ("On a shared 2-core VM it took {} s, and {} s on the first run", BENCH + "engine-cpu.md",
+     lambda t: (grep(r"later runs \(kernels cached\) \| ([0-9.]+) s")(t),
+                grep(r"first run \(fresh `TORCH_EXTENSIONS_DIR`.*?\| ([0-9.]+) s")(t)), None),
+    ("DFlash drafter (trained here, {} MB)", BENCH + "engine-cpu.md",
+     grep(r"sglang_ddtree/engine/models/`, ([0-9.]+) MB"), None),
+    ("(deterministic, ≈ {} min on 2 cores)", BENCH + "engine-cpu.md",
+     grep(r"in\s+~([0-9]+) min on 2 idle cores"), None),
+]
+
+
+# --- checking -------------------------------------------------------------------------------------------
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _load(rel: str):
+    text = (ROOT / rel).read_text()
+    return json.loads(text) if rel.endswith(".json") else text
+
+
+def _close(printed: str, value: float, tolerance) -> bool:
+    got = float(printed.replace(",", ""))
+    if tolerance is None:
+        decimals = len(printed.split(".")[1]) if "." in printed else 0
+        return abs(got - value) <= 0.5 * 10 ** -decimals + 1e-9 * abs(value)
+    return abs(got - value) <= tolerance * abs(value)
+
+
+def check(readme: str | None = None, claims=CLAIMS) -> list[str]:
+    """The failures (empty when the README matches every source)."""
+    readme = _flat((ROOT / "README.md").read_text() if readme is None else readme)
+    failures = []
+    for fragment, source, reader, tolerance in claims:
+        pattern = NUMBER.join(re.escape(part) for part in _flat(fragment).split("{}"))
+        m = re.search(pattern, readme)
+        if m is None:
+            failures.append(f"README no longer says: {fragment!r}")
+            continue
+        sources = source if isinstance(source, tuple) else (source,)
+        try:
+            value = reader(*(_load(s) for s in sources))
+        except (LookupError, KeyError, IndexError, TypeError, ValueError, OSError) as e:
+            failures.append(f"{', '.join(sources)}: cannot read the value for {fragment!r}: {e}")
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        if value is None or len(values) != len(m.groups()):
+            failures.append(f"{fragment!r}: {len(m.groups())} numbers in the README, the source gives {value!r}")
+            continue
+        for printed, v in zip(m.groups(), values):
+            if not _close(printed, float(v), tolerance):
+                failures.append(f"README says {printed} in {fragment!r}; {', '.join(sources)} says {v:.6g}")
+    return failures
+
+
+MEASURED = r"(?:×{n}|{n}×|{n}\s*(?:µs|ms|%|tok/s|MB|min\b)|{n}/[0-9]+)".format(n=r"[0-9][0-9,.]*")
+
+
+def unchecked(readme: str | None = None, claims=CLAIMS) -> list[str]:
+    """Measured-looking numbers (×N, N×, N with a unit: µs, ms, %, tok/s, MB, min, or a count N/M) in the README's
+    "Results at a glance" table that no claim covers."""
+    readme = _flat((ROOT / "README.md").read_text() if readme is None else readme)
+    covered = []
+    for fragment, *_ in claims:
+        m = re.search(NUMBER.join(re.escape(part) for part in _flat(fragment).split("{}")), readme)
+        if m:
+            covered.append(m.span())
+    start = readme.index("## Results at a glance")
+    end = readme.index("## ", start + 3)
+    out = []
+    for m in re.finditer(MEASURED, readme[start:end]):
+        a, b = m.start() + start, m.end() + start
+        if not any(c0 <= a and b <= c1 for c0, c1 in covered):
+            out.append(m.group(0))
+    return out
+
+
+def main() -> int:
+    failures = check() + [f"no claim covers {n!r} in the results table" for n in unchecked()]
+    for line in failures:
+        print("MISMATCH:", line)
+    print(f"{len(failures)} mismatch(es) in {len(CLAIMS)} README claims" if failures else
+          f"all {len(CLAIMS)} README claims match their sources")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Code and docs cite only files inside the repository: every `DESIGN.md §N` names a section that exists in
+docs/DESIGN.md, nothing points at design notes kept elsewhere, and the promised LICENSE is there."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = (".py", ".md", ".cu", ".cuh", ".cpp", ".h", ".sh", ".toml")
+# Files a parallel change owns; their comments still say "DESIGN.md §N" (the sections exist) and one cites
+# the old research note. Drop entries as those files are updated.
+PENDING = {"sglang_ddtree/tree.py", "kernels/tree_build.cu", "kernels/cpu/tree_build.cpp", "kernels/verify_attn.cuh"}
+OUTSIDE = ("kernels.md", "../shared", "shared/DESIGN", "/work/", "research/")
+
+
+def files():
+    roots = [ROOT / d for d in ("sglang_ddtree", "kernels", "docs", "scripts", "tests", "examples", "patches")]
+    out = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for r in roots:
+        out += [p for p in r.rglob("*") if p.is_file() and p.suffix in TEXT and "__pycache__" not in p.parts]
+    return [p for p in out if p.resolve() != Path(__file__).resolve()]
+
+
+def sections():
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    return set(re.findall(r"^#{2,3} ([0-9]+(?:\.[0-9]+)?)[. ]", text, flags=re.M))
+
+
+def test_design_sections_cited_exist():
+    have = sections()
+    assert {"3", "3.5", "4", "5", "6.1", "6.2"} <= have
+    bad = []
+    for p in files():
+        for m in re.finditer(r"DESIGN\.md §([0-9]+(?:\.[0-9]+)?)", p.read_text(errors="replace")):
+            if m.group(1) not in have:
+                bad.append(f"{p.relative_to(ROOT)}: §{m.group(1)}")
+    assert not bad, bad
+
+
+def test_design_is_cited_by_its_path():
+    bad = []
+    for p in files():
+        rel = str(p.relative_to(ROOT))
+        if rel in PENDING or rel.startswith("docs/"):  # docs/ links to DESIGN.md relatively
+            continue
+        for m in re.finditer(r"(\S*)DESIGN\.md", p.read_text(errors="replace")):
+            if not m.group(1).endswith("docs/"):
+                bad.append(f"{rel}: {m.group(0)}")
+    assert not bad, bad
+
+
+def test_nothing_cites_files_outside_the_repository():
+    bad = [f"{p.relative_to(ROOT)}: {needle}" for p in files() for needle in OUTSIDE
+           if needle in p.read_text(errors="replace")
+           and not (str(p.relative_to(ROOT)) in PENDING and needle == "kernels.md")]
+    assert not bad, bad
+
+
+def test_license_is_the_promised_apache_2():
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()

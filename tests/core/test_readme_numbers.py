@@ -1,0 +1,69 @@
+"""The README's headline numbers match the committed files they come from (scripts/check_readme_numbers.py),
+and the check really fails when a number drifts, a claim disappears or a source loses its value."""
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("check_readme_numbers", ROOT / "scripts" / "check_readme_numbers.py")
+crn = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(crn)
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_numbers_match_their_sources():
+    assert crn.check() == []
+
+
+def test_results_table_has_no_unchecked_number():
+    assert crn.unchecked() == []
+
+
+def test_script_exits_0():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_readme_numbers.py")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _drift(printed: str) -> str:
+    """A different number printed the same way (last digit moved by 3 units, so no rounding can absorb it)."""
+    digits = printed.replace(",", "")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    return f"{float(digits) + 3 * 10 ** -decimals + (1 if float(digits) > 50 else 0):.{decimals}f}"
+
+
+CASES = [(i, j) for i, claim in enumerate(crn.CLAIMS) for j in range(claim[0].count("{}"))]
+
+
+@pytest.mark.parametrize("claim,number", CASES, ids=[f"claim{i}-n{j}" for i, j in CASES])
+def test_every_number_drifting_is_caught(claim, number):
+    fragment = crn._flat(crn.CLAIMS[claim][0])
+    flat = crn._flat(README)
+    m = re.search(crn.NUMBER.join(re.escape(p) for p in fragment.split("{}")), flat)
+    a, b = m.span(number + 1)
+    drifted = flat[:a] + _drift(m.group(number + 1)) + flat[b:]
+    failures = crn.check(drifted, claims=[crn.CLAIMS[claim]])
+    assert failures and "README says" in failures[0]
+
+
+def test_a_vanished_claim_is_reported():
+    fragment, *_ = crn.CLAIMS[0]
+    flat = crn._flat(README).replace(crn._flat(fragment).split("{}")[0], "")
+    assert any("README no longer says" in f for f in crn.check(flat, claims=crn.CLAIMS[:1]))
+
+
+def test_a_source_without_the_value_is_reported():
+    broken = [("**{} µs** on the GPU", crn.GPU_TREE, crn.at("stage.no_such_field"), None)]
+    (failure,) = crn.check(claims=broken)
+    assert "cannot read the value" in failure and "no_such_field" in failure
+
+
+def test_tolerance_is_the_printed_precision():
+    assert crn._close("348", 347.99, None) and crn._close("0.35", 0.3496, None)
+    assert not crn._close("348", 348.6, None) and not crn._close("0.35", 0.356, None)
+    assert crn._close("10,000", 10000, None) and crn._close("5", 5.1, None)
+    assert crn._close("100", 101, 0.01) and not crn._close("100", 102, 0.01)
