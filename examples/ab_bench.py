@@ -1,203 +1,256 @@
-#!/usr/bin/env python3
-"""A/B benchmark: stock DFLASH vs DDTree (several budgets) on SGLang servers, at several concurrencies.
+"""A/B of SGLang servers with SGLang's own client, `python -m sglang.bench_serving`, one server at a time.
 
-Measures per configuration and concurrency: output tok/s, TPOT P50/P99, TTFT P50/P99 (streaming /generate)
-and the acceptance length (committed tokens per verify round, from the response's meta_info). Writes a
-markdown table, a JSON file and (with matplotlib) a PNG.
+    python examples/ab_bench.py --out DIR --common "--model-path T --attention-backend triton" \
+        --server base="" \
+        --server dflash="--speculative-algorithm DFLASH --speculative-draft-model-path D" \
+        --server ddtree="--speculative-algorithm DDTREE --speculative-draft-model-path D" \
+        --prompts-file sglang_ddtree/engine/models/heldout_prompts.json --concurrency 1 4 16 32
 
-Either point it at running servers:
-  python examples/ab_bench.py --server DFLASH=http://127.0.0.1:30001 --server ddtree-b32=http://127.0.0.1:30002
-or let it launch them one after another (same model, same flags apart from the speculative ones):
-  python examples/ab_bench.py --model-path Qwen/Qwen3-8B --draft-model-path z-lab/Qwen3-8B-DFlash-b16 \\
-      --budgets 16 32 64 --concurrency 1 8 32 --extra-server-args "--attention-backend triton"
-Standard library only (matplotlib optional).
+Each server is launched, measured at every concurrency and stopped before the next one starts, so exactly one
+server is on the GPU while it is measured. Before every run the server's cache and its speculative counters
+are reset (/flush_cache), so the accept length bench_serving reports belongs to that run. Prompts: a JSON
+list (or {"prompts": [...]}) of texts written as a ShareGPT-format file (`--prompts-file`), or random token
+ids of a fixed length (`--random-input-len`, needs `--tokenizer`). `--url NAME=URL` measures an already
+running server instead. `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode
+rounds under that load, summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps).
+Writes DIR/ab.json and DIR/ab.md.
 """
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
+import glob
 import json
 import os
-import random
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.request
 
-WORDS = ("the quick brown fox jumps over lazy dog hello world this is a tiny test model for speculative "
-         "decoding with draft trees and target verification of many tokens at once").split()
+FIELDS = ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "p99_ttft_ms",
+          "median_itl_ms", "accept_length", "completed", "total_output_tokens", "duration")
 
 
-def make_prompts(n: int, words: int, seed: int) -> list[str]:
-    """n prompts: random word salad, or (AB_PROMPTS_FILE=path) texts from a JSON list of strings or of
-    {"text": ...} records (e.g. the engine's held-out prompts), rotated by seed."""
-    path = os.environ.get("AB_PROMPTS_FILE")
-    if path:
-        data = json.load(open(path))
-        pool = [x["text"] if isinstance(x, dict) else x for x in (data["prompts"] if isinstance(data, dict) else data)]
-        return [pool[(seed + i) % len(pool)] for i in range(n)]
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(words + rng.randint(0, words // 2))) for _ in range(n)]
+def load_prompts(path: str) -> list[str]:
+    data = json.load(open(path))
+    rows = data["prompts"] if isinstance(data, dict) else data
+    return [r["text"] if isinstance(r, dict) else r for r in rows]
 
 
-def _post(url: str, payload: dict, timeout: float = 600):
-    req = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
-    return urllib.request.urlopen(req, timeout=timeout)
+def write_sharegpt(prompts: list[str], path: str) -> str:
+    """bench_serving's ShareGPT format; the answer text is unused (--sharegpt-output-len fixes the length)."""
+    rows = [{"id": str(i), "conversations": [{"from": "human", "value": p}, {"from": "gpt", "value": p}]}
+            for i, p in enumerate(prompts)]
+    json.dump(rows, open(path, "w"))
+    return path
 
 
-def one_request(base: str, prompt: str, max_new_tokens: int, temperature: float) -> dict:
-    """Streamed /generate: time to first chunk, end time, tokens, verify rounds."""
-    t0 = time.perf_counter()
-    ttft, meta = None, {}
-    payload = {"text": prompt, "stream": True, "sampling_params": {
-        "max_new_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": True}}
-    with _post(base + "/generate", payload) as resp:
-        for raw in resp:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-            meta = json.loads(line[5:]).get("meta_info", meta)
-    end = time.perf_counter() - t0
-    tokens = int(meta.get("completion_tokens", max_new_tokens))
-    rounds = meta.get("spec_verify_ct")
-    return {"ttft": ttft or end, "latency": end, "tokens": tokens,
-            "rounds": int(rounds) if rounds is not None else None}
+def _post(url: str, payload: dict | None = None, timeout: float = 600):
+    body = json.dumps(payload or {}).encode()
+    req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=timeout).read()
 
 
-def pct(values, q):
-    values = sorted(values)
-    if not values:
-        return float("nan")
-    k = (len(values) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
-def bench(base: str, prompts: list[str], concurrency: int, max_new_tokens: int, temperature: float) -> dict:
-    one_request(base, prompts[0], 8, temperature)  # warm-up
-    t0 = time.perf_counter()
-    with cf.ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda p: one_request(base, p, max_new_tokens, temperature), prompts))
-    wall = time.perf_counter() - t0
-    tokens = sum(r["tokens"] for r in results)
-    tpot = [(r["latency"] - r["ttft"]) / max(r["tokens"] - 1, 1) for r in results]
-    rounds = [r["rounds"] for r in results if r["rounds"]]
-    accept = (sum(r["tokens"] for r in results if r["rounds"]) / sum(rounds)) if rounds else None
-    return {"concurrency": concurrency, "requests": len(results), "output_tokens": tokens, "wall_s": wall,
-            "output_tok_s": tokens / wall, "tpot_ms_p50": 1e3 * pct(tpot, 50), "tpot_ms_p99": 1e3 * pct(tpot, 99),
-            "ttft_ms_p50": 1e3 * pct([r["ttft"] for r in results], 50),
-            "ttft_ms_p99": 1e3 * pct([r["ttft"] for r in results], 99), "accept_len": accept}
-
-
-def wait_ready(base: str, proc=None, timeout: float = 900) -> None:
+def wait_ready(base: str, proc=None, timeout: float = 900) -> float:
     t0 = time.time()
     while time.time() - t0 < timeout:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
             urllib.request.urlopen(base + "/health_generate", timeout=10)
-            return
-        except Exception:
+            return time.time() - t0
+        except Exception:  # not up yet: connection refused / 503 while loading
             time.sleep(2)
     raise TimeoutError(base)
 
 
+def split_args(text: str) -> tuple[dict, list[str]]:
+    """Launch arguments; leading K=V words are environment variables for that server."""
+    env, words = {}, shlex.split(text)
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    return env, words
+
+
+class Server:
+    def __init__(self, name: str, args: str, common: str, port: int, log_dir: str, profile_dir: str | None):
+        self.name, self.port, self.base = name, port, f"http://127.0.0.1:{port}"
+        env_c, common_w = split_args(common)
+        env_s, words = split_args(args)
+        env = dict(os.environ, **env_c, **env_s)
+        if profile_dir:
+            env["SGLANG_TORCH_PROFILER_DIR"] = profile_dir
+        cmd = [sys.executable, "-m", "sglang.launch_server", *common_w, *words, "--host", "127.0.0.1",
+               "--port", str(port)]
+        self.cmd = cmd
+        self.log = open(os.path.join(log_dir, f"server_{name}.log"), "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str) -> dict:
+    _post(base + "/flush_cache")
+    out_file = os.path.join(out_dir, f"bs_{tag}_c{conc}.jsonl")
+    n = max(a.num_prompts, a.prompts_per_conc * conc)
+    cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", base,
+           "--num-prompts", str(n), "--max-concurrency", str(conc), "--request-rate", "inf",
+           "--output-file", out_file, "--seed", str(a.seed), "--disable-tqdm", "--warmup-requests", "2",
+           *dataset]
+    if a.tokenizer:
+        cmd += ["--tokenizer", a.tokenizer]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.run_timeout)
+    with open(os.path.join(out_dir, f"bs_{tag}_c{conc}.log"), "w") as f:
+        f.write(" ".join(shlex.quote(c) for c in cmd) + "\n" + r.stdout + r.stderr)
+    if r.returncode != 0 or not os.path.exists(out_file):
+        raise RuntimeError(f"bench_serving failed for {tag} c={conc} (rc {r.returncode}): {r.stderr[-800:]}")
+    res = json.loads(open(out_file).read().strip().splitlines()[-1])
+    return {k: res.get(k) for k in FIELDS}
+
+
+def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str, prof_dir: str) -> dict:
+    """Start a load at `conc`, let it settle, capture --profile-steps rounds, summarise the trace."""
+    from sglang_ddtree.bench.trace import summarize_trace
+
+    before = set(glob.glob(os.path.join(prof_dir, "**", "*.json*"), recursive=True))
+    load = threading.Thread(target=lambda: bench_serving(base, conc, a, dataset, out_dir, f"{tag}_prof"))
+    load.start()
+    time.sleep(a.profile_delay)
+    _post(base + "/start_profile", {"output_dir": prof_dir, "num_steps": a.profile_steps,
+                                     "activities": ["CPU", "GPU"], "record_shapes": False})
+    load.join()
+    new = sorted(set(glob.glob(os.path.join(prof_dir, "**", "*.json*"), recursive=True)) - before,
+                 key=os.path.getmtime)
+    if not new:
+        return {"error": "no trace written"}
+    summary = summarize_trace(new[-1], steps=a.profile_steps)
+    summary["trace"] = os.path.basename(new[-1])
+    return summary
+
+
 def markdown(rows: list[dict]) -> str:
-    head = ("| config | conc | output tok/s | TPOT P50 (ms) | TPOT P99 (ms) | TTFT P50 (ms) | accept len |\n"
-            "|---|---:|---:|---:|---:|---:|---:|\n")
-    body = "".join(
-        f"| {r['config']} | {r['concurrency']} | {r['output_tok_s']:.1f} | {r['tpot_ms_p50']:.2f} | "
-        f"{r['tpot_ms_p99']:.2f} | {r['ttft_ms_p50']:.1f} | "
-        f"{'-' if r['accept_len'] is None else format(r['accept_len'], '.2f')} |\n" for r in rows)
-    return head + body
-
-
-def plot(rows: list[dict], path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for cfg in dict.fromkeys(r["config"] for r in rows):
-        pts = [(r["concurrency"], r["output_tok_s"]) for r in rows if r["config"] == cfg]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=cfg)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency")
-    ax.set_ylabel("output tok/s")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
-
-
-def launch(model, draft, algo, budget, port, extra, log_dir):
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--port", str(port),
-           "--host", "127.0.0.1", "--speculative-algorithm", algo, "--speculative-draft-model-path", draft]
-    if budget is not None:
-        cmd += ["--speculative-num-draft-tokens", str(budget + 1)]
-    cmd += shlex.split(extra)
-    log = open(os.path.join(log_dir, f"server_{algo.lower()}_{budget}.log"), "w")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = ("| server | input | conc | output tok/s | TPOT P50 (ms) | TPOT P99 (ms) | TTFT P50 (ms) | TTFT P99 (ms) | accept len |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    f = lambda v, p: "-" if v is None else format(v, p)  # noqa: E731
+    return head + "".join(
+        f"| {r['server']} | {r.get('input_len') or 'prompts'} | {r['concurrency']} | {f(r['output_throughput'], '.1f')} | "
+        f"{f(r['median_tpot_ms'], '.3f')} | "
+        f"{f(r['p99_tpot_ms'], '.3f')} | {f(r['median_ttft_ms'], '.1f')} | {f(r['p99_ttft_ms'], '.1f')} | "
+        f"{f(r['accept_length'], '.2f')} |\n" for r in rows)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--server", action="append", default=[], metavar="NAME=URL")
-    ap.add_argument("--model-path")
-    ap.add_argument("--draft-model-path")
-    ap.add_argument("--budgets", type=int, nargs="+", default=[16, 32, 64])
-    ap.add_argument("--extra-server-args", default="--attention-backend triton")
-    ap.add_argument("--port", type=int, default=30100)
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--num-prompts", type=int, default=64, help="per concurrency level (at least 2x concurrency)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--prompt-words", type=int, default=32)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--out", default="ab_bench")
-    args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    rows = []
-
-    def run_all(name, base):
-        for c in args.concurrency:
-            prompts = make_prompts(max(args.num_prompts, 2 * c), args.prompt_words, seed=c)
-            row = {"config": name, **bench(base, prompts, c, args.max_new_tokens, args.temperature)}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-
-    if args.server:
-        for spec in args.server:
-            name, url = spec.split("=", 1)
-            run_all(name, url.rstrip("/"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--server", action="append", default=[], metavar="NAME=ARGS", help="launch and measure")
+    ap.add_argument("--url", action="append", default=[], metavar="NAME=URL", help="measure a running server")
+    ap.add_argument("--common", default="", help="launch arguments shared by every --server")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
+    ap.add_argument("--num-prompts", type=int, default=64)
+    ap.add_argument("--prompts-per-conc", type=int, default=4, help="at least this many prompts per slot")
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--prompts-file", help="JSON list of prompt texts (sent as a ShareGPT-format file)")
+    ap.add_argument("--random-input-len", nargs="+", metavar="LEN[@C,C..]",
+                    help="random prompts of LEN tokens instead (several lengths allowed; @C,C.. gives that length "
+                         "its own concurrencies, else --concurrency)")
+    ap.add_argument("--tokenizer", help="tokenizer path for bench_serving (random prompts need one)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--port", type=int, default=31100)
+    ap.add_argument("--start-timeout", type=float, default=600)
+    ap.add_argument("--run-timeout", type=float, default=600)
+    ap.add_argument("--start-all", action="store_true",
+                    help="start every --server at once (saves start-up time); each is still measured alone")
+    ap.add_argument("--profile-concurrency", type=int, nargs="*", default=[])
+    ap.add_argument("--profile-steps", type=int, default=20)
+    ap.add_argument("--profile-delay", type=float, default=3.0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    if not a.server and not a.url:
+        ap.error("give at least one --server or --url")
+    if (a.prompts_file is None) == (a.random_input_len is None):
+        ap.error("give exactly one of --prompts-file and --random-input-len")
+    os.makedirs(a.out, exist_ok=True)
+    workloads = []  # (label, dataset args, concurrencies)
+    if a.prompts_file:
+        path = write_sharegpt(load_prompts(a.prompts_file), os.path.join(a.out, "prompts_sharegpt.json"))
+        workloads.append((None, ["--dataset-name", "sharegpt", "--dataset-path", path, "--sharegpt-output-len",
+                                 str(a.output_len)], a.concurrency))
     else:
-        if not (args.model_path and args.draft_model_path):
-            ap.error("give --server NAME=URL, or --model-path and --draft-model-path")
-        for algo, budget in [("DFLASH", None)] + [("DDTREE", b) for b in args.budgets]:
-            proc = launch(args.model_path, args.draft_model_path, algo, budget, args.port, args.extra_server_args,
-                          args.out)
-            base = f"http://127.0.0.1:{args.port}"
+        if not a.tokenizer:
+            ap.error("--random-input-len needs --tokenizer")
+        for item in a.random_input_len:
+            length, _, concs = item.partition("@")
             try:
-                wait_ready(base, proc)
-                run_all("DFLASH" if budget is None else f"DDTREE b={budget}", base)
-            finally:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=60)
-    json.dump({"settings": vars(args), "rows": rows}, open(os.path.join(args.out, "ab_bench.json"), "w"), indent=1)
-    table = markdown(rows)
-    open(os.path.join(args.out, "ab_bench.md"), "w").write(table)
-    print(table)
-    if plot(rows, os.path.join(args.out, "ab_bench.png")):
-        print("plot:", os.path.join(args.out, "ab_bench.png"))
-    return 0
+                cs = [int(c) for c in concs.split(",")] if concs else a.concurrency
+                workloads.append((int(length), ["--dataset-name", "random-ids", "--random-input-len", length,
+                                                "--random-output-len", str(a.output_len), "--random-range-ratio",
+                                                "1.0", "--tokenize-prompt"], cs))
+            except ValueError:
+                ap.error(f"--random-input-len: {item!r} is not LEN or LEN@C,C..")
+    report = {"client": "python -m sglang.bench_serving", "output_len": a.output_len,
+              "workloads": [{"input_len": n, "dataset": d, "concurrency": c} for n, d, c in workloads],
+              "concurrency": a.concurrency, "one_server_at_a_time": True, "common": a.common, "servers": {},
+              "rows": [], "profiles": {}}
+    targets = [(n, v, False) for n, v in (s.split("=", 1) for s in a.server)]
+    targets += [(n, v, True) for n, v in (s.split("=", 1) for s in a.url)]
+    prof_root = tempfile.mkdtemp(prefix="ab_prof_")
+
+    def launch(i, name, spec):
+        prof_dir = os.path.join(prof_root, name)
+        os.makedirs(prof_dir, exist_ok=True)
+        return Server(name, spec, a.common, a.port + i, a.out, prof_dir if a.profile_concurrency else None)
+
+    early = {}  # --start-all: every server starts now (in parallel); each is still measured alone, the rest idle
+    if a.start_all:
+        early = {name: launch(i, name, spec) for i, (name, spec, running) in enumerate(targets) if not running}
+        report["one_server_at_a_time"] = "measured one at a time; the other servers were up and idle"
+    for i, (name, spec, running) in enumerate(targets):
+        srv = None
+        try:
+            if running:
+                base = spec.rstrip("/")
+                report["servers"][name] = {"url": base}
+            else:
+                srv = early.get(name) or launch(i, name, spec)
+                base = srv.base
+                t = wait_ready(base, srv.proc, a.start_timeout)
+                report["servers"][name] = {"args": spec, "start_s": round(t, 1)}
+            print(f"[ab] {name} ready", flush=True)
+            for length, dataset, concs in workloads:
+                tag = name if length is None else f"{name}_in{length}"
+                for c in concs:
+                    row = {"server": name, "input_len": length, "concurrency": c,
+                           **bench_serving(base, c, a, dataset, a.out, tag)}
+                    report["rows"].append(row)
+                    print(f"[ab] {tag} c={c}: {row['output_throughput']:.1f} tok/s, TPOT {row['median_tpot_ms']:.3f} "
+                          f"ms, accept {row['accept_length']}", flush=True)
+            length, dataset, _ = workloads[0]
+            for c in a.profile_concurrency:
+                report["profiles"][f"{name}_c{c}"] = profile(base, c, a, dataset, a.out, f"{name}_c{c}",
+                                                              os.path.join(prof_root, name))
+        except Exception as e:  # one server failing must not lose the others' rows: recorded, reported
+            report["servers"].setdefault(name, {})["error"] = f"{type(e).__name__}: {e}"
+            print(f"[ab] {name} FAILED: {e}", flush=True)
+        finally:
+            if srv is not None:
+                srv.stop()
+        json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
+    with open(os.path.join(a.out, "ab.md"), "w") as f:
+        f.write(markdown(report["rows"]))
+    print(markdown(report["rows"]))
+    return 0 if all("error" not in s for s in report["servers"].values()) else 1
 
 
 if __name__ == "__main__":

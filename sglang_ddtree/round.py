@@ -16,6 +16,7 @@ import logging
 
 import torch
 
+from . import flags as F
 from . import ops
 from .accept import sample_rows_torch
 from .tree import TreeBatch, build_tree_from_topk
@@ -30,7 +31,8 @@ class CommitPlan:
     accept_index: torch.Tensor  # int32 [B, W] accepted nodes, root first, -1 pad
     commit_lens: torch.Tensor   # int32 [B] tokens committed incl. the bonus (= accepted nodes incl. the root)
     bonus: torch.Tensor         # int64 [B] the target's token after the last accepted node (the next root)
-    flags: torch.Tensor         # int32 [B] flags.MALFORMED_TREE where the walk stopped on bad links
+    flags: torch.Tensor         # int32 [B] flags.MALFORMED_TREE (the walk stopped on bad links),
+                                # flags.NONFINITE_TARGET (a target token was -1: bonus -1, never emit it)
     tokens: torch.Tensor        # int64 [B, W] committed tokens (accepted nodes 1.., then the bonus), then 0
     kv_src: torch.Tensor        # int64 [B, W] KV slots to move from (the accepted nodes'; pads: own slot)
     kv_dst: torch.Tensor        # int64 [B, W] committed KV slots, slots[:, k] (pads: own slot)
@@ -110,5 +112,7 @@ class RoundOps:
         slots int64 [B, n]: the KV slot holding tree node i of request b during the verify."""
         args = self._host(tree.tokens, tree.retrive_next_token, tree.retrive_next_sibling, tree.num_nodes,
                           target_tokens.to(torch.int64), prefix_lens, slots.to(torch.int64))
-        outs = ops.op("commit_tree")(*[a.contiguous() for a in args], tree.depth_limit)
-        return CommitPlan.from_outputs(self._back(outs))
+        outs = self._back(ops.op("commit_tree")(*[a.contiguous() for a in args], tree.depth_limit))
+        plan = CommitPlan.from_outputs(outs)
+        plan.flags = plan.flags | torch.where(plan.bonus < 0, F.NONFINITE_TARGET, 0).to(plan.flags.dtype)
+        return plan

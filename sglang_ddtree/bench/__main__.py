@@ -5,7 +5,7 @@ import sys
 
 from . import __path__ as _path
 
-HELPERS = ("baseline", "common")  # shared code of the benchmarks, not benchmarks
+HELPERS = ("baseline", "common", "trace")  # shared code of the benchmarks, not benchmarks
 
 
 def names() -> list[str]:

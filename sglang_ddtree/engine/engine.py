@@ -40,7 +40,7 @@ class GenerationResult:
     text: str                     # decoded without special tokens
     accept_lengths: list[int]     # tokens committed per target forward, one per round
     stage_times: dict             # seconds per stage for the batch this request ran in
-    finish_reason: str            # "stop" or "length"
+    finish_reason: str            # "stop", "length", or "nonfinite" (the target's logits had no token: NaN / all -inf)
 
     @property
     def rounds(self) -> int:
@@ -188,9 +188,11 @@ class Engine:
 
         W = max_new + 2 * L + 4
         out = torch.zeros(B, W, dtype=torch.long, device=dev)
+        bad = root < 0  # the target's logits had no token (NaN / all -inf): the request stops, flagged
+        root = torch.where(bad, 0, root)  # finished rows still ride along in the batch: a valid token
         out[:, 0] = root
-        out_len = torch.ones(B, dtype=torch.long, device=dev)
-        done = torch.isin(root, stop_t) | (out_len >= max_new)
+        out_len = (~bad).to(torch.long)
+        done = bad | torch.isin(root, stop_t) | (out_len >= max_new)
         acc_cols = torch.arange(L + 1 if use_draft else 2, device=dev)
         history = []
         step = 0
@@ -223,15 +225,19 @@ class Engine:
             clock.mark("accept")
             plan = self.ops.commit(tree, node_tokens, seq_lens, slots)  # the walk and the commit plan
             clock.mark("commit")
+            nonfinite = (plan.bonus < 0) & ~done  # flags.NONFINITE_TARGET: no bonus token to emit
             alen = torch.where(done, 0, plan.commit_lens.to(torch.int64))
             tcache.move(plan.kv_src, plan.kv_dst)
             if use_draft:
                 drf.add_context(dcache, feats.reshape(B * n, -1)[plan.hidden_index], plan.positions, plan.kv_dst)
-            live = acc_cols[None, :] < alen[:, None]
+            emitted = alen - nonfinite.to(torch.int64)
+            live = acc_cols[None, :] < emitted[:, None]
             out.scatter_(1, out_len[:, None] + acc_cols, torch.where(live, plan.tokens, 0))
             hit_stop = (torch.isin(plan.tokens, stop_t) & live).any(1)
-            out_len += alen
+            out_len += emitted
             seq_lens += alen
+            bad |= nonfinite
+            done = done | nonfinite
             root = torch.where(done, root, plan.bonus)
             done = done | hit_stop | (out_len >= max_new)
             history.append(alen)
@@ -242,12 +248,12 @@ class Engine:
         times = clock.result()
         times["rounds"] = step
         hist = torch.stack(history, 1).cpu() if history else torch.zeros(B, 0, dtype=torch.long)
-        out, out_len = out.cpu(), out_len.cpu()
+        out, out_len, bad = out.cpu(), out_len.cpu(), bad.cpu()
         stop_set = set(stops)
         results = []
         for b in range(B):
             toks = out[b, :min(int(out_len[b]), max_new)].tolist()
-            reason = "length"
+            reason = "nonfinite" if bool(bad[b]) else "length"
             for j, t in enumerate(toks):
                 if t in stop_set:
                     toks, reason = toks[:j + 1], "stop"

@@ -204,8 +204,10 @@ def validate_server_args(server_args) -> None:
     if target_is_mla(view):
         _reject("MLA targets in this release", "serve an MHA/GQA target with --attention-backend triton")
     page = getattr(view, "page_size", None)
-    if page is not None and int(page) != 1:
-        _reject(f"--page-size {page} in this release", "use --page-size 1")
+    if page is not None and int(page) != 1 and knobs.verify_attention == "full_mask":
+        # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1
+        _reject(f"--page-size {page} with {ENV_VERIFY_ATTENTION}=full_mask",
+                f"use --page-size 1, or leave {ENV_VERIFY_ATTENTION} unset (the tree kernel serves any page size)")
     budget = resolve_budget(view, knobs)
     block = draft_block_size(view)
     if budget + 1 < block:

@@ -105,6 +105,11 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if choice == "tree" and why is not None:
             raise ValueError(f"SGLANG_DDTREE_VERIFY_ATTENTION=tree, but the tree kernel cannot serve {why}")
         if choice == "full_mask" or why is not None:
+            page = int(getattr(runner, "page_size", 1) or 1)
+            if page != 1:
+                raise ValueError(f"DDTREE: --page-size {page} needs the tree kernel, which cannot serve "
+                                 f"{why or 'this server (SGLANG_DDTREE_VERIFY_ATTENTION=full_mask)'}; "
+                                 f"SGLang's FULL_MASK verify assumes page size 1. Fix: use --page-size 1")
             if why is not None:
                 logger.warning("sglang-ddtree: tree verify through SGLang's FULL_MASK path (slower) because of %s", why)
             hooks.install_verify_mask_policy()

@@ -55,7 +55,6 @@ REJECTIONS = [
     (["--attention-backend", "fa3"], "cascade"),
     (["--attention-backend", "flashmla"], "cannot apply a tree mask"),
     (["--decode-attention-backend", "fa3"], "decode-attention-backend"),
-    (["--page-size", "16"], "page-size"),
     (["--speculative-num-draft-tokens", "4"], "below the drafter block size"),
     (["--speculative-eagle-topk", "4"], "SGLANG_DDTREE_TOPK"),
     (["--speculative-draft-window-size", "64"], "draft-window-size"),
@@ -71,6 +70,17 @@ def test_rejections_name_the_fix(resolve, extra, needle):
     assert needle in msg
     if "DDTREE speculative decoding does not support" in msg:
         assert "Fix:" in msg
+
+
+@pytest.mark.parametrize("page", ["16", "64"])
+def test_page_size_above_one_serves_on_the_tree_kernel(resolve, page):
+    assert resolve("--page-size", page).page_size == int(page)
+
+
+def test_page_size_above_one_is_refused_with_the_full_mask_fallback(resolve, monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
+    with pytest.raises(ValueError, match="page-size 16 with SGLANG_DDTREE_VERIFY_ATTENTION=full_mask"):
+        resolve("--page-size", "16")
 
 
 def test_rejects_missing_drafter(resolve):
