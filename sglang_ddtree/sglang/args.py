@@ -21,6 +21,19 @@ import os
 logger = logging.getLogger(__name__)
 
 ALGORITHM = "DDTREE"
+# If SGLang itself ships a DDTREE (its own DDTree work reserves the name), the plugin registers under this
+# documented alternative instead (plugin.py decides once per process; `check` says which name is live).
+ALTERNATIVE_ALGORITHM = "DDTREE_PLUGIN"
+_active = {"name": ALGORITHM}
+
+
+def active_algorithm() -> str:
+    """The name `--speculative-algorithm` takes for this plugin in this process."""
+    return _active["name"]
+
+
+def set_active_algorithm(name: str) -> None:
+    _active["name"] = name
 DEFAULT_BUDGET = 32
 # The CUDA tree builder holds n = budget + 1 <= 1024 nodes per request (kMaxTreeSlots in
 # kernels/tree_kernels.cuh: one mask word per lane, 10-bit node indices in the frontier metadata).
@@ -80,7 +93,7 @@ class Knobs:
 
 def is_ddtree(view) -> bool:
     algo = getattr(view, "speculative_algorithm", None)
-    return isinstance(algo, str) and algo.upper() == ALGORITHM
+    return isinstance(algo, str) and algo.upper() == active_algorithm()
 
 
 def _hf_config(path, view, revision=None):

@@ -69,8 +69,14 @@ def diagnose() -> tuple[bool, list[str]]:
     if plugin.last_error():
         return False, lines + ["FAIL: the plugin raised while registering:", plugin.last_error()]
 
+    from .args import ALGORITHM, active_algorithm
+
+    name = active_algorithm()
+    if name != ALGORITHM:
+        lines.append(f"NOTE: this SGLang already defines --speculative-algorithm {ALGORITHM.lower()} (not this "
+                     f"plugin); the plugin is registered as --speculative-algorithm {name.lower()}")
     try:
-        algo = SpeculativeAlgorithm.from_string("ddtree")
+        algo = SpeculativeAlgorithm.from_string(name)
     except ValueError as e:
         if not plugin._state["registered"]:
             try:
@@ -79,7 +85,7 @@ def diagnose() -> tuple[bool, list[str]]:
                 return False, lines + ["FAIL: registering raised:", plugin.last_error() or ""]
         return False, lines + [f"FAIL: {e} (SGLang's loader did not run the plugin; check SGLANG_PLUGINS and "
                                "SGLANG_PLATFORM)"]
-    lines.append(f"OK: SGLang resolves --speculative-algorithm ddtree to {algo!r} "
+    lines.append(f"OK: SGLang resolves --speculative-algorithm {name.lower()} to {algo!r} "
                  f"({type(algo).__name__}, overlap={'on' if algo.supports_overlap else 'off'})")
     return True, lines
 

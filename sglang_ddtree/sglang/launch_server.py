@@ -40,7 +40,9 @@ def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         p.error(f"argument --speculative-ddtree-budget: at most {MAX_BUDGET} (the CUDA tree builder's limit), "
                 f"got {ours.speculative_ddtree_budget}")
     if not any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in rest):
-        rest = ["--speculative-algorithm", "DDTREE", *rest]
+        from .args import active_algorithm
+
+        rest = ["--speculative-algorithm", active_algorithm(), *rest]
     return ours, rest
 
 
@@ -74,6 +76,9 @@ def main(argv=None) -> None:
             print(f"(SGLang's own flags are listed once SGLang runs here: {problem})")
             sys.exit(0)
         fail(PROG, problem, 1)
+    from .plugin import register
+
+    register()  # decides the algorithm's name (DDTREE, or the alternative if this SGLang reserves it)
     ours, rest = split_args(argv)
     if ours.speculative_ddtree_budget is not None:
         os.environ[ENV_BUDGET] = str(ours.speculative_ddtree_budget)

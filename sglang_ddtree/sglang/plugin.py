@@ -30,14 +30,31 @@ def _register() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
-    from .args import ALGORITHM, choose_attention_backend, validate_server_args
+    from .args import ALGORITHM, ALTERNATIVE_ALGORITHM, choose_attention_backend, set_active_algorithm, \
+        validate_server_args
     from .spec_algo import DDTreeSpecAlgo
 
-    if get_spec(ALGORITHM) is not None:  # load_plugins is idempotent, but register() may be called directly too
+    name = ALGORITHM
+    if name_is_reserved(ALGORITHM, SpeculativeAlgorithm, get_spec):
+        name = ALTERNATIVE_ALGORITHM
+        logger.warning("sglang-ddtree: this SGLang already defines --speculative-algorithm %s (not this plugin's); "
+                       "the plugin registers as --speculative-algorithm %s", ALGORITHM, name)
+    set_active_algorithm(name)
+    if isinstance(get_spec(name), DDTreeSpecAlgo):  # load_plugins is idempotent; register() may be called again
         return
-    SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, validate_server_args=validate_server_args,
+    SpeculativeAlgorithm.register(name, supports_overlap=True, validate_server_args=validate_server_args,
                                   spec_class=DDTreeSpecAlgo)(_factory)
     compat.install_backend_default_hook(choose_attention_backend)
+
+
+def name_is_reserved(name: str, algorithms, get_spec) -> bool:
+    """True if SGLang already has `name` as a builtin algorithm or another plugin's registration."""
+    from .spec_algo import DDTreeSpecAlgo
+
+    if name.upper() in getattr(algorithms, "__members__", {}):
+        return True
+    spec = get_spec(name)
+    return spec is not None and not isinstance(spec, DDTreeSpecAlgo)
 
 
 def register() -> None:
@@ -48,7 +65,7 @@ def register() -> None:
         _register()
     except Exception as e:
         _state["error"] = "".join(traceback.format_exception(e))
-        logger.error("sglang-ddtree: registering --speculative-algorithm DDTREE FAILED: %s: %s\n"
+        logger.error("sglang-ddtree: registering --speculative-algorithm ddtree FAILED: %s: %s\n"
                      "Run `python -m sglang_ddtree.check` for details.", type(e).__name__, e)
         raise
     _state["registered"] = True

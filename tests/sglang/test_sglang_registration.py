@@ -152,3 +152,40 @@ def test_check_command_reports_unsupported_version(monkeypatch, capsys):
     monkeypatch.setattr(compat, "installed_version", lambda: "0.5.20")
     assert check.main([]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_reserved_name_registers_under_the_alternative(plugins_loaded, monkeypatch):
+    """If SGLang itself defines DDTREE (its own DDTree work, merged upstream), the plugin must not shadow it
+    or fail: it registers as DDTREE_PLUGIN, says so, and resolves its server arguments under that name."""
+    from sglang.srt.speculative import spec_registry
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import CustomSpecAlgo, get_spec
+
+    from sglang_ddtree.sglang import args, check, plugin
+    from sglang_ddtree.sglang.spec_algo import DDTreeSpecAlgo
+
+    registry = spec_registry._REGISTRY
+    monkeypatch.setitem(registry, "DDTREE", CustomSpecAlgo("DDTREE", lambda sa: None))  # SGLang's own
+    monkeypatch.setitem(plugin._state, "registered", False)
+    monkeypatch.setattr(args, "_active", {"name": args.ALGORITHM})
+    try:
+        plugin.register()
+        assert args.active_algorithm() == "DDTREE_PLUGIN"
+        assert not isinstance(get_spec("DDTREE"), DDTreeSpecAlgo)        # upstream's entry untouched
+        assert isinstance(SpeculativeAlgorithm.from_string("ddtree_plugin"), DDTreeSpecAlgo)
+        assert args.is_ddtree(type("V", (), {"speculative_algorithm": "ddtree_plugin"})())
+        assert not args.is_ddtree(type("V", (), {"speculative_algorithm": "ddtree"})())
+        ok, lines = check.diagnose()
+        assert ok and any("registered as --speculative-algorithm ddtree_plugin" in ln for ln in lines)
+    finally:
+        registry.pop("DDTREE_PLUGIN", None)
+
+
+def test_reserved_builtin_name_is_detected():
+    from sglang_ddtree.sglang.plugin import name_is_reserved
+
+    class Algorithms:
+        __members__ = {"DFLASH": 1, "DDTREE": 2}
+
+    assert name_is_reserved("DDTREE", Algorithms, lambda name: None)
+    assert not name_is_reserved("DDTREE", type("A", (), {"__members__": {"DFLASH": 1}}), lambda name: None)
