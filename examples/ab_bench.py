@@ -8,7 +8,8 @@
 
 Each server is launched, measured at every concurrency and stopped before the next one starts, so exactly one
 server is on the GPU while it is measured. Before every run the server's cache and its speculative counters
-are reset (/flush_cache), so the accept length bench_serving reports belongs to that run. Prompts: a JSON
+are reset (/flush_cache), so the accept length bench_serving reports belongs to that run, and an unrecorded
+warm pass at the same concurrency (`--warmup-passes`) keeps first-use costs of a batch size out of the row. Prompts: a JSON
 list (or {"prompts": [...]}) of texts written as a ShareGPT-format file (`--prompts-file`), or random token
 ids of a fixed length (`--random-input-len`, needs `--tokenizer`). `--url NAME=URL` measures an already
 running server instead. `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode
@@ -122,22 +123,38 @@ def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag
 
 
 def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str, prof_dir: str) -> dict:
-    """Start a load at `conc`, let it settle, capture --profile-steps rounds, summarise the trace."""
+    """Start a load at `conc`, let it settle, capture --profile-steps rounds, summarise the trace.
+
+    SGLang answers /start_profile with num_steps only once those steps ran and the trace is written, so the
+    load is made long enough to outlast the capture, stacks are off (their export takes minutes), and a
+    capture that has not returned when the load ends is stopped explicitly: never a hang."""
     from sglang_ddtree.bench.trace import summarize_trace
 
     before = set(glob.glob(os.path.join(prof_dir, "**", "*.json*"), recursive=True))
-    load = threading.Thread(target=lambda: bench_serving(base, conc, a, dataset, out_dir, f"{tag}_prof"))
+    long = argparse.Namespace(**{**vars(a), "num_prompts": max(a.num_prompts, 16 * conc)})
+    load = threading.Thread(target=lambda: bench_serving(base, conc, long, dataset, out_dir, f"{tag}_prof"))
     load.start()
     time.sleep(a.profile_delay)
-    _post(base + "/start_profile", {"output_dir": prof_dir, "num_steps": a.profile_steps,
-                                     "activities": ["CPU", "GPU"], "record_shapes": False})
-    load.join()
+    err = None
+    try:
+        _post(base + "/start_profile", {"output_dir": prof_dir, "num_steps": a.profile_steps, "with_stack": False,
+                                         "activities": ["CPU", "GPU"], "record_shapes": False},
+              timeout=a.profile_timeout)
+    except Exception as e:  # the load ended first or the export is slow: stop it, keep whatever was written
+        err = f"start_profile: {type(e).__name__}: {e}"
+        try:
+            _post(base + "/stop_profile", timeout=a.profile_timeout)
+        except Exception as e2:
+            err += f"; stop_profile: {type(e2).__name__}: {e2}"
+    load.join(a.run_timeout)
     new = sorted(set(glob.glob(os.path.join(prof_dir, "**", "*.json*"), recursive=True)) - before,
                  key=os.path.getmtime)
     if not new:
-        return {"error": "no trace written"}
+        return {"error": err or "no trace written"}
     summary = summarize_trace(new[-1], steps=a.profile_steps)
     summary["trace"] = os.path.basename(new[-1])
+    if err:
+        summary["warning"] = err
     return summary
 
 
@@ -174,7 +191,10 @@ def main(argv=None) -> int:
                     help="start every --server at once (saves start-up time); each is still measured alone")
     ap.add_argument("--profile-concurrency", type=int, nargs="*", default=[])
     ap.add_argument("--profile-steps", type=int, default=20)
-    ap.add_argument("--profile-delay", type=float, default=3.0)
+    ap.add_argument("--profile-delay", type=float, default=1.0)
+    ap.add_argument("--profile-timeout", type=float, default=120)
+    ap.add_argument("--warmup-passes", type=int, default=1,
+                    help="unrecorded bench_serving passes at each concurrency before the measured one")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if not a.server and not a.url:
@@ -231,6 +251,10 @@ def main(argv=None) -> int:
             for length, dataset, concs in workloads:
                 tag = name if length is None else f"{name}_in{length}"
                 for c in concs:
+                    for w in range(a.warmup_passes):  # first use of a batch size (graphs, JIT) stays out of the row
+                        bench_serving(base, c, argparse.Namespace(**{**vars(a), "num_prompts": 2 * c,
+                                                                     "prompts_per_conc": 2}),
+                                      dataset, a.out, f"{tag}_warm{w}")
                     row = {"server": name, "input_len": length, "concurrency": c,
                            **bench_serving(base, c, a, dataset, a.out, tag)}
                     report["rows"].append(row)
