@@ -12,6 +12,8 @@
 //   prefixes of one another, so the walk always ends at a rank difference).
 // Weights are doubles added in the reference's order: sibling = (logw - lp[d-1][r]) + lp[d-1][r+1],
 // child = logw + lp[d][0] (explicit _rn intrinsics, so no contraction can change them).
+// Chain-anchored (chain_pops > 0): pop c < min(chain_pops, budget, L) takes slot c (the rank-0 child of chain
+// node c, which nothing has popped yet) instead of the argmax; everything after the choice is the same code.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
                                                          const int64_t* __restrict__ ids,
                                                          const int64_t* __restrict__ root_tokens,
                                                          const int64_t* __restrict__ seq_lens, int L, int k,
-                                                         int budget, int kc, TreeOutputs out) {
+                                                         int budget, int kc, int forced, TreeOutputs out) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = budget + 1;
   const Layout lay(n, L, kc, LPS);
@@ -155,20 +157,35 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
     rescan();
     int count = 0;
     while (count < budget) {
-      const uint32_t hi = static_cast<uint32_t>(bkey >> 32), lo = static_cast<uint32_t>(bkey);
-      const uint32_t mhi = __reduce_max_sync(kFull, hi);
-      const uint32_t mlo = __reduce_max_sync(kFull, hi == mhi ? lo : 0u);
-      if ((mhi | mlo) == 0u) break;  // heap exhausted
-      const uint32_t tied = __ballot_sync(kFull, hi == mhi && lo == mlo);
-      const int src = __ffs(tied) - 1;
-      uint32_t wm = __shfl_sync(kFull, bmeta, src), p = __shfl_sync(kFull, bslot, src);
-      if (tied & (tied - 1u)) {  // equal weights in several lanes: ranks-tuple order decides
-        uint32_t rest = tied & (tied - 1u);
-        while (rest) {
-          const int o = __ffs(rest) - 1;
-          rest &= rest - 1u;
-          const uint32_t om = __shfl_sync(kFull, bmeta, o), op = __shfl_sync(kFull, bslot, o);
-          if (tuple_less(op, om, p, wm, s_pr)) { wm = om; p = op; }
+      uint32_t mhi, mlo, wm, p;
+      if (count < forced) {  // warp-uniform: the chain node of depth count + 1 sits in slot `count`
+        uint64_t fk = 0;
+        uint32_t fm = 0;
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+          fk = j == (count >> 5) ? key[j] : fk;
+          fm = j == (count >> 5) ? meta[j] : fm;
+        }
+        fk = __shfl_sync(kFull, fk, count & 31);
+        wm = __shfl_sync(kFull, fm, count & 31);
+        mhi = static_cast<uint32_t>(fk >> 32); mlo = static_cast<uint32_t>(fk);
+        p = static_cast<uint32_t>(count);
+      } else {
+        const uint32_t hi = static_cast<uint32_t>(bkey >> 32), lo = static_cast<uint32_t>(bkey);
+        mhi = __reduce_max_sync(kFull, hi);
+        mlo = __reduce_max_sync(kFull, hi == mhi ? lo : 0u);
+        if ((mhi | mlo) == 0u) break;  // heap exhausted
+        const uint32_t tied = __ballot_sync(kFull, hi == mhi && lo == mlo);
+        const int src = __ffs(tied) - 1;
+        wm = __shfl_sync(kFull, bmeta, src); p = __shfl_sync(kFull, bslot, src);
+        if (tied & (tied - 1u)) {  // equal weights in several lanes: ranks-tuple order decides
+          uint32_t rest = tied & (tied - 1u);
+          while (rest) {
+            const int o = __ffs(rest) - 1;
+            rest &= rest - 1u;
+            const uint32_t om = __shfl_sync(kFull, bmeta, o), op = __shfl_sync(kFull, bslot, o);
+            if (tuple_less(op, om, p, wm, s_pr)) { wm = om; p = op; }
+          }
         }
       }
       const uint32_t r = meta_rank(wm), d = meta_depth(wm);
@@ -282,7 +299,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
 
 template <int S>
 cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, const int64_t* seqs, int B, int L,
-                     int k, int budget, const TreeOutputs& out, cudaStream_t stream) {
+                     int k, int budget, int forced, const TreeOutputs& out, cudaStream_t stream) {
   const int n = budget + 1;
   const int kc = k < n ? k : n;
   constexpr size_t kSmemCap = 200 * 1024;
@@ -294,25 +311,30 @@ cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, 
     if (e != cudaSuccess) return e;
   }
   const int threads = n > 256 ? 256 : 128;
-  kern<<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, out);
+  kern<<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, forced, out);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
-                              const int64_t* seq_lens, int B, int L, int k, int budget, const TreeOutputs& out,
-                              cudaStream_t stream) {
+                              const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
+                              const TreeOutputs& out, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
-  if (budget < 0 || budget + 1 > kMaxTreeSlots || L < 0 || L > kMaxDepth || k < 0) return cudaErrorInvalidValue;
+  if (budget < 0 || budget + 1 > kMaxTreeSlots || L < 0 || L > kMaxDepth || k < 0 || chain_pops < 0) {
+    return cudaErrorInvalidValue;
+  }
+  int forced = chain_pops;  // min(chain_pops, budget, L)
+  if (forced > budget) forced = budget;
+  if (forced > L) forced = L;
   const int slots = (budget + 1 + 31) / 32;
-  if (slots <= 1) return launch_s<1>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
-  if (slots <= 2) return launch_s<2>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
-  if (slots <= 3) return launch_s<3>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
-  if (slots <= 5) return launch_s<5>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
-  if (slots <= 9) return launch_s<9>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
-  if (slots <= 17) return launch_s<17>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
-  return launch_s<32>(lp, ids, root_tokens, seq_lens, B, L, k, budget, out, stream);
+  if (slots <= 1) return launch_s<1>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
+  if (slots <= 2) return launch_s<2>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
+  if (slots <= 3) return launch_s<3>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
+  if (slots <= 5) return launch_s<5>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
+  if (slots <= 9) return launch_s<9>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
+  if (slots <= 17) return launch_s<17>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
+  return launch_s<32>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
 }
 
 }  // namespace ddtree

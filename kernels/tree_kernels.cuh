@@ -33,9 +33,10 @@ struct TreeOutputs {
   int32_t* flags;                  // [B]
 };
 
-// docs/DESIGN.md §3 for B requests in one launch: lp f32 [B, L, k], ids i64 [B, L, k].
+// docs/DESIGN.md §3 for B requests in one launch: lp f32 [B, L, k], ids i64 [B, L, k]; the first
+// min(chain_pops, budget, L) pops forced to the greedy chain (0: the paper's tree).
 cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
-                              const int64_t* seq_lens, int B, int L, int k, int budget,
+                              const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
                               const TreeOutputs& out, cudaStream_t stream);
 
 // reference.walk_reference for B requests: tokens/next_token/next_sibling/target i64 [B, n],

@@ -17,8 +17,10 @@ _TREE_OUT = ("num_nodes", "tokens", "parents", "depths", "ranks", "logw", "posit
              "retrive_next_token", "retrive_next_sibling", "tree_mask", "mask_bits", "flags")
 
 SCHEMAS = {
-    # lp f32 [B,L,k], ids i64 [B,L,k], root_tokens i64 [B], seq_lens i64 [B] -> the TreeBatch fields
-    "build_tree_from_topk": "(Tensor lp, Tensor ids, Tensor root_tokens, Tensor seq_lens, int budget) -> ("
+    # lp f32 [B,L,k], ids i64 [B,L,k], root_tokens i64 [B], seq_lens i64 [B] -> the TreeBatch fields;
+    #   chain_pops: the first min(chain_pops, budget, L) pops forced to the greedy chain (reference.py)
+    "build_tree_from_topk": "(Tensor lp, Tensor ids, Tensor root_tokens, Tensor seq_lens, int budget, "
+                            "int chain_pops=0) -> ("
                             + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
     # tokens i64 [B,n], next_token i64 [B,n], next_sibling i64 [B,n], num_nodes i32 [B], target i64 [B,n]
     #   -> accept_index i32 [B,L+1], accept_len i32 [B], bonus i64 [B], flags i32 [B]
@@ -46,7 +48,7 @@ def mask_words(n: int) -> int:
 
 
 @torch.library.register_fake(f"{NS}::build_tree_from_topk")
-def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget):
+def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget, chain_pops=0):
     B, n = lp.shape[0], budget + 1
     i32 = dict(dtype=torch.int32, device=lp.device)
     i64 = dict(dtype=torch.int64, device=lp.device)

@@ -34,12 +34,18 @@ def _empty_tree(n: int, root_token: int, seq_len: int) -> dict:
 
 
 def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: int = 0,
-                         request_index: int = 0) -> dict:
+                         request_index: int = 0, chain_pops: int = 0) -> dict:
     """Best-first DDTree build for one request.
 
     lp: float32 [L, k] log-probs, each row sorted descending (ties by token id ascending);
     ids: int [L, k] token ids. Returns a dict with every TreeBatch field for this request (n = budget+1
     slots; `retrive_index` is offset by request_index * n like SGLang's).
+
+    chain_pops (the chain-anchored tree): the first m = min(chain_pops, budget, L) pops are forced to be the
+    drafter's greedy chain — the rank-0 node at depth 1, 2, … m, so chain nodes take indices 1…m — each
+    pushing its sibling and first child exactly as any pop does; then pops continue best-first with the same
+    keys and tie order. 0 is the paper's tree. The chain is always a path of the tree, so the tree accepts
+    at least what the chain of depth m accepts.
     """
     lp = np.asarray(lp, dtype=np.float32)
     ids = np.asarray(ids, dtype=np.int64)
@@ -47,7 +53,10 @@ def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: 
         raise ValueError(f"lp and ids must both be [L, k]; got {lp.shape} and {ids.shape}")
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
+    if chain_pops < 0:
+        raise ValueError(f"chain_pops must be >= 0, got {chain_pops}")
     L, k = lp.shape
+    forced = min(chain_pops, budget, L)
     n = budget + 1
     out = _empty_tree(n, root_token, seq_len)
     out.pop("_root_token")
@@ -65,7 +74,12 @@ def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: 
         heap.append((-w0, (0,), 0, 1, 0, w0))
     count = 0
     while heap and count < budget:
-        _, rtuple, parent, depth, rank, logw = heapq.heappop(heap)
+        if count < forced:  # the chain node of depth count + 1: the rank-0 child of chain node `count`
+            j = next(j for j, e in enumerate(heap) if e[1] == (0,) * (count + 1))
+            _, rtuple, parent, depth, rank, logw = heap.pop(j)
+            heapq.heapify(heap)
+        else:
+            _, rtuple, parent, depth, rank, logw = heapq.heappop(heap)
         count += 1
         i = count
         tokens[i] = ids[depth - 1, rank]

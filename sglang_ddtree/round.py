@@ -81,10 +81,11 @@ class RoundOps:
     def _back(self, tensors):
         return [t.to(self.device, non_blocking=True) for t in tensors] if self.fallback else list(tensors)
 
-    def build(self, lp, ids, budget: int, roots, prefix_lens) -> TreeBatch:
+    def build(self, lp, ids, budget: int, roots, prefix_lens, anchor=None) -> TreeBatch:
         """Best-first tree from top-k log-probs (tree.build_tree_from_topk) on this decoder's backend."""
         lp, ids, roots, lens = self._host(lp, ids, roots, prefix_lens.to(torch.int64))
-        tree = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend=self.backend)
+        tree = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend=self.backend,
+                                    anchor=anchor)
         return tree.to(self.device, non_blocking=True) if self.fallback else tree
 
     def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,17 @@ def _tree_from_outputs(outs, budget: int, depth_limit: int, topk: int) -> TreeBa
     return TreeBatch(**fields, budget=budget, depth_limit=depth_limit, topk=topk)
 
 
-def _build_reference(lp, ids, budget, root_tokens, seq_lens) -> tuple:
+ANCHORS = (None, "chain")
+
+
+def chain_pops(anchor, depth_limit: int) -> int:
+    """The builder's forced greedy-chain pops for `anchor`: None -> 0 (the paper's tree), 'chain' -> L."""
+    if anchor not in ANCHORS:
+        raise ValueError(f"anchor must be one of {ANCHORS}, got {anchor!r}")
+    return depth_limit if anchor == "chain" else 0
+
+
+def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0) -> tuple:
     """Loop the numpy oracle over requests (tests and tools; never a hot path)."""
     from .reference import build_tree_reference
 
@@ -81,7 +91,7 @@ def _build_reference(lp, ids, budget, root_tokens, seq_lens) -> tuple:
     lp_np, ids_np = lp.detach().cpu().numpy(), ids.detach().cpu().numpy()
     roots, lens = root_tokens.cpu().tolist(), seq_lens.cpu().tolist()
     per = [build_tree_reference(lp_np[b], ids_np[b], budget, root_token=roots[b], seq_len=lens[b],
-                                request_index=b) for b in range(B)]
+                                request_index=b, chain_pops=forced) for b in range(B)]
     words = ops.mask_words(n)
     stack = lambda key, dt: torch.from_numpy(np.stack([p[key] for p in per]) if per else np.zeros((0, n), dt))
     mask = torch.from_numpy(np.stack([p["tree_mask"] for p in per]) if per else np.zeros((0, n, n), bool))
@@ -104,13 +114,14 @@ def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
 
 
 def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budget: int, *,
-                         root_tokens=None, seq_lens=None, backend: str = "auto") -> TreeBatch:
+                         root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
     """Best-first DDTree build (DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
 
     top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
     root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth).
     backend: 'auto' (the tensors' device), 'cuda', 'cpu' or 'reference' (the numpy oracle); all agree
-    exactly on the same inputs.
+    exactly on the same inputs. anchor: None (the paper's tree) or 'chain' (the drafter's greedy chain is
+    popped first, so it is always a path of the tree: DESIGN.md §3.7).
     """
     C.tensor("top_logprobs", top_logprobs, ndim=3, dtypes=(torch.float32,))
     device = top_logprobs.device
@@ -118,23 +129,25 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     C.shape("top_ids", top_ids, tuple(top_logprobs.shape))
     C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
     B, L, k = top_logprobs.shape
+    forced = chain_pops(anchor, L)
     roots = C.per_request("root_tokens", root_tokens, B, device)
     lens = C.per_request("seq_lens", seq_lens, B, device)
     backend = ops.resolve_backend(backend, device)
     lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
     if backend == "reference":
-        outs = [t.to(device) for t in _build_reference(lp, ids, budget, roots, lens)]
+        outs = [t.to(device) for t in _build_reference(lp, ids, budget, roots, lens, forced)]
     else:
-        outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget)
+        outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget, forced)
     return _tree_from_outputs(outs, budget, L, k)
 
 
 def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = None, root_tokens=None,
-               seq_lens=None, backend: str = "auto") -> TreeBatch:
+               seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
     """Stage 1 (canonical top-k + log-normaliser) then the best-first build.
 
     draft_logits: [B, L, V] (bf16/fp16/fp32) for the L = block_size − 1 draft positions.
-    k = min(topk or budget, V) as in the paper (topk=1 gives the DFlash chain).
+    k = min(topk or budget, V) as in the paper (topk=1 gives the DFlash chain); anchor as in
+    build_tree_from_topk.
     """
     C.tensor("draft_logits", draft_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
     C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
@@ -144,7 +157,9 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
     if V < 1:
         raise ValueError(f"draft_logits must have a non-empty vocabulary dimension, got shape {tuple(draft_logits.shape)}")
     k = min(topk if topk is not None else budget, V)
+    chain_pops(anchor, L)  # refuse a bad anchor before any work
     native = ops.resolve_backend(backend, draft_logits.device)
     stage1 = "cuda" if native == "cuda" else "cpu"
     lp, ids = topk_logprobs(draft_logits, k, stage1)
-    return build_tree_from_topk(lp, ids, budget, root_tokens=root_tokens, seq_lens=seq_lens, backend=native)
+    return build_tree_from_topk(lp, ids, budget, root_tokens=root_tokens, seq_lens=seq_lens, backend=native,
+                                anchor=anchor)

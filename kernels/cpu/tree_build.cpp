@@ -4,6 +4,9 @@
 // tuple (parent's ranks ++ rank) lexicographically with a prefix first — exactly Python's comparison of
 // the reference's (-logw, ranks) heap items. Weights are doubles combined in the reference's order:
 // sibling = (logw - lp[d-1][r]) + lp[d-1][r+1], child = logw + lp[d][0]. Compiled without fast-math.
+// Chain-anchored (chain_pops > 0): the first min(chain_pops, budget, L) pops take the rank-0 child of the
+// previous chain node wherever it sits in the heap (removed there, the heap restored around it), then the
+// pops are best-first again; the heap's shape never changes which entry is the maximum.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -46,7 +49,8 @@ struct Scratch {
 
 class Builder {
  public:
-  Builder(int64_t L, int64_t k, int64_t budget) : L_(L), k_(k), budget_(budget), n_(budget + 1) {}
+  Builder(int64_t L, int64_t k, int64_t budget, int64_t chain_pops)
+      : L_(L), k_(k), budget_(budget), n_(budget + 1), forced_(std::min({chain_pops, budget, L})) {}
 
   void build(const float* lp, const int64_t* ids, int64_t root_token, int64_t seq_len, int64_t b, Scratch& s,
              int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths, int32_t* ranks, double* logw,
@@ -101,18 +105,37 @@ class Builder {
       }
       h[at] = e;
     };
-    auto push = [&](const Entry& e) {
-      size_t at = h.size();
-      h.push_back(e);
+    auto sift_up = [&](size_t at) {
+      const Entry e = h[at];
       for (size_t up = (at - 1) / 2; at > 0 && higher(e, h[up]); at = up, up = (at - 1) / 2) h[at] = h[up];
       h[at] = e;
+    };
+    auto push = [&](const Entry& e) {
+      h.push_back(e);
+      sift_up(h.size() - 1);
+    };
+    // Replace the entry at `at` (the popped one) by its sibling, or remove it, and restore the heap there.
+    auto replace_at = [&](size_t at, bool has_sib, const Entry& sib) {
+      if (has_sib) {
+        h[at] = sib;
+      } else {
+        h[at] = h.back();
+        h.pop_back();
+        if (at == h.size()) return;
+      }
+      sift_up(at);
+      sift_down(at);
     };
 
     int64_t count = 0;
     if (L > 0 && k > 0 && budget_ > 0) h.push_back({static_cast<double>(lp[0]), 0, 1, 0});
     int32_t* mutable_paths = s.paths.data();
     while (!h.empty() && count < budget_) {
-      const Entry e = h.front();
+      size_t at = 0;
+      if (count < forced_) {  // the chain node of depth count + 1: rank-0 child of chain node `count`
+        while (!(h[at].parent == count && h[at].rank == 0 && h[at].depth == count + 1)) ++at;
+      }
+      const Entry e = h[at];
       const int64_t i = ++count;
       const int64_t d = e.depth, r = e.rank;
       tokens[i] = ids[(d - 1) * k + r];
@@ -135,15 +158,11 @@ class Builder {
       s.last_child[i] = -1;
       s.last_child[e.parent] = i;
 
-      if (r + 1 < k) {
-        const double sib = (e.logw - static_cast<double>(lp[(d - 1) * k + r])) +
-                           static_cast<double>(lp[(d - 1) * k + r + 1]);
-        h.front() = {sib, e.parent, static_cast<int32_t>(d), static_cast<int32_t>(r + 1)};
-      } else {
-        h.front() = h.back();
-        h.pop_back();
-      }
-      if (!h.empty()) sift_down(0);
+      const bool has_sib = r + 1 < k;
+      const double sib = has_sib ? (e.logw - static_cast<double>(lp[(d - 1) * k + r])) +
+                                       static_cast<double>(lp[(d - 1) * k + r + 1])
+                                 : 0.0;
+      replace_at(at, has_sib, {sib, e.parent, static_cast<int32_t>(d), static_cast<int32_t>(r + 1)});
       if (d < L) push({e.logw + static_cast<double>(lp[d * k]), static_cast<int32_t>(i), static_cast<int32_t>(d + 1), 0});
     }
     if (count < budget_) *flags |= kHeapExhausted;
@@ -151,16 +170,17 @@ class Builder {
   }
 
  private:
-  int64_t L_, k_, budget_, n_;
+  int64_t L_, k_, budget_, n_, forced_;
 };
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
            at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, const at::Tensor& root_tokens_in,
-                         const at::Tensor& seq_lens_in, int64_t budget) {
+                         const at::Tensor& seq_lens_in, int64_t budget, int64_t chain_pops) {
   TORCH_CHECK(lp_in.dim() == 3 && lp_in.scalar_type() == at::kFloat, "lp must be float32 [B, L, k]");
   TORCH_CHECK(ids_in.sizes() == lp_in.sizes() && ids_in.scalar_type() == at::kLong, "ids must be int64 [B, L, k]");
   TORCH_CHECK(budget >= 0, "budget must be >= 0");
+  TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0");
   const auto lp = lp_in.contiguous();
   const auto ids = ids_in.contiguous();
   const auto root_tokens = root_tokens_in.to(at::kLong).contiguous();
@@ -182,7 +202,7 @@ build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, cons
   auto bits = at::empty({B, n, words}, i32);
   auto flags = at::empty({B}, i32);
 
-  const Builder builder(L, k, budget);
+  const Builder builder(L, k, budget, chain_pops);
   // Threads only for big batches (>= 64k pops per chunk, several ms of work): a build is ~0.1 us per
   // pop, while waking a pool costs tens of us idle and several ms on a loaded machine (measured).
   const int64_t grain = std::max<int64_t>(1, 65536 / (budget + 1));

@@ -15,6 +15,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <tuple>
 
 #include "tree_kernels.cuh"
@@ -42,7 +43,7 @@ using TreeTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at:
                              at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids, const at::Tensor& root_tokens,
-                                    const at::Tensor& seq_lens, int64_t budget) {
+                                    const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops) {
   const at::Device dev = lp.device();
   check_cuda(lp, "lp", at::kFloat, 3, dev);
   check_cuda(ids, "ids", at::kLong, 3, dev);
@@ -53,6 +54,7 @@ TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids,
   TORCH_CHECK(root_tokens.size(0) == B && seq_lens.size(0) == B, "root_tokens and seq_lens must be [B]");
   TORCH_CHECK(budget >= 0 && budget + 1 <= ddtree::kMaxTreeSlots, "budget must be in [0, ",
               ddtree::kMaxTreeSlots - 1, "] on CUDA, got ", budget);
+  TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0, got ", chain_pops);
   TORCH_CHECK(L <= ddtree::kMaxDepth, "depth limit L must be <= ", ddtree::kMaxDepth, ", got ", L);
   TORCH_CHECK(k <= (int64_t{1} << 24) && B < (int64_t{1} << 31), "k or B too large");
   const c10::cuda::CUDAGuard guard(dev);
@@ -72,7 +74,9 @@ TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids,
   C10_CUDA_CHECK(ddtree::launch_tree_build(lp.data_ptr<float>(), ids.data_ptr<int64_t>(),
                                            root_tokens.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
                                            static_cast<int>(B), static_cast<int>(L), static_cast<int>(k),
-                                           static_cast<int>(budget), out, c10::cuda::getCurrentCUDAStream()));
+                                           static_cast<int>(budget),
+                                           static_cast<int>(std::min<int64_t>(chain_pops, budget)), out,
+                                           c10::cuda::getCurrentCUDAStream()));
   return {num_nodes, tokens, parents, depths, ranks, logw, positions, retrive_index, next_token, next_sibling,
           tree_mask, mask_bits, flags};
 }

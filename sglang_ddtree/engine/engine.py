@@ -23,7 +23,7 @@ import torch
 
 from ..accept import sample_node_tokens
 from ..round import RoundOps
-from ..tree import build_tree
+from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR
 from .dflash import DFlashDraftModel
@@ -116,9 +116,10 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
                  temperature: float = 0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
-                 on_round=None) -> list[GenerationResult]:
+                 on_round=None, anchor=None) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar'. budget: DDTree's node
-        budget (default 32). seed: int (request i uses seed + i) or one int per prompt.
+        budget (default 32). anchor: DDTree's tree, None (the paper's) or 'chain' (the greedy chain always in
+        the tree: tree.build_tree_from_topk). seed: int (request i uses seed + i) or one int per prompt.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         if method not in METHODS:
@@ -134,6 +135,9 @@ class Engine:
             budget = 32 if budget is None else budget
             if not isinstance(budget, int) or budget < 1:
                 raise ValueError(f"budget must be a positive int, got {budget!r}")
+        chain_pops(anchor, L)  # a bad anchor is refused before any work
+        if anchor is not None and method != "ddtree":
+            raise ValueError(f"anchor applies to method 'ddtree' only, got method {method!r}")
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         if any(len(x) == 0 for x in ids):
             raise ValueError("every prompt must have at least one token")
@@ -141,7 +145,7 @@ class Engine:
         if len(seeds) != len(ids):
             raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
         stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else list(stop_token_ids)
-        tree_args = {"ddtree": (budget, None), "chain": (L, 1), "ar": (0, 1)}[method]
+        tree_args = {"ddtree": (budget, None, anchor), "chain": (L, 1, None), "ar": (0, 1, None)}[method]
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
@@ -154,7 +158,7 @@ class Engine:
     def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
         dev, tgt, drf = self.device, self.target, self.drafter
         c = tgt.config
-        budget, topk = tree_args
+        budget, topk, anchor = tree_args
         use_draft = method != "ar"
         B, L, Bs = len(ids), self.block_size - 1, self.block_size
         n = budget + 1
@@ -211,7 +215,7 @@ class Engine:
             else:
                 draft_logits = torch.zeros(B, 1, 1, device=dev)
             clock.mark("build")
-            tree = build_tree(draft_logits, budget, topk=topk, root_tokens=root, seq_lens=seq_lens)
+            tree = build_tree(draft_logits, budget, topk=topk, root_tokens=root, seq_lens=seq_lens, anchor=anchor)
             clock.mark("verify")
             slots = seq_lens[:, None] + ar[:n]
             if self.attention == "op":

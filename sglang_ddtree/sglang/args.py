@@ -51,6 +51,8 @@ ENV_OPS_BACKEND = "SGLANG_DDTREE_OPS_BACKEND"
 ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
 ENV_VERIFY_ATTENTION = "SGLANG_DDTREE_VERIFY_ATTENTION"
 VERIFY_ATTENTION = ("auto", "tree", "full_mask")
+ENV_ANCHOR = "SGLANG_DDTREE_ANCHOR"
+ANCHORS = {"chain": "chain", "none": None}  # served default: chain (held-out tau higher at every budget)
 
 
 def _env_int(name: str, minimum: int) -> int | None:
@@ -75,6 +77,7 @@ class Knobs:
     ops_backend: str        # 'auto' | 'cuda' | 'cpu' for sglang_ddtree's build/accept ops
     draft_graph_head: bool  # fold lm_head + top-k + tree build into the draft CUDA graph
     verify_attention: str   # 'auto' (the tree kernel where it applies) | 'tree' (required) | 'full_mask'
+    anchor: str | None = "chain"  # 'chain': the drafter's greedy chain always in the tree; None: the paper's
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -87,8 +90,11 @@ class Knobs:
         verify = os.environ.get(ENV_VERIFY_ATTENTION, "auto").strip() or "auto"
         if verify not in VERIFY_ATTENTION:
             raise ValueError(f"{ENV_VERIFY_ATTENTION} must be one of {', '.join(VERIFY_ATTENTION)}, got {verify!r}")
+        anchor = os.environ.get(ENV_ANCHOR, "chain").strip().lower() or "chain"
+        if anchor not in ANCHORS:
+            raise ValueError(f"{ENV_ANCHOR} must be one of {', '.join(ANCHORS)}, got {anchor!r}")
         return cls(budget=_env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1), ops_backend=backend,
-                   draft_graph_head=head == "1", verify_attention=verify)
+                   draft_graph_head=head == "1", verify_attention=verify, anchor=ANCHORS[anchor])
 
 
 def is_ddtree(view) -> bool:

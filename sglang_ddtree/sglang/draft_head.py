@@ -19,8 +19,9 @@ from sglang_ddtree.tree import TreeBatch
 
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
-                 ops: RoundOps, tree_in_graph: bool):
+                 ops: RoundOps, tree_in_graph: bool, anchor=None):
         self.weight, self.num_org = weight, int(num_org)
+        self.anchor = anchor  # tree.build_tree_from_topk's anchor: None (the paper's tree) or 'chain'
         self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
         self.k = min(topk or budget, self.num_org)
         self.ops = ops
@@ -45,7 +46,7 @@ class DraftTreeHead:
 
     def build(self, hidden, bs: int, roots, prefix) -> TreeBatch:
         lp, ids = topk_logprobs(self.logits(hidden, bs), self.k, self.stage1)
-        return self.ops.build(lp, ids, self.budget, roots, prefix)
+        return self.ops.build(lp, ids, self.budget, roots, prefix, anchor=self.anchor)
 
     def capture_hook(self, runner, out, forward_batch, num_tokens):
         """Draft-graph capture tail (DFlashWorkerV2's draft runner calls it inside the capture)."""

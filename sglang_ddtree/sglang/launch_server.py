@@ -2,6 +2,8 @@
 
   --speculative-ddtree-budget B   tree budget (sets --speculative-num-draft-tokens B+1 via SGLANG_DDTREE_BUDGET)
   --speculative-ddtree-topk K     per-depth candidate cap (SGLANG_DDTREE_TOPK; default min(B, vocab))
+  --speculative-ddtree-anchor A   chain (default: the drafter's greedy chain always in the tree) or none (the
+                                  paper's tree) (SGLANG_DDTREE_ANCHOR)
 
 The flags travel as environment variables, which SGLang's spawned scheduler processes inherit; every other
 argument goes to SGLang unchanged. `--speculative-algorithm ddtree` is added when absent. `--help` shows
@@ -21,13 +23,16 @@ PROG = "python -m sglang_ddtree.launch_server"
 
 
 def parser() -> argparse.ArgumentParser:
-    from .args import ENV_BUDGET, ENV_TOPK, MAX_BUDGET
+    from .args import ANCHORS, ENV_ANCHOR, ENV_BUDGET, ENV_TOPK, MAX_BUDGET
 
     p = Parser(prog=PROG, add_help=False, description="DDTree's flags (every other flag goes to SGLang):")
     p.add_argument("--speculative-ddtree-budget", type=positive_int, default=None, metavar="B",
                    help=f"tree budget, 1..{MAX_BUDGET} (sets {ENV_BUDGET}; verify width B + 1)")
     p.add_argument("--speculative-ddtree-topk", type=positive_int, default=None, metavar="K",
                    help=f"per-depth candidate cap (sets {ENV_TOPK}; default min(B, vocab))")
+    p.add_argument("--speculative-ddtree-anchor", choices=tuple(ANCHORS), default=None,
+                   help=f"chain (default): the drafter's greedy chain is always in the tree; none: the paper's "
+                        f"tree (sets {ENV_ANCHOR})")
     return p
 
 
@@ -63,7 +68,7 @@ def sglang_import_error() -> str | None:
 
 
 def main(argv=None) -> None:
-    from .args import ENV_BUDGET, ENV_TOPK
+    from .args import ENV_ANCHOR, ENV_BUDGET, ENV_TOPK
 
     argv = sys.argv[1:] if argv is None else argv
     wants_help = any(a in ("-h", "--help") for a in argv)
@@ -84,6 +89,8 @@ def main(argv=None) -> None:
         os.environ[ENV_BUDGET] = str(ours.speculative_ddtree_budget)
     if ours.speculative_ddtree_topk is not None:
         os.environ[ENV_TOPK] = str(ours.speculative_ddtree_topk)
+    if ours.speculative_ddtree_anchor is not None:
+        os.environ[ENV_ANCHOR] = ours.speculative_ddtree_anchor
     sys.argv = [sys.argv[0], *rest]
     runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
 

@@ -80,9 +80,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.tree_attn = None  # set in init_attention_backends, once the target's backend exists
         self._warned_sampling = False
         hooks.install_eager_embeds_dtype_fix()
-        logger.info("DDTREE worker: budget=%d verify width=%d drafter block=%d k=%d ops=%s tree-in-graph=%s",
-                    self.budget, self.verify_width, self.block_size, self._head.k, self.round.backend,
-                    self._head.tree_in_graph)
+        logger.info("DDTREE worker: budget=%d verify width=%d drafter block=%d k=%d ops=%s tree-in-graph=%s "
+                    "anchor=%s", self.budget, self.verify_width, self.block_size, self._head.k, self.round.backend,
+                    self._head.tree_in_graph, self.knobs.anchor or "none")
 
     # --- construction -----------------------------------------------------------------------------
     def _make_head(self) -> DraftTreeHead:
@@ -93,7 +93,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
         return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size,
                              budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
-                             tree_in_graph=self.knobs.draft_graph_head)
+                             tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor)
 
     def init_attention_backends(self):
         """The scheduler calls this after the target's attention backend exists, before any graph capture:

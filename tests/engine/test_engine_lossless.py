@@ -26,10 +26,11 @@ def prompts():
 _runs: dict = {}
 
 
-def greedy(engine, prompts, method, budget=None):
-    key = (method, budget)
+def greedy(engine, prompts, method, budget=None, anchor=None):
+    key = (method, budget, anchor)
     if key not in _runs:
-        _runs[key] = engine.generate(prompts, MAX_NEW, method=method, budget=budget, batch_size=BATCH)
+        _runs[key] = engine.generate(prompts, MAX_NEW, method=method, budget=budget, batch_size=BATCH,
+                                     anchor=anchor)
     return _runs[key]
 
 
@@ -53,6 +54,16 @@ def test_tree_commits_more_per_forward_than_chain(engine, prompts):
     best = max(summarize(greedy(engine, prompts, "ddtree", b))["tau"] for b in BUDGETS)
     assert ar["tau"] == 1.0
     assert best > chain["tau"] > 1.0, (best, chain["tau"])
+
+
+@pytest.mark.parametrize("budget", (8, 16, 32, 64))
+def test_chain_anchored_tree_is_lossless_and_accepts_at_least_the_chain(engine, prompts, budget):
+    """The chain is a path of the anchored tree, so per round it accepts at least the chain's length; over
+    the held-out prompts its tau must not fall below the chain's (the paper's tree does at small budgets)."""
+    anchored = greedy(engine, prompts, "ddtree", budget, anchor="chain")
+    assert_identical(anchored, greedy(engine, prompts, "ar"))
+    tau = summarize(anchored)["tau"]
+    assert tau >= summarize(greedy(engine, prompts, "chain"))["tau"], tau
 
 
 def test_accept_lengths_account_for_every_token(engine, prompts):
@@ -154,6 +165,10 @@ def test_bad_arguments(engine):
         engine.generate(["x"], 4, method="beam")
     with pytest.raises(ValueError, match="budget"):
         engine.generate(["x"], 4, method="ddtree", budget=0)
+    with pytest.raises(ValueError, match="anchor"):
+        engine.generate(["x"], 4, method="ddtree", anchor="spine")
+    with pytest.raises(ValueError, match="anchor"):
+        engine.generate(["x"], 4, method="chain", anchor="chain")
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.generate(["x"], 0)
     with pytest.raises(TypeError, match="prompts"):

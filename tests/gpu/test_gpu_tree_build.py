@@ -18,18 +18,20 @@ MODES = ["normal", "bf16", "ties", "peaked"]
 CASES = int(os.environ.get("SGLANG_DDTREE_GPU_TREE_CASES", "10000"))
 
 
-def run_case(rng, B, L, V, k, budget, mode):
+def run_case(rng, B, L, V, k, budget, mode, anchor=None):
     lp, ids = random_topk(rng, B, L, V, k, mode=mode)
     roots = torch.tensor(rng.integers(0, max(V, 1), B))
     lens = torch.tensor(rng.integers(0, 100_000, B))
-    ref = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend="reference")
+    ref = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend="reference",
+                               anchor=anchor)
     gpu = build_tree_from_topk(lp.cuda(), ids.cuda(), budget, root_tokens=roots.cuda(), seq_lens=lens.cuda(),
-                               backend="cuda")
+                               backend="cuda", anchor=anchor)
     assert_trees_identical(gpu, ref, f"(B={B} L={L} V={V} k={k} budget={budget} mode={mode})")
     return gpu
 
 
-def test_cuda_builder_matches_oracle_10k_cases():
+@pytest.mark.parametrize("anchor", [None, "chain"])
+def test_cuda_builder_matches_oracle_10k_cases(anchor):
     load()
     rng = np.random.default_rng(20261202)
     cases = exhausted = 0
@@ -39,7 +41,7 @@ def test_cuda_builder_matches_oracle_10k_cases():
         budget = int(rng.choice([1, 2, 3, 8, 16, 31, 32, 33, 63, 64, 100, 128, 255, 256]))
         V = int(rng.choice([2, 3, 5, 17, 64, 300, 2000]))
         k = min(int(rng.choice([budget, max(1, budget // 4), 1, 2, 4])), V)
-        tree = run_case(rng, B, L, V, k, budget, MODES[(cases // 7) % len(MODES)])
+        tree = run_case(rng, B, L, V, k, budget, MODES[(cases // 7) % len(MODES)], anchor)
         exhausted += int(((tree.flags & F.HEAP_EXHAUSTED) != 0).sum())
         cases += B
     assert exhausted > 0
@@ -52,6 +54,7 @@ def test_large_budgets_and_depths(budget, L, k, V):
     rng = np.random.default_rng(budget + L)
     for mode in MODES:
         run_case(rng, 4, L, V, k, budget, mode)
+        run_case(rng, 4, L, V, k, budget, mode, anchor="chain")
 
 
 def test_forced_exact_ties_across_depths():

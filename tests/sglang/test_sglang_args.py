@@ -101,13 +101,23 @@ def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
 
 @pytest.mark.parametrize("name,value,needle", [
     ("SGLANG_DDTREE_BUDGET", "abc", "integer"), ("SGLANG_DDTREE_TOPK", "0", ">= 1"),
-    ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda or cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1")])
+    ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda or cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1"),
+    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none")])
 def test_bad_knobs(monkeypatch, name, value, needle):
     from sglang_ddtree.sglang.args import Knobs
 
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=needle):
         Knobs.from_env()
+
+
+def test_anchor_knob_defaults_to_the_chain(monkeypatch):
+    from sglang_ddtree.sglang.args import Knobs
+
+    monkeypatch.delenv("SGLANG_DDTREE_ANCHOR", raising=False)
+    assert Knobs.from_env().anchor == "chain"
+    monkeypatch.setenv("SGLANG_DDTREE_ANCHOR", "none")
+    assert Knobs.from_env().anchor is None
 
 
 def test_launch_wrapper_splits_its_flags():
@@ -118,8 +128,12 @@ def test_launch_wrapper_splits_its_flags():
     assert rest == ["--speculative-algorithm", "DDTREE", "--model-path", "m", "--port", "1"]
     ours, rest = split_args(["--speculative-algorithm", "ddtree", "--speculative-ddtree-topk=4"])
     assert ours.speculative_ddtree_topk == 4 and rest == ["--speculative-algorithm", "ddtree"]
+    ours, _ = split_args(["--speculative-ddtree-anchor", "none"])
+    assert ours.speculative_ddtree_anchor == "none"
     with pytest.raises(SystemExit):
         split_args(["--speculative-ddtree-budget", "0"])
+    with pytest.raises(SystemExit):
+        split_args(["--speculative-ddtree-anchor", "spine"])
 
 
 @pytest.mark.parametrize("backend", ["trtllm_mha", "trtllm_mla", "cutedsl_mla", "flashinfer_mla", "torch_native"])

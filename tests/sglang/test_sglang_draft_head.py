@@ -8,20 +8,21 @@ from sglang_ddtree import build_tree
 from sglang_ddtree.round import RoundOps
 
 
-def test_head_build_matches_build_tree(plugins_loaded):
+@pytest.mark.parametrize("anchor", [None, "chain"])
+def test_head_build_matches_build_tree(plugins_loaded, anchor):
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
     g = torch.Generator().manual_seed(3)
     V, H, block, budget, bs = 50, 16, 5, 9, 3
     weight = torch.randn(V, H, generator=g)
     head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=4,
-                         ops=RoundOps("cpu"), tree_in_graph=True)
+                         ops=RoundOps("cpu"), tree_in_graph=True, anchor=anchor)
     assert head.static_tree is None and not head.tree_in_graph  # in-graph build needs the CUDA ops
     hidden = torch.randn(bs * block, H, generator=g)
     roots, prefix = torch.tensor([7, 8, 9]), torch.tensor([3, 0, 11])
     got = head.build(hidden, bs, roots, prefix)
     logits = (hidden.view(bs, block, H)[:, 1:] @ weight.T)
-    ref = build_tree(logits, budget, root_tokens=roots, seq_lens=prefix, backend="cpu")
+    ref = build_tree(logits, budget, root_tokens=roots, seq_lens=prefix, backend="cpu", anchor=anchor)
     for name, t in ref.tensors().items():
         assert torch.equal(getattr(got, name), t), name
 
@@ -36,7 +37,8 @@ def test_head_caps_k_at_vocab(plugins_loaded):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)")
-def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded):
+@pytest.mark.parametrize("anchor", [None, "chain"])
+def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor):
     """The capture hook inside a real CUDA graph; replays with new hidden states, roots and prefixes (the
     draft graph's static inputs) leave exactly build_tree's tree of the new inputs in the static buffers."""
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
@@ -45,7 +47,7 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded):
     V, H, block, budget, bs = 3000, 64, 8, 31, 4
     weight = torch.randn(V, H, device="cuda", generator=g)
     head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=8,
-                         ops=RoundOps("cuda"), tree_in_graph=True)
+                         ops=RoundOps("cuda"), tree_in_graph=True, anchor=anchor)
     hidden = torch.randn(bs * block, H, device="cuda", generator=g)
     fb = types.SimpleNamespace(input_ids=torch.zeros(bs * block, dtype=torch.int64, device="cuda"),
                                seq_lens=torch.zeros(bs, dtype=torch.int64, device="cuda"))
@@ -62,6 +64,6 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded):
         got = head.from_graph(bs)
         logits = (hidden.view(bs, block, H)[:, 1:] @ weight.T).cpu()
         ref = build_tree(logits, budget, root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(),
-                         seq_lens=fb.seq_lens.cpu(), backend="cpu")
+                         seq_lens=fb.seq_lens.cpu(), backend="cpu", anchor=anchor)
         for name, t in ref.tensors().items():
             assert torch.equal(getattr(got, name).cpu(), t), (trial, name)
