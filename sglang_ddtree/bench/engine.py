@@ -2,8 +2,8 @@
 
     python -m sglang_ddtree.bench engine [--out engine.json] [--quick]
 
-1. Lossless (the shipped tiny pair): greedy DDTree at several budgets and the DFlash chain against AR
-   in fp32 (must be token-identical), and in bf16 DDTree against the chain under identical conditions
+1. Lossless (the shipped tiny pair): greedy DDTree at several budgets (the paper's tree and the
+   chain-anchored one) and the DFlash chain against AR in fp32 (must be token-identical), with tau, and in bf16 DDTree against the chain under identical conditions
    (reported as agreement; bf16 verify widths differ, so exact equality is not a property of bf16).
 2. Timing (GPU): a randomly initialised Qwen3-8B-shaped target (36 layers, hidden 4096, 32/8 heads,
    vocab 151936, bf16) with a matching 5-layer DFlash drafter (block 16), ragged prompts of ~1k tokens,
@@ -34,15 +34,16 @@ QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, nu
 DRAFT_8B = dict(num_layers=5, block_size=16, target_layer_ids=[1, 9, 17, 25, 33], mask_token_id=151669)
 
 
-def lossless(device, n_prompts: int, max_new: int, budgets) -> dict:
+def lossless(device, n_prompts: int, max_new: int, budgets, dtypes=(torch.float32, torch.bfloat16)) -> dict:
     prompts = heldout_prompts(n_prompts)
     out = {}
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in dtypes:
         eng = Engine.from_pretrained(device=device, dtype=dtype)
         runs = {"ar": eng.generate(prompts, max_new, method="ar"),
                 "chain": eng.generate(prompts, max_new, method="chain")}
         for b in budgets:
             runs[f"ddtree{b}"] = eng.generate(prompts, max_new, method="ddtree", budget=b)
+            runs[f"ddtree{b}_anchored"] = eng.generate(prompts, max_new, method="ddtree", budget=b, anchor="chain")
         ids = {k: [r.token_ids for r in v] for k, v in runs.items()}
         rows = {}
         for k, v in ids.items():
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--lossless-prompts", type=int, default=200)
+    ap.add_argument("--lossless-dtypes", default="float32,bfloat16")
     ap.add_argument("--skip-8b", action="store_true", help="only the lossless part (e.g. on CPU)")
     ap.add_argument("--skip-lossless", action="store_true", help="only the 8B-shaped timing")
     ap.add_argument("--attention", default="auto", choices=("auto", "op", "sdpa"), help="target verify attention")
@@ -147,7 +149,8 @@ def main(argv=None) -> int:
             json.dump(out, f, indent=1)
 
     if not a.skip_lossless:
-        out["lossless"] = lossless(device, a.lossless_prompts, 48, ints(a.budgets))
+        dtypes = [getattr(torch, d) for d in a.lossless_dtypes.split(",") if d]
+        out["lossless"] = lossless(device, a.lossless_prompts, 48, ints(a.budgets), dtypes)
         out["lossless_s"] = time.time() - t0
         save()
     if not a.skip_8b:
