@@ -21,9 +21,8 @@ ARGS[dd16_page16]="$(ddtree_args 16) --page-size 16"
 ARGS[dd16_page64]="$(ddtree_args 16) --page-size 64"
 ARGS[dd16_nograph]="$(ddtree_args 16) --disable-cuda-graph"
 ARGS[dd16_nograph_nooverlap]="$(ddtree_args 16) --disable-cuda-graph --disable-overlap-schedule"
-# FlashInfer has no paged-prefill kernel for the tiny pair's head dim 32 (stock DFLASH fails the same way in the
-# drafter's graph capture), so the drafter stays on triton; the target's TARGET_VERIFY is our tree kernel either way.
-ARGS[dd16_flashinfer]="$(ddtree_args 16) --attention-backend flashinfer --speculative-draft-attention-backend triton"
+# No flashinfer server here: FlashInfer has no prefill kernel for the tiny pair's head dim 32 (the target's own
+# prefill fails, with or without DDTree); flashinfer is served on the 8B-shaped pair (head dim 128) in round_cost.
 declare -A PORT PID
 p=31000
 for name in "${!ARGS[@]}"; do

@@ -4,7 +4,7 @@
 # TPOT is the round time. DFLASH (verify width 16) vs DDTree budget 15 (the same width) and budget 31/63,
 # random token-id prompts of 1k tokens at c=1,16,32 and 8k/32k at c=1, output 64; torch-profiler captures at
 # c=1 and c=16. Servers start together (memory split) and are measured one at a time, the others idle.
-# env: RC_BUDGETS ("15 63"), RC_START_ALL (1: all start together, memory split; 0: one server up at a time)
+# env: RC_BUDGETS ("15 63"), RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_START_ALL (1: all start together, memory split; 0: one server up at a time)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/round_cost}; mkdir -p "$OUTD"
@@ -15,7 +15,7 @@ cp examples/qwen3-8b-shaped/target-config.json $T/config.json
 cp examples/qwen3-8b-shaped/dflash-b16-config.json $D/config.json
 python3 scripts/mk_wordlevel_tokenizer.py $T 151936 && cp $T/tokenizer*.json $D/
 BUDGETS=${RC_BUDGETS:-15 63}
-ALL=""; n=1; [ "${RC_START_ALL:-1}" = 1 ] && { ALL=--start-all; n=$(( 1 + $(echo $BUDGETS | wc -w) )); }
+ALL=""; n=1; [ "${RC_START_ALL:-1}" = 1 ] && { ALL=--start-all; n=$(( 2 + $(echo $BUDGETS | wc -w) )); }
 FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
 COMMON="--model-path $T --load-format dummy --speculative-draft-load-format dummy --dtype bfloat16
  --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static $FRAC
@@ -25,6 +25,9 @@ S=(--server "dflash=--speculative-algorithm DFLASH --speculative-draft-model-pat
 for b in $BUDGETS; do
   S+=(--server "ddtree_b$b=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b + 1))")
 done
+# the tree kernel inside FlashInfer's target backend (head dim 128; the tiny pair's 32 has no FlashInfer prefill)
+b0=${BUDGETS%% *}
+[ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
 echo "servers: dflash ddtree {$BUDGETS}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
 timeout ${RC_TIMEOUT:-560} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --tokenizer $T --random-input-len 1024@1,16,32 8192@1,4 32768@1 --num-prompts 8 --prompts-per-conc 4 \

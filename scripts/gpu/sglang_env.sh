@@ -1,6 +1,8 @@
 # Sourced by the SGLang GPU steps: SGLang 0.5.17 from the carried bundle (.sgl/, `make gpu-bundle`), the
 # plugin's entry point, a `datasets` stub for sglang.bench_serving (it imports `datasets` at import time; the
 # lean bundle has none and our prompts are local files), the tiny pair's paths and the common server flags.
+# a server left by an earlier step (killed by its timeout) would hold its port and GPU memory
+pkill -f "sglang.launch_server" 2>/dev/null && sleep 5
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext} FLASHINFER_WORKSPACE_BASE=/tmp/fi
 _x() { python3 -c "import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='fully_trusted')" "$1" "$2"; }

@@ -94,10 +94,15 @@ def test_cuda_streams_and_backends_agree():
     logits, roots, lens = _inputs(3, ties=True)
     seeds = torch.arange(logits.shape[0], dtype=torch.int64)
     ref = _per_request(*_round("cpu", logits, roots, lens, 32, 0.0, seeds, 1)[:3])
+    runs = []
     for _ in range(2):
         s = torch.cuda.Stream()
         with torch.cuda.stream(s):
-            got = _per_request(*_round("cuda", logits, roots, lens, 32, 0.0, seeds, 1)[:3])
+            runs.append(_per_request(*_round("cuda", logits, roots, lens, 32, 0.0, seeds, 1)[:3]))
         s.synchronize()
-        for k in ref:
-            assert torch.equal(ref[k], got[k]), k
+    for k in ref:
+        assert torch.equal(runs[0][k], runs[1][k]), k  # two streams: bit for bit
+        if k == "logw":  # stage 1's log-normaliser differs across backends by float32 ulps (DESIGN §3.1)
+            torch.testing.assert_close(runs[0][k], ref[k], rtol=1e-6, atol=1e-6)
+        else:
+            assert torch.equal(ref[k], runs[0][k]), k

@@ -4,7 +4,7 @@ import types
 import pytest
 import torch
 
-from sglang_ddtree import build_tree
+from sglang_ddtree import build_tree, build_tree_from_topk
 from sglang_ddtree.round import RoundOps
 
 
@@ -62,8 +62,11 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor):
         fb.seq_lens.copy_(torch.randint(0, 10**6, (bs,), device="cuda", generator=g))
         graph.replay()
         got = head.from_graph(bs)
-        logits = (hidden.view(bs, block, H)[:, 1:] @ weight.T).cpu()
-        ref = build_tree(logits, budget, root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(),
-                         seq_lens=fb.seq_lens.cpu(), backend="cpu", anchor=anchor)
+        # the oracle fed the CUDA stage 1's (lp, ids) of the same logits (stage-1 backends differ by ulps)
+        logits = hidden.view(bs, block, H)[:, 1:] @ weight.T
+        lp, ids = torch.ops.sglang_ddtree.topk_lse(logits.reshape(bs * (block - 1), V), head.k)
+        ref = build_tree_from_topk(lp.view(bs, block - 1, -1).cpu(), ids.view(bs, block - 1, -1).cpu(), budget,
+                                   root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(), seq_lens=fb.seq_lens.cpu(),
+                                   backend="reference", anchor=anchor)
         for name, t in ref.tensors().items():
             assert torch.equal(getattr(got, name).cpu(), t), (trial, name)
