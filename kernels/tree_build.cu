@@ -29,6 +29,7 @@ constexpr uint64_t kSign = 0x8000000000000000ull;
 constexpr uint32_t kNegZero = 1u << 31;       // metadata bit: the weight is -0.0
 constexpr int32_t kFlagNonfinite = 1;
 constexpr int32_t kFlagExhausted = 2;
+constexpr int32_t kFlagUnsorted = 16;
 
 __device__ __forceinline__ uint64_t order_key(double x) {
   const uint64_t b = static_cast<uint64_t>(__double_as_longlong(__dadd_rn(x, 0.0)));
@@ -111,15 +112,15 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   const int64_t Lk = static_cast<int64_t>(L) * k;
   const float* lp_b = lp + b * Lk;
 
-  // ---- stage: lp table (only the columns a tree of this budget can reach), finiteness, identity rows
-  bool bad = false;
+  // ---- stage: lp table (only the columns a tree of this budget can reach), NaN / +inf, row order, identity
+  // rows. -inf entries are masked tokens: their candidates get key 0 (never in the frontier), never emitted.
+  bool bad = false, unsorted = false;
   for (int64_t e = tid; e < Lk; e += nthreads) {
     const float v = lp_b[e];
-    bad |= !isfinite(v);
-    if (LPS) {
-      const int64_t d = e / k, c = e - d * k;
-      if (c < kc) s_lp[d * kc + c] = static_cast<double>(v);
-    }
+    bad |= isnan(v) || v == INFINITY;
+    const int64_t d = e / k, c = e - d * k;
+    unsorted |= c > 0 && v > lp_b[e - 1];
+    if (LPS && c < kc) s_lp[d * kc + c] = static_cast<double>(v);
   }
   for (int e = tid; e < n * W; e += nthreads) {
     const int i = e / W, w = e - i * W;
@@ -128,18 +129,20 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   for (int i = tid; i < n; i += nthreads) { s_next_tok[i] = -1; s_next_sib[i] = -1; }
   if (tid == 0) { s_pr[0] = 0xffffu; s_depth[0] = 0; s_logw[0] = 0.0; *s_count = 0; }
   const bool nonfinite = __syncthreads_or(bad);
+  const bool out_of_order = __syncthreads_or(unsorted);
+  const bool refused = nonfinite || out_of_order;
 
   // ---- pops (warp 0)
   const int lps = LPS ? kc : k;
   auto lp_at = [&](int64_t off) -> double { return LPS ? s_lp[off] : static_cast<double>(__ldg(lp_b + off)); };
-  if (warp == 0 && !nonfinite && budget > 0 && L > 0 && k > 0) {
+  if (warp == 0 && !refused && budget > 0 && L > 0 && k > 0) {
     uint64_t key[S];
     uint32_t meta[S];
 #pragma unroll
     for (int j = 0; j < S; ++j) { key[j] = 0; meta[j] = 0; }
     if (lane == 0) {
       const double w0 = lp_at(0);
-      key[0] = order_key(w0);
+      key[0] = w0 == -INFINITY ? 0 : order_key(w0);
       meta[0] = (1u << 10) | neg_zero_bit(w0);
     }
     uint64_t bkey = 0;
@@ -156,9 +159,10 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
     };
     rescan();
     int count = 0;
+    int chain = forced;
     while (count < budget) {
-      uint32_t mhi, mlo, wm, p;
-      if (count < forced) {  // warp-uniform: the chain node of depth count + 1 sits in slot `count`
+      uint32_t mhi = 0, mlo = 0, wm = 0, p = 0;
+      if (count < chain) {  // warp-uniform: the chain node of depth count + 1 sits in slot `count`
         uint64_t fk = 0;
         uint32_t fm = 0;
 #pragma unroll
@@ -170,7 +174,9 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
         wm = __shfl_sync(kFull, fm, count & 31);
         mhi = static_cast<uint32_t>(fk >> 32); mlo = static_cast<uint32_t>(fk);
         p = static_cast<uint32_t>(count);
-      } else {
+        if (fk == 0) chain = count;  // a fully masked depth ends the chain; best-first goes on
+      }
+      if (count >= chain) {
         const uint32_t hi = static_cast<uint32_t>(bkey >> 32), lo = static_cast<uint32_t>(bkey);
         mhi = __reduce_max_sync(kFull, hi);
         mlo = __reduce_max_sync(kFull, hi == mhi ? lo : 0u);
@@ -199,9 +205,9 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
       const double c = has_child ? lp_at(static_cast<int64_t>(d) * lps) : 0.0;
       const double sib = __dadd_rn(__dsub_rn(logw, a), bn);
       const double child = __dadd_rn(logw, c);
-      const uint64_t sib_key = has_sib ? order_key(sib) : 0;
+      const uint64_t sib_key = has_sib && sib != -INFINITY ? order_key(sib) : 0;
       const uint32_t sib_meta = has_sib ? ((r + 1) | (d << 10) | (static_cast<uint32_t>(i) << 21) | neg_zero_bit(sib)) : 0u;
-      const uint64_t child_key = has_child ? order_key(child) : 0;
+      const uint64_t child_key = has_child && child != -INFINITY ? order_key(child) : 0;
       const uint32_t child_meta = has_child ? (((d + 1) << 10) | neg_zero_bit(child)) : 0u;
 
       if (lane == 0) {
@@ -226,7 +232,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
       }
       if (own_p) {
         rescan();
-      } else if (own_i && has_child) {
+      } else if (own_i && child_key != 0) {  // a masked (-inf) child never enters the frontier
         const uint32_t slot = static_cast<uint32_t>(i);
         if (child_key > bkey || (child_key == bkey && tuple_less(slot, child_meta, bslot, bmeta, s_pr))) {
           bkey = child_key; bmeta = child_meta; bslot = slot;
@@ -268,7 +274,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   }
   if (tid == 0) {
     out.num_nodes[b] = count + 1;
-    out.flags[b] = nonfinite ? kFlagNonfinite : (count < budget ? kFlagExhausted : 0);
+    out.flags[b] = refused ? ((nonfinite ? kFlagNonfinite : 0) | (out_of_order ? kFlagUnsorted : 0))
+                           : (count < budget ? kFlagExhausted : 0);
   }
   int32_t* bits_b = out.mask_bits + b * nn * W;
   for (int e = tid; e < n * W; e += nthreads) bits_b[e] = static_cast<int32_t>(s_bits[e]);

@@ -121,6 +121,7 @@ CPU_TREE = BENCH + "tree-cpu.json"
 LOSSLESS = BENCH + "sglang-h200-2026-12-03-lossless.json"
 AB = BENCH + "sglang-h200-2026-12-03-ab-partial.json"
 ANCHOR = BENCH + "anchor-cpu-2026-12-03.json"
+CALIB = BENCH + "calibration-cpu-2026-12-03.json"
 
 
 def has_rows(doc, servers: set):
@@ -157,6 +158,13 @@ CLAIMS = [
                              ("ddtree16_anchored", "ddtree16", "ddtree64_anchored", "ddtree64", "chain"))
      + (min(r["identical_to_ar"] for r in at("lossless.float32.runs")(d).values()),
         at("lossless.float32.prompts")(d)), None),
+    # drafter calibration on the CPU engine (held-out test prompts)
+    ("calibration error **{}–{} → {}–{}** per depth; anchored τ {} → **{}** at budget 64 ({} → {} at 32)", CALIB,
+     lambda d: (min(r["raw"]["ece"] for r in d["reliability_test"]), max(r["raw"]["ece"] for r in d["reliability_test"]),
+                min(r["calibrated"]["ece"] for r in d["reliability_test"]),
+                max(r["calibrated"]["ece"] for r in d["reliability_test"]),
+                d["tau_test"]["b64_anchored_raw"]["tau"], d["tau_test"]["b64_anchored_calibrated"]["tau"],
+                d["tau_test"]["b32_anchored_raw"]["tau"], d["tau_test"]["b32_anchored_calibrated"]["tau"]), None),
     # verify attention
     ("LSE merge at **{}–{}% of the bf16 MMA rate**", ATTN,
      span("rows", "pct_mma", layout="mla", backend="flashmla", B=32, N=(8192, 32768)), None),

@@ -5,13 +5,14 @@ stopped where the input went bad) and the caller decides what to do with it.
 """
 
 OK = 0
-NONFINITE_INPUT = 1   # a NaN/±inf draft log-prob was seen; the tree is root-only
+NONFINITE_INPUT = 1   # a NaN/+inf draft log-prob was seen; the tree is root-only (−inf is a masked token: never emitted)
 HEAP_EXHAUSTED = 2    # fewer than `budget` nodes exist (k^1 + … + k^L < budget)
 MALFORMED_TREE = 4    # accept walk met an out-of-range / non-increasing link or exceeded the depth limit
 NONFINITE_TARGET = 8  # accept walk reached a node whose target logits had no token (NaN / all −inf): bonus −1
+UNSORTED_INPUT = 16   # a draft top-k row was not sorted descending; the tree is root-only
 
 NAMES = {NONFINITE_INPUT: "nonfinite_input", HEAP_EXHAUSTED: "heap_exhausted", MALFORMED_TREE: "malformed_tree",
-         NONFINITE_TARGET: "nonfinite_target"}
+         NONFINITE_TARGET: "nonfinite_target", UNSORTED_INPUT: "unsorted_input"}
 
 
 def describe(value: int) -> str:

@@ -62,8 +62,13 @@ def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: 
     out.pop("_root_token")
     out["tokens"][0] = root_token
     out["retrive_index"] += request_index * n
-    if not np.all(np.isfinite(lp)):
-        out["flags"] = F.NONFINITE_INPUT
+    # NaN / +inf: no distribution, the request is flagged; -inf is a masked token (grammar, banned ids) that
+    # is simply never emitted. A row that is not sorted descending breaks best-first: flagged too.
+    if np.isnan(lp).any() or np.isposinf(lp).any():
+        out["flags"] |= F.NONFINITE_INPUT
+    if k > 1 and (lp[:, 1:] > lp[:, :-1]).any():
+        out["flags"] |= F.UNSORTED_INPUT
+    if out["flags"]:
         return out
 
     tokens, parents, depths = out["tokens"], out["parents"], out["depths"]
@@ -76,9 +81,14 @@ def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: 
     while heap and count < budget:
         if count < forced:  # the chain node of depth count + 1: the rank-0 child of chain node `count`
             j = next(j for j, e in enumerate(heap) if e[1] == (0,) * (count + 1))
+            if heap[j][-1] == -np.inf:  # a fully masked depth ends the chain; best-first goes on
+                forced = count
+        if count < forced:
             _, rtuple, parent, depth, rank, logw = heap.pop(j)
             heapq.heapify(heap)
         else:
+            if heap[0][-1] == -np.inf:  # only masked candidates are left
+                break
             _, rtuple, parent, depth, rank, logw = heapq.heappop(heap)
         count += 1
         i = count

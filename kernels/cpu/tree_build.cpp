@@ -21,14 +21,24 @@ namespace {
 
 constexpr int32_t kNonfiniteInput = 1;
 constexpr int32_t kHeapExhausted = 2;
+constexpr int32_t kUnsortedInput = 16;
 
-// Branch-free scan (vectorises): an exponent of all ones is ±inf or NaN.
-inline bool all_finite(const float* x, int64_t count) {
+// Branch-free scan (vectorises): NaN or +inf anywhere (an exponent of all ones, except -inf, a masked token).
+inline bool no_nan_or_posinf(const float* x, int64_t count) {
   uint32_t bad = 0;
   for (int64_t j = 0; j < count; ++j) {
     uint32_t bits;
     std::memcpy(&bits, x + j, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u && bits != 0xff800000u);
+  }
+  return bad == 0;
+}
+
+// Every row of [L, k] non-increasing (NaN compares false, and is flagged by the scan above).
+inline bool rows_sorted(const float* x, int64_t L, int64_t k) {
+  uint32_t bad = 0;
+  for (int64_t d = 0; d < L; ++d) {
+    for (int64_t c = 1; c < k; ++c) bad |= static_cast<uint32_t>(x[d * k + c] > x[d * k + c - 1]);
   }
   return bad == 0;
 }
@@ -72,18 +82,23 @@ class Builder {
     logw[0] = 0.0;
     *num_nodes = 1;
     *flags = 0;
-    if (!all_finite(lp, L_ * k_)) { *flags = kNonfiniteInput; return; }
+    // NaN / +inf, or a row not sorted descending: the request is root-only and flagged. -inf entries are
+    // masked tokens, never emitted (the pops stop when only -inf candidates are left).
+    *flags = (no_nan_or_posinf(lp, L_ * k_) ? 0 : kNonfiniteInput) | (rows_sorted(lp, L_, k_) ? 0 : kUnsortedInput);
+    if (*flags) return;
 
     const int64_t L = L_, k = k_;
-    // only the rows of emitted nodes are ever read, and each is written when its node is emitted
-    s.paths.resize(static_cast<size_t>(n * std::max<int64_t>(L, 1)));
+    // only the rows of emitted nodes are ever read, and each is written when its node is emitted; a node's
+    // depth is at most min(L, budget) (each ancestor is a pop), so that is the row stride, not L
+    const int64_t P = std::max<int64_t>(1, std::min(L, budget_));
+    s.paths.resize(static_cast<size_t>(n * P));
     s.heap.clear();
     const int32_t* paths = s.paths.data();
     // a before b (a has priority): higher weight, else lexicographically smaller ranks tuple.
     auto higher = [&](const Entry& a, const Entry& b) {
       if (a.logw != b.logw) return a.logw > b.logw;
-      const int32_t* pa = paths + static_cast<int64_t>(a.parent) * L;
-      const int32_t* pb = paths + static_cast<int64_t>(b.parent) * L;
+      const int32_t* pa = paths + static_cast<int64_t>(a.parent) * P;
+      const int32_t* pb = paths + static_cast<int64_t>(b.parent) * P;
       const int32_t la = a.depth, lb = b.depth;
       for (int32_t j = 0; j < std::min(la, lb); ++j) {
         const int32_t ra = j == la - 1 ? a.rank : pa[j];
@@ -130,11 +145,14 @@ class Builder {
     int64_t count = 0;
     if (L > 0 && k > 0 && budget_ > 0) h.push_back({static_cast<double>(lp[0]), 0, 1, 0});
     int32_t* mutable_paths = s.paths.data();
+    int64_t forced = forced_;
     while (!h.empty() && count < budget_) {
       size_t at = 0;
-      if (count < forced_) {  // the chain node of depth count + 1: rank-0 child of chain node `count`
+      if (count < forced) {  // the chain node of depth count + 1: rank-0 child of chain node `count`
         while (!(h[at].parent == count && h[at].rank == 0 && h[at].depth == count + 1)) ++at;
+        if (h[at].logw == -INFINITY) { forced = count; at = 0; }  // a fully masked depth ends the chain
       }
+      if (h[at].logw == -INFINITY) break;  // only masked candidates are left
       const Entry e = h[at];
       const int64_t i = ++count;
       const int64_t d = e.depth, r = e.rank;
@@ -145,9 +163,9 @@ class Builder {
       logw[i] = e.logw;
       positions[i] = seq_len + d;
       // ranks tuple of node i = parent's tuple ++ r
-      std::copy(mutable_paths + static_cast<int64_t>(e.parent) * L,
-                mutable_paths + static_cast<int64_t>(e.parent) * L + (d - 1), mutable_paths + i * L);
-      mutable_paths[i * L + d - 1] = static_cast<int32_t>(r);
+      std::copy(mutable_paths + static_cast<int64_t>(e.parent) * P,
+                mutable_paths + static_cast<int64_t>(e.parent) * P + (d - 1), mutable_paths + i * P);
+      mutable_paths[i * P + d - 1] = static_cast<int32_t>(r);
       // ancestor mask: parent's row plus self (parent < i, so its row is final)
       std::copy(mask + e.parent * n, mask + e.parent * n + i, mask + i * n);
       for (int64_t w = 0; w < words; ++w) bits[i * words + w] = bits[e.parent * words + w];

@@ -3,7 +3,7 @@
 # held-out prompts as a ShareGPT-format file, concurrency {1,4,16,32}; one server measured at a time (with
 # AB_START_ALL=1 the servers start together to save start-up time and the others sit idle while one is
 # measured — ab.json says which). Torch-profiler captures of DFLASH and DDTree rounds at AB_PROFILE_CONC.
-# env: AB_BUDGETS ("16 64"; chain-anchored, the served default), AB_PAPER_BUDGETS ("16": the paper's tree),
+# env: AB_BUDGETS ("16 64"; the served default: chain-anchored, calibrated), AB_PAPER_BUDGETS ("16": the paper's tree),
 # AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64), AB_PROFILE_CONC ("1 16"; "" for none)
 set -u
 cd "$(dirname "$0")/../.."
@@ -11,8 +11,8 @@ OUTD=${STEP_OUT:-${OUT:-/tmp}/ab}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
 S=(--server "base=" --server "dflash=$DFLASH_ARGS")
 for b in ${AB_BUDGETS:-16 64}; do S+=(--server "ddtree_b$b=$(ddtree_args $b)"); done
-# the paper's tree (no chain anchor) next to the served default, same budget
-for b in ${AB_PAPER_BUDGETS-16}; do S+=(--server "ddtree_b${b}_paper=SGLANG_DDTREE_ANCHOR=none $(ddtree_args $b)"); done
+# the paper's tree (no chain anchor, raw draft probabilities) next to the served default, same budget
+for b in ${AB_PAPER_BUDGETS-16}; do S+=(--server "ddtree_b${b}_paper=SGLANG_DDTREE_ANCHOR=none SGLANG_DDTREE_CALIBRATION=off $(ddtree_args $b)"); done
 timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$TINY_COMMON" "${S[@]}" \
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
   --output-len ${AB_TOKENS:-64} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all}

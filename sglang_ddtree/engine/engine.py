@@ -16,6 +16,7 @@ Stage "loop" is the per-round `all done?` check (a device->host read) and the Py
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 
@@ -81,6 +82,7 @@ class Engine:
         """attention: verify attention — 'op' (the project's tree_verify_attention kernel: CUDA, bf16,
         head_dim 128), 'sdpa' (torch SDPA over the cache with a dense mask), 'auto' (op where it applies)."""
         self.target, self.drafter = target, drafter
+        self.draft_dir = None  # from_pretrained's drafter directory (its calibration file, if any)
         self.tokenizer = tokenizer or ByteTokenizer()
         p = next(target.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -111,15 +113,19 @@ class Engine:
         drafter = load_drafter(draft_dir, dtype, device) if draft_dir else None
         tok = ByteTokenizer.from_dir(target_dir) if os.path.exists(os.path.join(target_dir, "tokenizer.json")) \
             else None
-        return cls(target, drafter, tok, attention)
+        eng = cls(target, drafter, tok, attention)
+        eng.draft_dir = draft_dir
+        return eng
 
     # ------------------------------------------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
                  temperature: float = 0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
-                 on_round=None, anchor=None) -> list[GenerationResult]:
+                 on_round=None, anchor=None, draft_temperature=None) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar'. budget: DDTree's node
         budget (default 32). anchor: DDTree's tree, None (the paper's) or 'chain' (the greedy chain always in
-        the tree: tree.build_tree_from_topk). seed: int (request i uses seed + i) or one int per prompt.
+        the tree: tree.build_tree_from_topk). draft_temperature: None or L positive floats, depth d's draft
+        logits divided by the d-th before the tree is built (engine/calibration.py fits them); the output is
+        lossless either way. seed: int (request i uses seed + i) or one int per prompt.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         if method not in METHODS:
@@ -138,6 +144,19 @@ class Engine:
         chain_pops(anchor, L)  # a bad anchor is refused before any work
         if anchor is not None and method != "ddtree":
             raise ValueError(f"anchor applies to method 'ddtree' only, got method {method!r}")
+        if isinstance(draft_temperature, str):
+            if draft_temperature != "drafter" or self.draft_dir is None:
+                raise ValueError("draft_temperature='drafter' needs an engine from from_pretrained with a drafter "
+                                 f"directory, got {draft_temperature!r}")
+            from ..calibration import load_depth_temperatures
+
+            draft_temperature = load_depth_temperatures(self.draft_dir, L)
+        if draft_temperature is not None:
+            temps = [float(t) for t in draft_temperature]
+            if method != "ddtree" or len(temps) != L or not all(math.isfinite(t) and t > 0 for t in temps):
+                raise ValueError(f"draft_temperature must be {L} positive finite floats (one per draft depth) with "
+                                 f"method 'ddtree', got {draft_temperature!r} with method {method!r}")
+            draft_temperature = torch.tensor(temps, dtype=torch.float32, device=self.device)
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         if any(len(x) == 0 for x in ids):
             raise ValueError("every prompt must have at least one token")
@@ -145,7 +164,8 @@ class Engine:
         if len(seeds) != len(ids):
             raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
         stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else list(stop_token_ids)
-        tree_args = {"ddtree": (budget, None, anchor), "chain": (L, 1, None), "ar": (0, 1, None)}[method]
+        tree_args = {"ddtree": (budget, None, anchor, draft_temperature), "chain": (L, 1, None, None),
+                     "ar": (0, 1, None, None)}[method]
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
@@ -158,7 +178,7 @@ class Engine:
     def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
         dev, tgt, drf = self.device, self.target, self.drafter
         c = tgt.config
-        budget, topk, anchor = tree_args
+        budget, topk, anchor, draft_temp = tree_args
         use_draft = method != "ar"
         B, L, Bs = len(ids), self.block_size - 1, self.block_size
         n = budget + 1
@@ -215,7 +235,8 @@ class Engine:
             else:
                 draft_logits = torch.zeros(B, 1, 1, device=dev)
             clock.mark("build")
-            tree = build_tree(draft_logits, budget, topk=topk, root_tokens=root, seq_lens=seq_lens, anchor=anchor)
+            keys = draft_logits if draft_temp is None else draft_logits / draft_temp[None, :, None].to(draft_logits.dtype)
+            tree = build_tree(keys, budget, topk=topk, root_tokens=root, seq_lens=seq_lens, anchor=anchor)
             clock.mark("verify")
             slots = seq_lens[:, None] + ar[:n]
             if self.attention == "op":

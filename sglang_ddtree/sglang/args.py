@@ -51,6 +51,7 @@ ENV_OPS_BACKEND = "SGLANG_DDTREE_OPS_BACKEND"
 ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
 ENV_VERIFY_ATTENTION = "SGLANG_DDTREE_VERIFY_ATTENTION"
 VERIFY_ATTENTION = ("auto", "tree", "full_mask")
+ENV_CALIBRATION = "SGLANG_DDTREE_CALIBRATION"
 ENV_ANCHOR = "SGLANG_DDTREE_ANCHOR"
 ANCHORS = {"chain": "chain", "none": None}  # served default: chain (held-out tau higher at every budget)
 
@@ -78,6 +79,7 @@ class Knobs:
     draft_graph_head: bool  # fold lm_head + top-k + tree build into the draft CUDA graph
     verify_attention: str   # 'auto' (the tree kernel where it applies) | 'tree' (required) | 'full_mask'
     anchor: str | None = "chain"  # 'chain': the drafter's greedy chain always in the tree; None: the paper's
+    calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -93,8 +95,32 @@ class Knobs:
         anchor = os.environ.get(ENV_ANCHOR, "chain").strip().lower() or "chain"
         if anchor not in ANCHORS:
             raise ValueError(f"{ENV_ANCHOR} must be one of {', '.join(ANCHORS)}, got {anchor!r}")
+        calibration = os.environ.get(ENV_CALIBRATION, "auto").strip() or "auto"
         return cls(budget=_env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1), ops_backend=backend,
-                   draft_graph_head=head == "1", verify_attention=verify, anchor=ANCHORS[anchor])
+                   draft_graph_head=head == "1", verify_attention=verify, anchor=ANCHORS[anchor],
+                   calibration=calibration)
+
+
+def depth_temperatures(knobs: Knobs, draft_path, depth_limit: int) -> list[float] | None:
+    """The drafter's per-depth calibration (sglang_ddtree/calibration.py) the tree ranks by, or None.
+    'auto' uses the drafter directory's file when there is one; a file that is there but wrong, or an
+    explicit path that is wrong, is refused naming the knob."""
+    from sglang_ddtree.calibration import FILE, load_depth_temperatures
+
+    choice = knobs.calibration
+    if choice == "off":
+        return None
+    if choice == "auto":
+        if not draft_path or not os.path.isfile(os.path.join(str(draft_path), FILE)):
+            return None
+        path = os.path.join(str(draft_path), FILE)
+    else:
+        path = choice
+    try:
+        return load_depth_temperatures(path, depth_limit)
+    except ValueError as e:
+        raise ValueError(f"{ENV_CALIBRATION}={choice}: {e} (set {ENV_CALIBRATION}=off to rank by the raw draft "
+                         "probabilities)") from None
 
 
 def is_ddtree(view) -> bool:
@@ -237,6 +263,7 @@ def validate_server_args(server_args) -> None:
     if topk is not None and int(topk) != 1:
         _reject(f"--speculative-eagle-topk {topk}",
                 f"drop it; cap DDTree's per-depth candidates with {ENV_TOPK} instead")
+    depth_temperatures(knobs, view.speculative_draft_model_path, block - 1)  # a bad file fails here, not later
 
 
 def apply_ddtree_defaults(server_args) -> None:

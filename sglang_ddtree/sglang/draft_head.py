@@ -19,9 +19,13 @@ from sglang_ddtree.tree import TreeBatch
 
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
-                 ops: RoundOps, tree_in_graph: bool, anchor=None):
+                 ops: RoundOps, tree_in_graph: bool, anchor=None, depth_temperature=None):
         self.weight, self.num_org = weight, int(num_org)
         self.anchor = anchor  # tree.build_tree_from_topk's anchor: None (the paper's tree) or 'chain'
+        # calibration: depth d's logits times 1 / T_d before stage 1 (a static tensor, so it rides in the graph)
+        self.depth_scale = None if depth_temperature is None else \
+            torch.tensor([1.0 / float(t) for t in depth_temperature], dtype=weight.dtype,
+                         device=weight.device)[:, None]
         self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
         self.k = min(topk or budget, self.num_org)
         self.ops = ops
@@ -42,7 +46,8 @@ class DraftTreeHead:
         hs = hidden.view(bs, self.block, -1)[:, 1:, :]
         if hs.dtype != self.weight.dtype:
             hs = hs.to(self.weight.dtype)
-        return torch.matmul(hs, self.weight[: self.num_org].T)  # [bs, L, V]
+        logits = torch.matmul(hs, self.weight[: self.num_org].T)  # [bs, L, V]
+        return logits if self.depth_scale is None else logits * self.depth_scale
 
     def build(self, hidden, bs: int, roots, prefix) -> TreeBatch:
         lp, ids = topk_logprobs(self.logits(hidden, bs), self.k, self.stage1)

@@ -31,7 +31,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang_ddtree.round import RoundOps
 
 from . import compat, hooks, tree_attention
-from .args import Knobs
+from .args import Knobs, depth_temperatures
 from .draft_head import DraftTreeHead
 from .verify_input import full_tree_mask, host_mask_bound
 
@@ -76,13 +76,17 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self._round = 0
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = compat.max_batch_size(server_args)
+        self._depth_temperature = depth_temperatures(self.knobs, server_args.speculative_draft_model_path,
+                                                     self.block_size - 1)
         self._head = self._make_head()
         self.tree_attn = None  # set in init_attention_backends, once the target's backend exists
         self._warned_sampling = False
         hooks.install_eager_embeds_dtype_fix()
         logger.info("DDTREE worker: budget=%d verify width=%d drafter block=%d k=%d ops=%s tree-in-graph=%s "
-                    "anchor=%s", self.budget, self.verify_width, self.block_size, self._head.k, self.round.backend,
-                    self._head.tree_in_graph, self.knobs.anchor or "none")
+                    "anchor=%s calibration=%s", self.budget, self.verify_width, self.block_size, self._head.k,
+                    self.round.backend, self._head.tree_in_graph, self.knobs.anchor or "none",
+                    "off" if self._depth_temperature is None else
+                    "T=" + ",".join(f"{t:.2f}" for t in self._depth_temperature))
 
     # --- construction -----------------------------------------------------------------------------
     def _make_head(self) -> DraftTreeHead:
@@ -93,7 +97,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
         return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size,
                              budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
-                             tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor)
+                             tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
+                             depth_temperature=self._depth_temperature)
 
     def init_attention_backends(self):
         """The scheduler calls this after the target's attention backend exists, before any graph capture:

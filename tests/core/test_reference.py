@@ -56,12 +56,17 @@ def test_tree_is_top_budget_prefixes(seed):
 
 def test_nonfinite_input_is_flagged_with_root_only_tree():
     lp = np.log(np.full((3, 4), 0.25, np.float32))
-    lp[1, 2] = -np.inf
+    lp[1, 0] = np.inf
     tree = build_tree_reference(lp, np.arange(12).reshape(3, 4), 8, root_token=7, seq_len=5)
     assert tree["flags"] == F.NONFINITE_INPUT and tree["num_nodes"] == 1
     assert tree["tokens"][0] == 7 and (tree["positions"] == 5).all()
-    lp[1, 2] = np.nan
+    lp[1, 0] = np.nan
     assert build_tree_reference(lp, np.arange(12).reshape(3, 4), 8)["flags"] == F.NONFINITE_INPUT
+    lp[1, 0] = -np.inf                       # a masked token ahead of live ones: the row is out of order
+    assert build_tree_reference(lp, np.arange(12).reshape(3, 4), 8)["flags"] == F.UNSORTED_INPUT
+    lp[1] = [np.log(0.5), np.log(0.5), -np.inf, -np.inf]   # masked tail: built from what is left
+    t = build_tree_reference(lp, np.arange(12).reshape(3, 4), 8)
+    assert t["flags"] == F.OK and t["num_nodes"] == 9 and np.isfinite(t["logw"]).all()
 
 
 def test_equal_weights_break_ties_by_ranks_tuple():

@@ -10,7 +10,7 @@ from sglang_ddtree.tree import pack_mask
 
 from treegen import random_topk
 
-MODES = ["normal", "bf16", "ties", "peaked"]
+MODES = ["normal", "bf16", "ties", "peaked", "masked"]
 
 
 def assert_trees_equal(a, b, context=""):
@@ -100,7 +100,7 @@ def test_forced_exact_ties_across_depths():
         assert_trees_equal(a, b)
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_nonfinite_request_flagged_others_untouched(bad):
     rng = np.random.default_rng(1)
     lp, ids = random_topk(rng, 3, 4, 50, 8)
@@ -108,7 +108,33 @@ def test_nonfinite_request_flagged_others_untouched(bad):
     a = build_tree_from_topk(lp, ids, 12, backend="cpu")
     b = build_tree_from_topk(lp, ids, 12, backend="reference")
     assert_trees_equal(a, b)
-    assert a.flags.tolist() == [0, F.NONFINITE_INPUT, 0] and int(a.num_nodes[1]) == 1
+    f = a.flags.tolist()
+    assert f[0] == f[2] == 0 and f[1] & F.NONFINITE_INPUT and int(a.num_nodes[1]) == 1  # +inf also breaks order
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_masked_tokens_are_never_emitted(backend):
+    """-inf is a masked token (grammar, banned ids), not a broken input: the request is built from what is
+    left, no -inf node is emitted, and a fully masked depth ends the tree (and the anchored chain) there."""
+    row = torch.log_softmax(torch.tensor([3.0, 2.0, 1.0, 0.0]), -1)
+    lp = row.expand(2, 4, 4).clone()
+    lp[0, :, 2:] = float("-inf")               # request 0: two tokens left per depth
+    lp[1, 2, :] = float("-inf")                # request 1: depth 3 fully masked
+    ids = torch.arange(4).expand(2, 4, 4).contiguous()
+    for anchor in (None, "chain"):
+        t = build_tree_from_topk(lp, ids, 40, backend=backend, anchor=anchor)
+        assert t.flags.tolist() == [F.HEAP_EXHAUSTED, F.HEAP_EXHAUSTED]
+        assert int(t.num_nodes[0]) == 1 + 2 + 4 + 8 + 16 and (t.ranks[0] < 2).all()
+        assert int(t.num_nodes[1]) == 1 + 4 + 16 and int(t.depths[1].max()) == 2
+        assert torch.isfinite(t.logw[:, : int(t.num_nodes.min())]).all()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_unsorted_rows_are_flagged(backend):
+    lp, ids = random_topk(np.random.default_rng(3), 3, 4, 50, 8)
+    lp[1, 2] = lp[1, 2].flip(0)                # ascending: best-first over it would not be best-first
+    t = build_tree_from_topk(lp, ids, 12, backend=backend)
+    assert t.flags.tolist() == [0, F.UNSORTED_INPUT, 0] and int(t.num_nodes[1]) == 1
 
 
 def test_build_tree_end_to_end_matches_oracle_and_chain():
@@ -129,3 +155,20 @@ def test_budget_zero_and_empty_batch():
     assert t.num_nodes.tolist() == [1, 1] and t.tokens.shape == (2, 1) and t.flags.tolist() == [0, 0]
     e = build_tree_from_topk(lp[:0], ids[:0], 8, backend="cpu")
     assert e.tokens.shape == (0, 9)
+
+
+def test_scratch_memory_does_not_grow_with_depth_limit_beyond_the_budget():
+    """A node is at most `budget` deep, so the builder's per-node path table is n x min(L, budget): a
+    300k-deep request with budget 4096 once took 4.9 GB; it must stay far below that (peak RSS of a child)."""
+    import subprocess
+    import sys
+
+    code = ("import resource, torch, sglang_ddtree as s\n"
+            "lp = torch.full((1, 300_000, 1), -0.1); ids = torch.zeros(1, 300_000, 1, dtype=torch.long)\n"
+            "t = s.build_tree_from_topk(lp, ids, 4096, backend='cpu')\n"
+            "assert int(t.num_nodes[0]) == 4097 and int(t.depths[0].max()) == 4096\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak_mb = int(out.stdout.split()[-1]) / 1024
+    assert peak_mb < 1500, peak_mb

@@ -66,6 +66,18 @@ def test_chain_anchored_tree_is_lossless_and_accepts_at_least_the_chain(engine, 
     assert tau >= summarize(greedy(engine, prompts, "chain"))["tau"], tau
 
 
+def test_shipped_calibration_is_lossless_and_raises_tau_on_prompts_it_was_not_fitted_on(engine, prompts):
+    """The shipped drafter calibration was fitted on the first 100 held-out prompts; on the others the
+    calibrated anchored tree must stay identical to AR and accept more than the raw one."""
+    test = prompts[100:]
+    run = lambda cal: engine.generate(test, MAX_NEW, method="ddtree", budget=32, anchor="chain",
+                                      draft_temperature=cal, batch_size=BATCH)
+    calibrated = run("drafter")
+    ar = {p: r.token_ids for p, r in zip(prompts, greedy(engine, prompts, "ar"))}
+    assert [r.token_ids for r in calibrated] == [ar[p] for p in test]
+    assert summarize(calibrated)["tau"] > summarize(run(None))["tau"]
+
+
 def test_accept_lengths_account_for_every_token(engine, prompts):
     for r in greedy(engine, prompts, "ddtree", 32):
         # the prefill emits the first token; every round commits accept_length tokens (<= block size)
@@ -169,6 +181,10 @@ def test_bad_arguments(engine):
         engine.generate(["x"], 4, method="ddtree", anchor="spine")
     with pytest.raises(ValueError, match="anchor"):
         engine.generate(["x"], 4, method="chain", anchor="chain")
+    with pytest.raises(ValueError, match="draft_temperature"):
+        engine.generate(["x"], 4, method="ddtree", draft_temperature=[1.0])
+    with pytest.raises(ValueError, match="draft_temperature"):
+        engine.generate(["x"], 4, method="ddtree", draft_temperature="shipped")
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.generate(["x"], 0)
     with pytest.raises(TypeError, match="prompts"):

@@ -14,7 +14,7 @@ from gpu_tree_util import assert_trees_identical, load, random_topk
 from sglang_ddtree import build_tree, build_tree_from_topk, flags as F
 
 pytestmark = pytest.mark.gpu
-MODES = ["normal", "bf16", "ties", "peaked"]
+MODES = ["normal", "bf16", "ties", "peaked", "masked"]
 CASES = int(os.environ.get("SGLANG_DDTREE_GPU_TREE_CASES", "10000"))
 
 
@@ -79,16 +79,24 @@ def test_zero_weights_and_signed_zero():
     assert_trees_identical(a, b)
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "unsorted", "masked"])
 def test_nonfinite_request_flagged_others_untouched(bad):
     load()
     rng = np.random.default_rng(1)
     lp, ids = random_topk(rng, 3, 4, 50, 8)
-    lp[1, 2, 3] = bad
-    a = build_tree_from_topk(lp.cuda(), ids.cuda(), 12, backend="cuda")
-    b = build_tree_from_topk(lp, ids, 12, backend="reference")
-    assert_trees_identical(a, b)
-    assert a.flags.tolist() == [0, F.NONFINITE_INPUT, 0] and int(a.num_nodes[1]) == 1
+    if bad == "unsorted":
+        lp[1, 2] = lp[1, 2].flip(0)
+    elif bad == "masked":
+        lp[1, 2, 3:] = float("-inf")
+    else:
+        lp[1, 2, 3] = bad
+    for anchor in (None, "chain"):
+        a = build_tree_from_topk(lp.cuda(), ids.cuda(), 12, backend="cuda", anchor=anchor)
+        b = build_tree_from_topk(lp, ids, 12, backend="reference", anchor=anchor)
+        assert_trees_identical(a, b)
+    want = {"unsorted": F.UNSORTED_INPUT, "masked": 0}.get(bad, F.NONFINITE_INPUT)
+    f = a.flags.tolist()
+    assert f[0] == f[2] == 0 and (f[1] & want) == want and (int(a.num_nodes[1]) == 1) == (want != 0)
 
 
 def test_budget_zero_empty_batch_and_repeatability():

@@ -1,4 +1,6 @@
 """`--speculative-algorithm ddtree` through SGLang's real ServerArgs path, and every refusal."""
+import os
+
 import pytest
 
 
@@ -118,6 +120,25 @@ def test_anchor_knob_defaults_to_the_chain(monkeypatch):
     assert Knobs.from_env().anchor == "chain"
     monkeypatch.setenv("SGLANG_DDTREE_ANCHOR", "none")
     assert Knobs.from_env().anchor is None
+
+
+def test_calibration_knob(monkeypatch, tmp_path):
+    from sglang_ddtree.engine.data import MODELS_DIR
+    from sglang_ddtree.sglang.args import Knobs, depth_temperatures
+
+    shipped = os.path.join(MODELS_DIR, "tiny-dflash")
+    monkeypatch.delenv("SGLANG_DDTREE_CALIBRATION", raising=False)
+    temps = depth_temperatures(Knobs.from_env(), shipped, 7)         # auto: the drafter directory's file
+    assert len(temps) == 7 and all(0 < t < 1 for t in temps)
+    assert depth_temperatures(Knobs.from_env(), str(tmp_path), 7) is None   # no file: raw probabilities
+    assert depth_temperatures(Knobs.from_env(), "z-lab/Qwen3-8B-DFlash-b16", 15) is None  # a hub id
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_CALIBRATION=auto"):
+        depth_temperatures(Knobs.from_env(), shipped, 15)             # fitted for another block size
+    monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", "off")
+    assert depth_temperatures(Knobs.from_env(), shipped, 7) is None
+    monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", str(tmp_path / "nope.json"))
+    with pytest.raises(ValueError, match="nope.json"):
+        depth_temperatures(Knobs.from_env(), shipped, 7)
 
 
 def test_launch_wrapper_splits_its_flags():

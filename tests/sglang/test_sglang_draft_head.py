@@ -27,6 +27,26 @@ def test_head_build_matches_build_tree(plugins_loaded, anchor):
         assert torch.equal(getattr(got, name), t), name
 
 
+def test_head_ranks_by_the_calibrated_logits(plugins_loaded):
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+
+    g = torch.Generator().manual_seed(4)
+    V, H, block, budget, bs = 40, 8, 4, 12, 2
+    weight, temps = torch.randn(V, H, generator=g), [0.4, 0.6, 0.8]
+    head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=2,
+                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", depth_temperature=temps)
+    hidden = torch.randn(bs * block, H, generator=g)
+    roots, prefix = torch.tensor([1, 2]), torch.tensor([5, 6])
+    got = head.build(hidden, bs, roots, prefix)
+    logits = (hidden.view(bs, block, H)[:, 1:] @ weight.T) * torch.tensor([1 / t for t in temps])[:, None]
+    ref = build_tree(logits, budget, root_tokens=roots, seq_lens=prefix, backend="cpu", anchor="chain")
+    for name, t in ref.tensors().items():
+        assert torch.equal(getattr(got, name), t), name
+    raw = build_tree(logits * torch.tensor(temps)[:, None], budget, root_tokens=roots, seq_lens=prefix,
+                     backend="cpu", anchor="chain")
+    assert not torch.equal(raw.tokens, got.tokens)  # the calibration changes which nodes the budget buys
+
+
 def test_head_caps_k_at_vocab(plugins_loaded):
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
