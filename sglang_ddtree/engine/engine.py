@@ -24,14 +24,16 @@ import torch
 
 from ..accept import sample_node_tokens
 from ..round import RoundOps
-from ..tree import build_tree, chain_pops
+from ..budget import choose_budget, expected_commit, truncate
+from ..topk import topk_logprobs
+from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR
 from .dflash import DFlashDraftModel
 from .model import KVCache, Qwen3ForCausalLM, prefix_tree_mask
 from .tokenizer import ByteTokenizer
 
-STAGES = ("prefill", "loop", "draft", "build", "verify", "sample", "accept", "commit")
+STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "accept", "commit")
 METHODS = ("ddtree", "chain", "ar")
 
 
@@ -42,6 +44,7 @@ class GenerationResult:
     accept_lengths: list[int]     # tokens committed per target forward, one per round
     stage_times: dict             # seconds per stage for the batch this request ran in
     finish_reason: str            # "stop", "length", or "nonfinite" (the target's logits had no token: NaN / all -inf)
+    round_budgets: list = dataclasses.field(default_factory=list)  # the tree budget of each round
 
     @property
     def rounds(self) -> int:
@@ -120,12 +123,17 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
                  temperature: float = 0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
-                 on_round=None, anchor=None, draft_temperature=None) -> list[GenerationResult]:
+                 on_round=None, anchor=None, draft_temperature=None, auto_budgets=(8, 16, 32, 64),
+                 round_cost=None) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar'. budget: DDTree's node
-        budget (default 32). anchor: DDTree's tree, None (the paper's) or 'chain' (the greedy chain always in
-        the tree: tree.build_tree_from_topk). draft_temperature: None or L positive floats, depth d's draft
-        logits divided by the d-th before the tree is built (engine/calibration.py fits them); the output is
-        lossless either way. seed: int (request i uses seed + i) or one int per prompt.
+        budget (default 32), or 'auto': each round uses the budget of `auto_budgets` that the previous round's
+        tree (the first round: its own) predicts commits the most tokens per unit of `round_cost` (one time per
+        candidate, for this batch; default: measured here at start; sglang_ddtree/budget.py).
+        anchor: DDTree's tree, None (the paper's) or 'chain' (the greedy chain always in the tree:
+        tree.build_tree_from_topk). draft_temperature: None, L positive floats (depth d's draft logits divided
+        by the d-th before the tree is built) or 'drafter' (the drafter directory's calibration file,
+        sglang_ddtree/calibration.py); the output is lossless either way. seed: int (request i uses seed + i)
+        or one int per prompt.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         if method not in METHODS:
@@ -137,10 +145,19 @@ class Engine:
         if isinstance(prompts, (str, bytes)) or not len(prompts):
             raise TypeError("prompts must be a non-empty list of strings or token-id lists")
         L = self.block_size - 1
+        auto = None
         if method == "ddtree":
             budget = 32 if budget is None else budget
-            if not isinstance(budget, int) or budget < 1:
-                raise ValueError(f"budget must be a positive int, got {budget!r}")
+            if budget == "auto":
+                cands = sorted({int(b) for b in auto_budgets}) if auto_budgets else []
+                if not cands or cands[0] < 1:
+                    raise ValueError(f"auto_budgets must be positive ints, got {auto_budgets!r}")
+                if round_cost is not None and (len(round_cost) != len(cands) or min(round_cost) <= 0):
+                    raise ValueError(f"round_cost must hold one positive time per auto budget {cands}, got "
+                                     f"{round_cost!r}")
+                auto, budget = (cands, None if round_cost is None else [float(c) for c in round_cost]), cands[-1]
+            elif not isinstance(budget, int) or budget < 1:
+                raise ValueError(f"budget must be a positive int or 'auto', got {budget!r}")
         chain_pops(anchor, L)  # a bad anchor is refused before any work
         if anchor is not None and method != "ddtree":
             raise ValueError(f"anchor applies to method 'ddtree' only, got method {method!r}")
@@ -164,8 +181,8 @@ class Engine:
         if len(seeds) != len(ids):
             raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
         stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else list(stop_token_ids)
-        tree_args = {"ddtree": (budget, None, anchor, draft_temperature), "chain": (L, 1, None, None),
-                     "ar": (0, 1, None, None)}[method]
+        tree_args = {"ddtree": (budget, None, anchor, draft_temperature, auto), "chain": (L, 1, None, None, None),
+                     "ar": (0, 1, None, None, None)}[method]
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
@@ -178,7 +195,7 @@ class Engine:
     def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
         dev, tgt, drf = self.device, self.target, self.drafter
         c = tgt.config
-        budget, topk, anchor, draft_temp = tree_args
+        budget, topk, anchor, draft_temp, auto = tree_args
         use_draft = method != "ar"
         B, L, Bs = len(ids), self.block_size - 1, self.block_size
         n = budget + 1
@@ -210,6 +227,26 @@ class Engine:
             blk_off = torch.arange(Bs, device=dev)
             mask_ids = torch.full((B, L), self.mask_token_id, dtype=torch.long, device=dev)
 
+        def draft():  # block [root, MASK x L]; its keys go to scratch slots past the context
+            blk_pos = seq_lens[:, None] + blk_off
+            noise = tgt.embed(torch.cat([root[:, None], mask_ids], 1))
+            dmask = ar[None, None, :] < (seq_lens[:, None, None] + Bs)
+            h = drf(noise, blk_pos, dmask.expand(B, Bs, cap), dcache, blk_pos)
+            return tgt.lm_head(h[:, 1:])
+
+        if auto is not None:  # budget='auto': candidates, and the cost table of this batch (measured if absent)
+            cands, costs = auto
+            stage1 = "cuda" if dev.type == "cuda" else "cpu"
+
+            def big_tree(logits):  # one top-k and the largest tree predict every candidate (budget.py)
+                lp, top = topk_logprobs(logits, min(cands[-1], logits.shape[-1]), stage1)
+                return build_tree_from_topk(lp, top, cands[-1], root_tokens=root, seq_lens=seq_lens, anchor=anchor)
+
+            if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
+                clock.mark("cost")
+                costs = self._round_costs(cands, B, seq_lens, tcache, cap, lambda: big_tree(draft()))
+            cur_b, next_b, chosen = None, None, []
+
         W = max_new + 2 * L + 4
         out = torch.zeros(B, W, dtype=torch.long, device=dev)
         bad = root < 0  # the target's logits had no token (NaN / all -inf): the request stops, flagged
@@ -222,21 +259,30 @@ class Engine:
         step = 0
         while True:
             clock.mark("loop")
-            if bool(done.all()):  # the loop's one host sync per round
+            if auto is not None and next_b is not None:  # the one host sync also brings the next budget
+                finished, cur_b = torch.stack([done.all().to(torch.int64), next_b]).tolist()
+                if finished:
+                    break
+            elif bool(done.all()):  # the loop's one host sync per round
                 break
             step += 1
             clock.mark("draft")
-            if use_draft:  # block [root, MASK x L]; its keys go to scratch slots past the context
-                blk_pos = seq_lens[:, None] + blk_off
-                noise = tgt.embed(torch.cat([root[:, None], mask_ids], 1))
-                dmask = ar[None, None, :] < (seq_lens[:, None, None] + Bs)
-                h = drf(noise, blk_pos, dmask.expand(B, Bs, cap), dcache, blk_pos)
-                draft_logits = tgt.lm_head(h[:, 1:])
+            if use_draft:
+                draft_logits = draft()
             else:
                 draft_logits = torch.zeros(B, 1, 1, device=dev)
             clock.mark("build")
             keys = draft_logits if draft_temp is None else draft_logits / draft_temp[None, :, None].to(draft_logits.dtype)
-            tree = build_tree(keys, budget, topk=topk, root_tokens=root, seq_lens=seq_lens, anchor=anchor)
+            if auto is None:
+                tree = build_tree(keys, budget, topk=topk, root_tokens=root, seq_lens=seq_lens, anchor=anchor)
+            else:  # this round's tree predicts the next round's budget, read at the loop's sync
+                big = big_tree(keys)
+                next_b = choose_budget(expected_commit(big), cands, costs)
+                if cur_b is None:  # the first round has no earlier prediction: read its own (one sync, once)
+                    cur_b = int(next_b)
+                tree = truncate(big, cur_b)
+                chosen.append(cur_b)
+            n = tree.n
             clock.mark("verify")
             slots = seq_lens[:, None] + ar[:n]
             if self.attention == "op":
@@ -268,7 +314,7 @@ class Engine:
             history.append(alen)
             clock.mark(None)
             if on_round is not None:  # benchmarks: another tree path on the same inputs, untimed here
-                on_round(draft_logits, budget, node_tokens)
+                on_round(draft_logits, tree.budget, node_tokens)
 
         times = clock.result()
         times["rounds"] = step
@@ -284,9 +330,42 @@ class Engine:
                     toks, reason = toks[:j + 1], "stop"
                     break
             al = [int(a) for a in hist[b] if a > 0]
-            results.append(GenerationResult(toks, self.tokenizer.decode(toks), al, times, reason))
+            budgets = chosen[:len(al)] if auto is not None else [budget] * len(al)
+            results.append(GenerationResult(toks, self.tokenizer.decode(toks), al, times, reason, budgets))
         return results
 
+
+    def _round_costs(self, cands, B, seq_lens, tcache, cap, fixed, reps: int = 3) -> list[float]:
+        """Seconds of one round at each candidate budget for this batch: the part every candidate pays
+        (`fixed`: the draft forward, top-k and largest build) plus one verify forward at that width on a full
+        tree of that budget (medians of `reps` after a warm-up). Their K/V land in the scratch slots past every
+        context, which the first round rewrites, so the caches are unharmed."""
+        V = self.target.config.vocab_size
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+
+        def median_time(fn):
+            times = []
+            for _ in range(reps + 1):
+                sync()
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                times.append(time.perf_counter() - t0)
+            return sorted(times[1:])[reps // 2]
+
+        base = median_time(fixed)
+        out = []
+        for b in cands:
+            tree = build_tree(torch.zeros(B, self.block_size - 1, V, device=self.device), b,
+                              root_tokens=0, seq_lens=seq_lens)
+            slots = seq_lens[:, None] + torch.arange(tree.n, device=self.device)
+            if self.attention == "op":
+                vmask, attn_fn = None, self._op_attention(seq_lens, tree, cap)
+            else:
+                vmask, attn_fn = prefix_tree_mask(seq_lens, tree.tree_mask, cap), None
+            out.append(base + median_time(
+                lambda: self.target(tree.tokens, tree.positions, vmask, tcache, slots, self.capture, attn_fn=attn_fn)))
+        return out
 
     def _op_attention(self, seq_lens, tree, cap):
         """Verify attention through the project's kernel: the dense cache is a paged cache with one page

@@ -78,6 +78,20 @@ def test_shipped_calibration_is_lossless_and_raises_tau_on_prompts_it_was_not_fi
     assert summarize(calibrated)["tau"] > summarize(run(None))["tau"]
 
 
+def test_auto_budget_is_lossless_and_follows_the_cost_table(engine, prompts):
+    """budget='auto' with a given cost table (no timing in a test): identical to AR, every round's budget a
+    candidate, a flat table always picks the largest tree and a steep one the smallest."""
+    test, ar = prompts[100:160], greedy(engine, prompts, "ar")[100:160]
+    run = lambda cost: engine.generate(test, MAX_NEW, method="ddtree", budget="auto", anchor="chain",
+                                       draft_temperature="drafter", round_cost=cost, batch_size=BATCH)
+    mixed = run([1.0, 1.02, 1.1, 1.3])
+    assert [r.token_ids for r in mixed] == [r.token_ids for r in ar]
+    chosen = {b for r in mixed for b in r.round_budgets}
+    assert chosen <= {8, 16, 32, 64} and len(chosen) > 1
+    assert {b for r in run([1.0, 1.0, 1.0, 1.0]) for b in r.round_budgets} == {64}
+    assert {b for r in run([1.0, 2.0, 4.0, 8.0]) for b in r.round_budgets} == {8}
+
+
 def test_accept_lengths_account_for_every_token(engine, prompts):
     for r in greedy(engine, prompts, "ddtree", 32):
         # the prefill emits the first token; every round commits accept_length tokens (<= block size)
@@ -185,6 +199,10 @@ def test_bad_arguments(engine):
         engine.generate(["x"], 4, method="ddtree", draft_temperature=[1.0])
     with pytest.raises(ValueError, match="draft_temperature"):
         engine.generate(["x"], 4, method="ddtree", draft_temperature="shipped")
+    with pytest.raises(ValueError, match="auto_budgets"):
+        engine.generate(["x"], 4, method="ddtree", budget="auto", auto_budgets=[0, 8])
+    with pytest.raises(ValueError, match="round_cost"):
+        engine.generate(["x"], 4, method="ddtree", budget="auto", round_cost=[1.0])
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.generate(["x"], 0)
     with pytest.raises(TypeError, match="prompts"):

@@ -1,0 +1,118 @@
+"""Choosing the tree budget from the tree itself and a measured cost table.
+
+Two facts make this cheap. (1) The builders pop in one fixed order, whatever the budget: the tree of budget b
+is exactly the first b pops of any larger tree built from the same (lp, ids) (for the paper's tree and the
+chain-anchored one; tests/core/test_budget.py checks it on every backend), so one build at the largest
+candidate budget answers for every smaller one. (2) Node i's path weight exp(logw_i) is the drafter's
+probability that the target's greedy walk reaches it, so the expected tokens a round commits with budget b
+is 1 + Σ_{i ≤ b} exp(logw_i) (the bonus token plus every node reached) — exact if the drafter is calibrated
+(sglang_ddtree/calibration.py), which is why the calibrated keys are the ones to rank and predict by.
+The budget that maximises predicted tokens per unit time is argmax_b E_b / cost(batch, b + 1).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import flags as F
+from .ops import mask_words
+from .tree import TreeBatch
+
+
+def expected_commit(tree: TreeBatch) -> torch.Tensor:
+    """float64 [B, n]: column b is the predicted tokens a round commits with budget b (b = 0: the bonus only).
+    Pads (logw −inf) add nothing, so an exhausted tree's prediction stops growing where its nodes end."""
+    w = torch.exp(tree.logw[:, 1:])
+    return torch.cat([torch.ones_like(tree.logw[:, :1]), 1.0 + torch.cumsum(w, dim=1)], dim=1)
+
+
+def truncate(tree: TreeBatch, budget: int) -> TreeBatch:
+    """The tree of a smaller budget from a larger one (fact (1)), on the device with no host read: equal
+    field for field to building it afresh with that budget (tests/core/test_budget.py)."""
+    if not 0 <= budget <= tree.budget:
+        raise ValueError(f"budget must be in [0, {tree.budget}], got {budget}")
+    n = budget + 1
+    if n == tree.n:
+        return tree
+    B = tree.batch_size
+    cut = lambda t: t[:, :n]
+    link = lambda t: torch.where(t[:, :n] >= n, torch.full_like(t[:, :n], -1), t[:, :n])
+    num = torch.clamp(tree.num_nodes, max=n)
+    flags = torch.where(num < n, tree.flags | F.HEAP_EXHAUSTED, tree.flags & ~F.HEAP_EXHAUSTED)
+    flags = torch.where((tree.flags & (F.NONFINITE_INPUT | F.UNSORTED_INPUT)) != 0, tree.flags, flags)
+    words = mask_words(n)
+    bits = tree.mask_bits[:, :n, :words].clone()
+    if n % 32:  # clear the bits of dropped nodes in the last word (none are set: ancestors precede a node)
+        bits[:, :, -1] &= (1 << (n % 32)) - 1
+    return TreeBatch(num_nodes=num, tokens=cut(tree.tokens), parents=cut(tree.parents), depths=cut(tree.depths),
+                     ranks=cut(tree.ranks), logw=cut(tree.logw), positions=cut(tree.positions),
+                     retrive_index=(torch.arange(B, device=tree.tokens.device)[:, None] * n
+                                    + torch.arange(n, device=tree.tokens.device)[None, :]).to(tree.retrive_index.dtype),
+                     retrive_next_token=link(tree.retrive_next_token),
+                     retrive_next_sibling=link(tree.retrive_next_sibling),
+                     tree_mask=tree.tree_mask[:, :n, :n].contiguous(), mask_bits=bits, flags=flags.to(tree.flags.dtype),
+                     budget=budget, depth_limit=tree.depth_limit, topk=min(tree.topk, max(budget, 1)))
+
+
+def choose_budget(expected: torch.Tensor, candidates, cost) -> torch.Tensor:
+    """The candidate budget with the most predicted tokens per unit time for this batch, on the device.
+
+    expected: [B, n] from expected_commit (n > max(candidates)); candidates: budgets to choose from;
+    cost: the time of one round at each candidate's verify width for this batch (same order; any unit).
+    Returns an int64 scalar tensor (no host read here: the caller reads it where it already syncs)."""
+    cands = torch.as_tensor(list(candidates), dtype=torch.int64, device=expected.device)
+    c = torch.as_tensor(list(cost), dtype=torch.float64, device=expected.device)
+    if cands.numel() == 0 or cands.shape != c.shape or bool((c <= 0).any()):
+        raise ValueError(f"candidates and cost must be non-empty, of equal length, cost > 0; got {candidates!r}, "
+                         f"{cost!r}")
+    if int(cands.max()) >= expected.shape[1] or int(cands.min()) < 0:
+        raise ValueError(f"candidates must lie in [0, {expected.shape[1] - 1}], got {candidates!r}")
+    rate = expected.mean(0)[cands] / c
+    return cands[torch.argmax(rate)]
+
+
+def main(argv=None) -> int:
+    """Fixed budgets against budget='auto' on the engine (the shipped pair, held-out prompts the calibration
+    was not fitted on), per batch size: τ, decode wall time (the start-up cost table excluded and reported
+    apart), tokens/s and the budgets auto chose."""
+    import argparse
+    import collections
+    import json
+    import time
+
+    from .engine import Engine, summarize
+    from .engine.data import heldout_prompts
+
+    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.budget", description=main.__doc__.split(".")[0])
+    ap.add_argument("--out", default="budget.json")
+    ap.add_argument("--batches", default="1,16,128")
+    ap.add_argument("--prompts", type=int, default=128, help="taken after the calibration's 100 fit prompts")
+    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--device", default=None)
+    a = ap.parse_args(argv)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    eng = Engine.from_pretrained(device=a.device)
+    prompts = heldout_prompts()[100:100 + a.prompts]
+    kw = dict(method="ddtree", anchor="chain", draft_temperature="drafter")
+    out = {"device": str(eng.device), "prompts": len(prompts), "max_new_tokens": a.max_new, "rows": []}
+    for bs in (int(x) for x in a.batches.split(",")):
+        eng.generate(prompts[:bs], 4, batch_size=bs, budget=8, **kw)  # warm-up
+        for budget in (8, 16, 32, 64, "auto"):
+            t0 = time.perf_counter()
+            res = eng.generate(prompts, a.max_new, batch_size=bs, budget=budget, **kw)
+            wall = time.perf_counter() - t0
+            cost_s = sum(r.stage_times.get("cost", 0.0) for r in res[::bs])
+            s = summarize(res)
+            row = {"batch": bs, "budget": budget, "tau": s["tau"], "decode_s": wall - cost_s, "cost_table_s": cost_s,
+                   "tok_per_s": s["tokens"] / (wall - cost_s),
+                   "chosen": dict(collections.Counter(b for r in res for b in r.round_budgets))}
+            out["rows"].append(row)
+            print(row, flush=True)
+            with open(a.out, "w") as f:
+                json.dump(out, f, indent=1)
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
