@@ -68,9 +68,11 @@ class TreeBatch:
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool, device=self.tree_mask.device)
 
 
+assert tuple(f.name for f in dataclasses.fields(TreeBatch))[:len(ops._TREE_OUT)] == ops._TREE_OUT
+
+
 def _tree_from_outputs(outs, budget: int, depth_limit: int, topk: int) -> TreeBatch:
-    fields = dict(zip(ops._TREE_OUT, outs))
-    return TreeBatch(**fields, budget=budget, depth_limit=depth_limit, topk=topk)
+    return TreeBatch(*outs, budget, depth_limit, topk)  # the op's outputs are in field order (ops._TREE_OUT)
 
 
 ANCHORS = (None, "chain")

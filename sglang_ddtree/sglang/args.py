@@ -152,13 +152,14 @@ def draft_block_size(view) -> int:
             raise ValueError(f"--speculative-dflash-block-size must be >= 2 for DDTREE (one draft position "
                              f"at least), got {given}")
         return int(given)
-    try:
-        from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
+    # outside the try: a renamed SGLang helper is a loud error, not a silent fallback to the default size
+    from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
 
+    try:
         cfg = _hf_config(view.speculative_draft_model_path, view,
                          getattr(view, "speculative_draft_model_revision", None))
         size = parse_dflash_draft_config(draft_hf_config=cfg).resolve_block_size(default=None)
-    except Exception as e:
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as e:  # an unreadable or odd config
         logger.warning("DDTREE: could not read block_size from the drafter config (%s); using %d",
                        e, DEFAULT_BLOCK_SIZE)
         size = None

@@ -7,16 +7,16 @@ upstream (patches/0001) are defined here because the scheduler calls them at sta
 """
 from __future__ import annotations
 
+from sglang.srt.runtime_context import get_spec
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
 
 def _draft_block_size(default: int) -> int:
-    """The drafter's block size as published to the scheduler's runtime context (args.py sets it)."""
+    """The drafter's block size as published to the scheduler's runtime context (args.py sets it). The
+    import is at module level, so a moved runtime_context fails loudly at registration, not here."""
     try:
-        from sglang.srt.runtime_context import get_spec
-
         value = get_spec().speculative_dflash_block_size
-    except Exception:  # no runtime context (CPU tests, tools): the caller's width is the answer
+    except Exception:  # no runtime context published (CPU tests, tools): the caller's width is the answer
         return default
     return int(value) if value else default
 

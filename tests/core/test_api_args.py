@@ -95,3 +95,19 @@ def test_accept_checks_the_tree_fields_every_backend_reads(backend, change, exc,
     """Every backend gets the same error (they used to read out of bounds or raise unrelated errors)."""
     with pytest.raises(exc, match=name):
         accept_tree(_with(tree(), **change), torch.zeros(2, 6, dtype=torch.long), backend=backend)
+
+
+def test_default_per_request_vectors_are_shared_and_never_written():
+    """None roots/lengths come from one cached zeros tensor per shape (a fifth of a small call's overhead);
+    building must never write it, and a later call must see zeros again."""
+    from sglang_ddtree import _checks as C
+    from sglang_ddtree import build_tree_from_topk
+
+    lp = torch.log_softmax(torch.randn(2, 3, 5), -1).sort(-1, descending=True).values
+    ids = torch.arange(5).expand(2, 3, 5).contiguous()
+    a = build_tree_from_topk(lp, ids, 6, backend="cpu")
+    shared = C.per_request("seq_lens", None, 2, lp.device)
+    assert shared is C.per_request("root_tokens", None, 2, lp.device) and torch.equal(shared, torch.zeros(2, dtype=torch.long))
+    b = build_tree_from_topk(lp, ids, 6, backend="cpu", root_tokens=3, seq_lens=7)
+    assert torch.equal(shared, torch.zeros(2, dtype=torch.long))
+    assert (b.tokens[:, 0] == 3).all() and (a.tokens[:, 0] == 0).all() and torch.equal(b.positions, a.positions + 7)

@@ -57,8 +57,8 @@ def test_head_caps_k_at_vocab(plugins_loaded):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)")
-@pytest.mark.parametrize("anchor", [None, "chain"])
-def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor):
+@pytest.mark.parametrize("anchor,temps", [(None, None), ("chain", None), ("chain", [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])])
+def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, temps):
     """The capture hook inside a real CUDA graph; replays with new hidden states, roots and prefixes (the
     draft graph's static inputs) leave exactly build_tree's tree of the new inputs in the static buffers."""
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
@@ -67,7 +67,7 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor):
     V, H, block, budget, bs = 3000, 64, 8, 31, 4
     weight = torch.randn(V, H, device="cuda", generator=g)
     head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=8,
-                         ops=RoundOps("cuda"), tree_in_graph=True, anchor=anchor)
+                         ops=RoundOps("cuda"), tree_in_graph=True, anchor=anchor, depth_temperature=temps)
     hidden = torch.randn(bs * block, H, device="cuda", generator=g)
     fb = types.SimpleNamespace(input_ids=torch.zeros(bs * block, dtype=torch.int64, device="cuda"),
                                seq_lens=torch.zeros(bs, dtype=torch.int64, device="cuda"))
@@ -84,6 +84,8 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor):
         got = head.from_graph(bs)
         # the oracle fed the CUDA stage 1's (lp, ids) of the same logits (stage-1 backends differ by ulps)
         logits = hidden.view(bs, block, H)[:, 1:] @ weight.T
+        if temps is not None:  # the head's calibration: depth d's logits times 1 / T_d, in the logits' dtype
+            logits = logits * head.depth_scale
         lp, ids = torch.ops.sglang_ddtree.topk_lse(logits.reshape(bs * (block - 1), V), head.k)
         ref = build_tree_from_topk(lp.view(bs, block - 1, -1).cpu(), ids.view(bs, block - 1, -1).cpu(), budget,
                                    root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(), seq_lens=fb.seq_lens.cpu(),
