@@ -2,9 +2,11 @@
 # Per-round cost on a Qwen3-8B-shaped target + 5-layer block-16 DFlash drafter with dummy weights
 # (examples/qwen3-8b-shaped/): acceptance is ~1, so one output token is one decode round and bench_serving's
 # TPOT is the round time. DFLASH (verify width 16) vs DDTree budget 15 (the same width) and budget 31/63,
-# random token-id prompts of 1k tokens at c=1,16,32 and 8k/32k at c=1, output 64; torch-profiler captures at
+# random token-id prompts of 1k tokens at c=1,16,32 and 8k at c=1, output 64; torch-profiler captures at
 # c=1 and c=16. Servers start together (memory split) and are measured one at a time, the others idle.
-# env: RC_BUDGETS ("15 63"), RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_START_ALL (1: all start together, memory split; 0: one server up at a time)
+# env: RC_WORKLOADS ("1024@1,16,32 8192@1"; add 32768@1 when the call has time), RC_BUDGETS ("15 63"),
+# RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_START_ALL (1: all start together, memory
+# split; 0: one server up at a time)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/round_cost}; mkdir -p "$OUTD"
@@ -30,7 +32,7 @@ b0=${BUDGETS%% *}
 [ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
 echo "servers: dflash ddtree {$BUDGETS}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
 timeout ${RC_TIMEOUT:-560} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
-  --tokenizer $T --random-input-len 1024@1,16,32 8192@1,4 32768@1 --num-prompts 8 --prompts-per-conc 4 \
+  --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts 8 --prompts-per-conc 4 \
   --output-len 64 --profile-concurrency 1 16 --profile-steps 10 --start-timeout 400 $ALL
 rc=$?
 for f in "$OUTD"/server_*.log; do
