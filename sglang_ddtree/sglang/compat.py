@@ -117,6 +117,20 @@ def max_batch_size(server_args) -> int:
     return max(sizes)
 
 
+# DFlashDraftInputV2's host-side KV lengths of the next round: renamed between releases (0.5.17 reserved_*,
+# 0.5.23 nxt_kv_lens_*); the conformance test checks the installed release has the pair this reads.
+DRAFT_KV_LEN_FIELDS = (("reserved_seq_lens_cpu", "reserved_seq_lens_sum"), ("nxt_kv_lens_cpu", "nxt_kv_lens_sum"))
+
+
+def draft_kv_lens(draft_input):
+    """(int64 cpu [bs], int sum) of the draft input's next-round KV lengths, whichever release made it."""
+    for cpu, total in DRAFT_KV_LEN_FIELDS:
+        if hasattr(draft_input, cpu):
+            return getattr(draft_input, cpu), getattr(draft_input, total)
+    raise AttributeError(f"{type(draft_input).__name__} has none of {DRAFT_KV_LEN_FIELDS}: an SGLang release "
+                         "this plugin does not know")
+
+
 def worker_init_kwargs(ps=None) -> dict:
     """Extra constructor keywords of DFlashWorkerV2 on this release (0.5.17 takes the parallel state)."""
     return {"ps": ps} if not is_pipeline_resolution() else {}

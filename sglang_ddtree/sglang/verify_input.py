@@ -11,6 +11,8 @@ import dataclasses
 
 import torch
 
+from . import compat
+
 
 @dataclasses.dataclass
 class HostBound:
@@ -24,7 +26,7 @@ def host_mask_bound(seq_lens_cpu, draft_input, n: int) -> HostBound:
     if seq_lens_cpu is not None:
         bound = seq_lens_cpu.to(torch.int64) + n
     else:
-        bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)
+        bound = compat.draft_kv_lens(draft_input)[0].to(torch.int64)
     total_prefix = int(bound.sum())
     return HostBound(bound, total_prefix, n * (total_prefix + n * int(bound.numel())))
 

@@ -163,8 +163,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             seq_lens_cpu.add_(block)
             seq_lens_sum = int(seq_lens_cpu.sum())
         else:
-            seq_lens_cpu.copy_(draft_input.reserved_seq_lens_cpu)
-            seq_lens_sum = int(draft_input.reserved_seq_lens_sum)
+            lens_cpu, lens_sum = compat.draft_kv_lens(draft_input)
+            seq_lens_cpu.copy_(lens_cpu)
+            seq_lens_sum = int(lens_sum)
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs, input_ids=block_ids.flatten(),
             req_pool_indices=batch.req_pool_indices, seq_lens=prefix, out_cache_loc=cache_loc_2d.reshape(-1),

@@ -59,6 +59,26 @@ def test_worker_instance_attributes_are_set_by_dflash_init(sglang_release):
     assert missing == []
 
 
+def test_draft_input_has_the_kv_length_fields_compat_reads(sglang_release):
+    """compat.draft_kv_lens reads one of DRAFT_KV_LEN_FIELDS; this release's DFlashDraftInputV2 declares one
+    pair whole, and the helper returns it from a real instance."""
+    import dataclasses
+
+    import torch
+    from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+
+    from sglang_ddtree.sglang import compat
+
+    names = {f.name for f in dataclasses.fields(DFlashDraftInputV2)}
+    pairs = [p for p in compat.DRAFT_KV_LEN_FIELDS if set(p) <= names]
+    assert len(pairs) == 1, (names, compat.DRAFT_KV_LEN_FIELDS)
+    inst = DFlashDraftInputV2.create_idle_input(device=torch.device("cpu"))
+    setattr(inst, pairs[0][0], torch.tensor([3, 4]))
+    setattr(inst, pairs[0][1], 7)
+    cpu, total = compat.draft_kv_lens(inst)
+    assert cpu.tolist() == [3, 4] and total == 7
+
+
 def test_worker_module_imports_against_this_release(sglang_release):
     from sglang_ddtree.sglang import worker
 
