@@ -53,21 +53,26 @@ def truncate(tree: TreeBatch, budget: int) -> TreeBatch:
                      budget=budget, depth_limit=tree.depth_limit, topk=min(tree.topk, max(budget, 1)))
 
 
-def choose_budget(expected: torch.Tensor, candidates, cost) -> torch.Tensor:
-    """The candidate budget with the most predicted tokens per unit time for this batch, on the device.
-
-    expected: [B, n] from expected_commit (n > max(candidates)); candidates: budgets to choose from;
-    cost: the time of one round at each candidate's verify width for this batch (same order; any unit).
-    Returns an int64 scalar tensor (no host read here: the caller reads it where it already syncs)."""
-    cands = torch.as_tensor(list(candidates), dtype=torch.int64, device=expected.device)
-    c = torch.as_tensor(list(cost), dtype=torch.float64, device=expected.device)
-    if cands.numel() == 0 or cands.shape != c.shape or bool((c <= 0).any()):
+def budget_table(candidates, cost, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validated device tensors (int64 budgets, float64 round costs) for choose_budget, made once per batch:
+    the checks read host lists, so the per-round choice reads nothing back. candidates: budgets below n (the
+    largest tree's slots); cost: the time of one round at each candidate's verify width (same order, > 0)."""
+    cands, c = [int(b) for b in candidates], [float(x) for x in cost]
+    if not cands or len(cands) != len(c) or min(c) <= 0:
         raise ValueError(f"candidates and cost must be non-empty, of equal length, cost > 0; got {candidates!r}, "
                          f"{cost!r}")
-    if int(cands.max()) >= expected.shape[1] or int(cands.min()) < 0:
-        raise ValueError(f"candidates must lie in [0, {expected.shape[1] - 1}], got {candidates!r}")
-    rate = expected.mean(0)[cands] / c
-    return cands[torch.argmax(rate)]
+    if max(cands) >= n or min(cands) < 0:
+        raise ValueError(f"candidates must lie in [0, {n - 1}], got {candidates!r}")
+    return (torch.tensor(cands, dtype=torch.int64, device=device),
+            torch.tensor(c, dtype=torch.float64, device=device))
+
+
+def choose_budget(expected: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The candidate budget with the most predicted tokens per unit time for this batch, on the device.
+    expected: [B, n] from expected_commit; table: budget_table's tensors. Returns an int64 scalar tensor (no
+    host read: the caller reads it where it already syncs)."""
+    cands, cost = table
+    return cands[torch.argmax(expected.mean(0)[cands] / cost)]
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,7 @@ import torch
 
 from ..accept import sample_node_tokens
 from ..round import RoundOps
-from ..budget import choose_budget, expected_commit, truncate
+from ..budget import budget_table, choose_budget, expected_commit, truncate
 from ..topk import topk_logprobs
 from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
@@ -173,7 +173,7 @@ class Engine:
             if method != "ddtree" or len(temps) != L or not all(math.isfinite(t) and t > 0 for t in temps):
                 raise ValueError(f"draft_temperature must be {L} positive finite floats (one per draft depth) with "
                                  f"method 'ddtree', got {draft_temperature!r} with method {method!r}")
-            draft_temperature = torch.tensor(temps, dtype=torch.float32, device=self.device)
+            draft_temperature = torch.tensor(temps, dtype=self.dtype, device=self.device)[:, None]  # [L, 1]
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         if any(len(x) == 0 for x in ids):
             raise ValueError("every prompt must have at least one token")
@@ -245,6 +245,7 @@ class Engine:
             if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
                 clock.mark("cost")
                 costs = self._round_costs(cands, B, seq_lens, tcache, cap, lambda: big_tree(draft()))
+            table = budget_table(cands, costs, cands[-1] + 1, dev)  # validated once: no read-back per round
             cur_b, next_b, chosen = None, None, []
 
         W = max_new + 2 * L + 4
@@ -272,12 +273,12 @@ class Engine:
             else:
                 draft_logits = torch.zeros(B, 1, 1, device=dev)
             clock.mark("build")
-            keys = draft_logits if draft_temp is None else draft_logits / draft_temp[None, :, None].to(draft_logits.dtype)
+            keys = draft_logits if draft_temp is None else draft_logits / draft_temp
             if auto is None:
                 tree = build_tree(keys, budget, topk=topk, root_tokens=root, seq_lens=seq_lens, anchor=anchor)
             else:  # this round's tree predicts the next round's budget, read at the loop's sync
                 big = big_tree(keys)
-                next_b = choose_budget(expected_commit(big), cands, costs)
+                next_b = choose_budget(expected_commit(big), table)
                 if cur_b is None:  # the first round has no earlier prediction: read its own (one sync, once)
                     cur_b = int(next_b)
                 tree = truncate(big, cur_b)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sglang_ddtree import accept_tree, build_tree_from_topk
-from sglang_ddtree.budget import choose_budget, expected_commit, truncate
+from sglang_ddtree.budget import budget_table, choose_budget, expected_commit, truncate
 
 from test_tree_native import MODES
 from treegen import random_topk
@@ -78,12 +78,13 @@ def test_expected_commit_predicts_the_accept_length_of_a_calibrated_drafter():
 
 def test_choose_budget_maximises_tokens_per_time():
     e = torch.tensor([[1.0, 2.0, 2.5, 2.8, 3.0]], dtype=torch.float64)
-    assert int(choose_budget(e, [1, 2, 4], [1.0, 1.0, 1.0])) == 4
-    assert int(choose_budget(e, [1, 2, 4], [1.0, 1.5, 2.0])) == 1   # 2.0/1 > 2.5/1.5 > 3.0/2
-    assert int(choose_budget(e, [1, 2, 4], [1.0, 1.2, 1.4])) == 4   # 2.0 < 2.08 < 2.14
+    pick = lambda cands, cost: int(choose_budget(e, budget_table(cands, cost, e.shape[1], e.device)))
+    assert pick([1, 2, 4], [1.0, 1.0, 1.0]) == 4
+    assert pick([1, 2, 4], [1.0, 1.5, 2.0]) == 1   # 2.0/1 > 2.5/1.5 > 3.0/2
+    assert pick([1, 2, 4], [1.0, 1.2, 1.4]) == 4   # 2.0 < 2.08 < 2.14
     with pytest.raises(ValueError, match="candidates"):
-        choose_budget(e, [1, 2], [1.0])
+        pick([1, 2], [1.0])
     with pytest.raises(ValueError, match="candidates"):
-        choose_budget(e, [1, 8], [1.0, 1.0])
+        pick([1, 8], [1.0, 1.0])
     with pytest.raises(ValueError, match="cost"):
-        choose_budget(e, [1], [0.0])
+        pick([1], [0.0])
