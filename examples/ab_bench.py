@@ -148,13 +148,13 @@ def run_client(argv: list[str], log_path: str, a) -> int:
             sys.argv = old
 
 
-def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str) -> dict:
+def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str, warmup: int = 2) -> dict:
     _post(base + "/flush_cache")
     out_file = os.path.join(out_dir, f"bs_{tag}_c{conc}.jsonl")
     n = max(a.num_prompts, a.prompts_per_conc * conc)
     argv = ["--backend", "sglang", "--base-url", base, "--num-prompts", str(n), "--max-concurrency", str(conc),
             "--request-rate", "inf", "--output-file", out_file, "--seed", str(a.seed), "--disable-tqdm",
-            "--warmup-requests", "2", *dataset]
+            "--warmup-requests", str(warmup), *dataset]
     if a.tokenizer:
         argv += ["--tokenizer", a.tokenizer]
     log = os.path.join(out_dir, f"bs_{tag}_c{conc}.log")
@@ -168,19 +168,35 @@ def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag
     return {k: res.get(k) for k in FIELDS}
 
 
-def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str, prof_dir: str) -> dict:
-    """Start a load at `conc`, let it settle, capture --profile-steps rounds, summarise the trace.
+def with_output_len(dataset: list[str], n: int) -> list[str]:
+    """The dataset arguments with every output-length flag set to n."""
+    out = list(dataset)
+    for i, arg in enumerate(out[:-1]):
+        if arg in ("--sharegpt-output-len", "--random-output-len"):
+            out[i + 1] = str(n)
+    return out
 
-    SGLang answers /start_profile with num_steps only once those steps ran and the trace is written, so the
-    load is made long enough to outlast the capture, stacks are off (their export takes minutes), and a
-    capture that has not returned when the load ends is stopped explicitly: never a hang."""
+
+def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str, prof_dir: str,
+            ttft_s: float = 0.0) -> dict:
+    """Capture --profile-steps decode rounds at `conc` and summarise the trace.
+
+    The load is one wave of `conc` requests with --profile-output-len tokens each and no client warm-up, and
+    the capture starts once that wave has been prefilled (--profile-delay, at least twice the measured P99
+    TTFT at this concurrency): no request arrives or finishes inside the window, so every captured step is
+    a decode round (a window with arrivals mixes prefill GEMMs into the per-round kernel list).
+    SGLang answers /start_profile with num_steps only once those steps ran and the trace is written, so
+    stacks are off (their export takes minutes), and a capture that has not returned when the load ends
+    is stopped explicitly: never a hang."""
     from sglang_ddtree.bench.trace import summarize_trace
 
     before = set(glob.glob(os.path.join(prof_dir, "**", "*.json*"), recursive=True))
-    long = argparse.Namespace(**{**vars(a), "num_prompts": max(a.num_prompts, 16 * conc)})
-    load = threading.Thread(target=lambda: bench_serving(base, conc, long, dataset, out_dir, f"{tag}_prof"))
+    wave = argparse.Namespace(**{**vars(a), "num_prompts": conc, "prompts_per_conc": 1})
+    long = with_output_len(dataset, a.profile_output_len)
+    load = threading.Thread(target=lambda: bench_serving(base, conc, wave, long, out_dir, f"{tag}_prof", warmup=0))
     load.start()
-    time.sleep(a.profile_delay)
+    delay = max(a.profile_delay, 2 * ttft_s + 0.5)
+    time.sleep(delay)
     err = None
     try:
         _post(base + "/start_profile", {"output_dir": prof_dir, "num_steps": a.profile_steps, "with_stack": False,
@@ -198,7 +214,8 @@ def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str,
     if not new:
         return {"error": err or "no trace written"}
     summary = summarize_trace(new[-1], steps=a.profile_steps)
-    summary["trace"] = os.path.basename(new[-1])
+    summary.update(trace=os.path.basename(new[-1]), load=f"{conc} requests x {a.profile_output_len} tokens, "
+                   f"capture after {delay:.1f} s")
     if err:
         summary["warning"] = err
     return summary
@@ -237,7 +254,10 @@ def main(argv=None) -> int:
                     help="start every --server at once (saves start-up time); each is still measured alone")
     ap.add_argument("--profile-concurrency", type=int, nargs="*", default=[])
     ap.add_argument("--profile-steps", type=int, default=20)
-    ap.add_argument("--profile-delay", type=float, default=1.0)
+    ap.add_argument("--profile-delay", type=float, default=1.0,
+                    help="seconds before the capture starts (at least 2x the measured P99 TTFT + 0.5 s)")
+    ap.add_argument("--profile-output-len", type=int, default=512,
+                    help="tokens per request of the profile load (its wave must outlast the capture)")
     ap.add_argument("--profile-timeout", type=float, default=120)
     ap.add_argument("--warmup-passes", type=int, default=1,
                     help="unrecorded bench_serving passes at each concurrency before the measured one")
@@ -314,8 +334,11 @@ def main(argv=None) -> int:
                               f"ms, accept {row['accept_length']}", flush=True)
                 length, dataset, _ = workloads[0]
                 for c in a.profile_concurrency:
+                    ttft = [r["p99_ttft_ms"] or 0 for r in report["rows"]
+                            if r["server"] == name and r["input_len"] == length and r["concurrency"] == c]
                     report["profiles"][f"{name}_c{c}"] = profile(base, c, a, dataset, a.out, f"{name}_c{c}",
-                                                                  os.path.join(prof_root, name))
+                                                                  os.path.join(prof_root, name),
+                                                                  ttft_s=(ttft[0] if ttft else 0) / 1e3)
             except Exception as e:  # one server failing must not lose the others' rows: recorded, reported
                 report["servers"].setdefault(name, {})["error"] = f"{type(e).__name__}: {e}"
                 print(f"[ab] {name} FAILED: {e}", flush=True)

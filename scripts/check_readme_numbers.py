@@ -119,17 +119,30 @@ ENGINE = BENCH + "engine-h200-2026-12-02.json"
 ATTN = BENCH + "attention-h200-2026-12-02-run1-eager.json"
 CPU_TREE = BENCH + "tree-cpu.json"
 LOSSLESS = BENCH + "sglang-h200-2026-12-03-lossless.json"
-AB = BENCH + "sglang-h200-2026-12-03-ab-partial.json"
+AB = BENCH + "sglang-h200-2026-12-03-run2-ab.json"
+ROUND = BENCH + "round-cost-h200-2026-12-03.json"
+ROUND_MD = BENCH + "sglang-h200-2026-12-03-run2.md"
 ANCHOR = BENCH + "anchor-cpu-2026-12-03.json"
 CALIB = BENCH + "calibration-cpu-2026-12-03.json"
 
 
-def has_rows(doc, servers: set):
-    """A sentence about which servers a partial A/B reached: exactly these have rows (no number to check)."""
-    got = {r["server"] for r in doc["rows"]}
-    if got != servers:
-        raise LookupError(f"A/B rows are for {sorted(got)}, the README says {sorted(servers)}")
-    return ()
+def _tpot(doc, server: str, input_len, conc: int) -> float:
+    """Median TPOT (ms) of one ab_bench row."""
+    return pick("rows", "median_tpot_ms", server=server, input_len=input_len, concurrency=conc)(doc)
+
+
+def _vs_dflash(doc, server: str, conc: int) -> float:
+    """A server's output tok/s over DFLASH's at one concurrency, same ab_bench run."""
+    tput = lambda name: pick("rows", "output_throughput", server=name, concurrency=conc)(doc)  # noqa: E731
+    return tput(server) / tput("dflash")
+
+
+def _kernel_us(doc, profile: str, kernel: str) -> float:
+    """A kernel's time per captured step in one ab_bench profile."""
+    rows = [k for k in doc["profiles"][profile]["kernels_per_round"] if k["name"] == kernel]
+    if len(rows) != 1:
+        raise LookupError(f"{len(rows)} kernels named {kernel!r} in {profile}")
+    return rows[0]["us"]
 
 
 per_request = lambda key: (lambda r: r[key[0]][key[1]] / r["batch"])
@@ -150,8 +163,20 @@ CLAIMS = [
     ("accept length **{}** (budget 16) and **{}** (64) vs stock DFLASH's {} on the same prompts", LOSSLESS,
      lambda d: (d["servers"]["dd16"]["accept_len"], d["servers"]["dd64"]["accept_len"],
                 d["servers"]["dflash"]["accept_len"]), None),
-    ("the 2026-12-03 run ended after the no-speculation and DFLASH c=1 rows", AB,
-     lambda d: has_rows(d, {"base", "dflash"}), None),
+    ("budget 64: **{}× / {}× / {}× / {}×** DFLASH's output tok/s at concurrency 1 / 4 / 16 / 32", AB,
+     lambda d: tuple(_vs_dflash(d, "ddtree_b64", c) for c in (1, 4, 16, 32)), None),
+    ("budget 16: {}× / {}× / **{}×** / {}× (it loses at 16)", AB,
+     lambda d: tuple(_vs_dflash(d, "ddtree_b16", c) for c in (1, 4, 16, 32)), None),
+    ("DDTree budget 15 round **{} ms** vs DFLASH's {} ms at 1k context, c=1", ROUND,
+     lambda d: (_tpot(d, "ddtree_b15", 1024, 1), _tpot(d, "dflash", 1024, 1)), None),
+    ("**{} ms vs {} ms** at 8k; {}–{}× DFLASH's round at c = 16 / 32", ROUND,
+     lambda d: (_tpot(d, "ddtree_b15", 8192, 1), _tpot(d, "dflash", 8192, 1),
+                min(_tpot(d, "ddtree_b15", 1024, c) / _tpot(d, "dflash", 1024, c) for c in (16, 32)),
+                max(_tpot(d, "ddtree_b15", 1024, c) / _tpot(d, "dflash", 1024, c) for c in (16, 32))), None),
+    ("DFLASH's verify attention (triton extend kernel) {} ms a round", ROUND,
+     lambda d: _kernel_us(d, "dflash_c1", "_fwd_kernel") / 1e3, None),
+    ("our tree kernel ~{} µs", ROUND_MD, grep(r"verify attention is \*\*~([0-9]+) µs a round"), None),
+    ("(weight-read floor ≈ {} ms)", ROUND_MD, grep(r"TB/s\s*\(`h200-ceilings-2026-12-02.json`\) ≈ ([0-9.]+) ms"), None),
     # chain-anchored tree on the CPU engine
     ("τ **{}** vs {} for the paper's tree at budget 16 ({} vs {} at 64); the DFlash chain {}; all {}/{} identical",
      ANCHOR, lambda d: tuple(at(f"lossless.float32.runs.{k}.tau")(d) for k in

@@ -3,10 +3,11 @@
 # (examples/qwen3-8b-shaped/): acceptance is ~1, so one output token is one decode round and bench_serving's
 # TPOT is the round time. DFLASH (verify width 16) vs DDTree budget 15 (the same width) and budget 31/63,
 # random token-id prompts of 1k tokens at c=1,16,32 and 8k at c=1, output 64; torch-profiler captures at
-# c=1 and c=16. Servers start together (memory split) and are measured one at a time, the others idle.
+# c=1 and c=16. One server is up at a time (RC_START_ALL=1 starts them together with the memory split: on
+# 2026-12-03 the DFLASH server then found too little free memory for its KV cache and exited).
 # env: RC_WORKLOADS ("1024@1,16,32 8192@1"; add 32768@1 when the call has time), RC_BUDGETS ("15 63"),
-# RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_START_ALL (1: all start together, memory
-# split; 0: one server up at a time)
+# RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_START_ALL (0: one server up at a time;
+# 1: all start together, memory split)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/round_cost}; mkdir -p "$OUTD"
@@ -17,7 +18,7 @@ cp examples/qwen3-8b-shaped/target-config.json $T/config.json
 cp examples/qwen3-8b-shaped/dflash-b16-config.json $D/config.json
 python3 scripts/mk_wordlevel_tokenizer.py $T 151936 && cp $T/tokenizer*.json $D/
 BUDGETS=${RC_BUDGETS:-15 63}
-ALL=""; n=1; [ "${RC_START_ALL:-1}" = 1 ] && { ALL=--start-all; n=$(( 2 + $(echo $BUDGETS | wc -w) )); }
+ALL=""; n=1; [ "${RC_START_ALL:-0}" = 1 ] && { ALL=--start-all; n=$(( 2 + $(echo $BUDGETS | wc -w) )); }
 FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
 COMMON="--model-path $T --load-format dummy --speculative-draft-load-format dummy --dtype bfloat16
  --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static $FRAC

@@ -1,0 +1,55 @@
+"""examples/ab_bench.py's profile capture: a window of decode rounds only.
+
+A capture whose window saw requests arrive mixed prefill GEMMs into the per-round kernel list (the
+2026-12-03 8B-shaped profiles); the load must be one wave of long requests, captured after its prefill."""
+import importlib.util
+import json
+import pathlib
+import types
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("ab_bench", ROOT / "examples" / "ab_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_with_output_len_replaces_only_the_output_flags():
+    ab = _load()
+    sharegpt = ["--dataset-name", "sharegpt", "--dataset-path", "p.json", "--sharegpt-output-len", "64"]
+    rand = ["--random-input-len", "1024", "--random-output-len", "64", "--random-range-ratio", "1.0"]
+    assert ab.with_output_len(sharegpt, 512)[-1] == "512"
+    assert ab.with_output_len(sharegpt, 512)[:-1] == sharegpt[:-1]
+    assert ab.with_output_len(rand, 300) == ["--random-input-len", "1024", "--random-output-len", "300",
+                                             "--random-range-ratio", "1.0"]
+    assert sharegpt[-1] == "64"  # the caller's list is not modified
+
+
+def test_profile_load_is_one_long_wave_captured_after_its_prefill(tmp_path, monkeypatch):
+    ab = _load()
+    seen, slept = {}, []
+
+    def fake_bench(base, conc, a, dataset, out_dir, tag, warmup=2):
+        seen.update(n=max(a.num_prompts, a.prompts_per_conc * conc), dataset=dataset, warmup=warmup)
+        return {}
+
+    def fake_post(url, payload=None, timeout=600):  # the server writes its trace when the capture ends
+        if url.endswith("/start_profile"):
+            ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0.0, "dur": 5.0},
+                  {"ph": "X", "cat": "kernel", "name": "k", "ts": 10.0, "dur": 5.0}]
+            (tmp_path / "t.trace.json").write_text(json.dumps({"traceEvents": ev}))
+        return b"{}"
+
+    monkeypatch.setattr(ab, "bench_serving", fake_bench)
+    monkeypatch.setattr(ab, "_post", fake_post)
+    monkeypatch.setattr(ab.time, "sleep", slept.append)
+    a = types.SimpleNamespace(num_prompts=64, prompts_per_conc=8, profile_output_len=512, profile_delay=1.0,
+                              profile_steps=2, profile_timeout=5, run_timeout=5)
+    out = ab.profile("http://x", 16, a, ["--sharegpt-output-len", "64"], str(tmp_path), "s_c16",
+                     str(tmp_path), ttft_s=0.8)
+    assert seen == {"n": 16, "dataset": ["--sharegpt-output-len", "512"], "warmup": 0}
+    assert slept == [2.1]  # 2 x P99 TTFT + 0.5 s, above --profile-delay
+    assert out["kernels_per_round"][0]["count"] == 1.0 and "16 requests x 512 tokens" in out["load"]
