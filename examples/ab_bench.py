@@ -9,7 +9,8 @@
 Each server is launched, measured at every concurrency and stopped before the next one starts, so exactly one
 server is on the GPU while it is measured. Before every run the server's cache and its speculative counters
 are reset (/flush_cache), so the accept length bench_serving reports belongs to that run, and an unrecorded
-warm pass at the same concurrency (`--warmup-passes`) keeps first-use costs of a batch size out of the row. Prompts: a JSON
+warm pass at the same concurrency (`--warmup-passes`) keeps first-use costs of a batch size out of the row;
+`--repeats N` measures N passes and reports their median (each pass's tok/s kept in the row). Prompts: a JSON
 list (or {"prompts": [...]}) of texts written as a ShareGPT-format file (`--prompts-file`), or random token
 ids of a fixed length (`--random-input-len`, needs `--tokenizer`). `--url NAME=URL` measures an already
 running server instead. `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode
@@ -168,6 +169,24 @@ def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag
     return {k: res.get(k) for k in FIELDS}
 
 
+def median_row(runs: list[dict]) -> dict:
+    """One row from repeated passes: each field's median (lower middle for an even count), and the passes'
+    output tok/s listed so the spread is on record next to it."""
+    def med(values):
+        v = sorted(x for x in values if x is not None)
+        return v[(len(v) - 1) // 2] if v else None
+    row = {k: med(r.get(k) for r in runs) for k in FIELDS}
+    row["passes_output_throughput"] = [r.get("output_throughput") for r in runs]
+    return row
+
+
+def measured(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str) -> dict:
+    """--repeats measured passes at one concurrency (after the warm pass), as one median row."""
+    if a.repeats == 1:
+        return bench_serving(base, conc, a, dataset, out_dir, tag)
+    return median_row([bench_serving(base, conc, a, dataset, out_dir, f"{tag}_r{i}") for i in range(a.repeats)])
+
+
 def with_output_len(dataset: list[str], n: int) -> list[str]:
     """The dataset arguments with every output-length flag set to n."""
     out = list(dataset)
@@ -261,12 +280,16 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-timeout", type=float, default=120)
     ap.add_argument("--warmup-passes", type=int, default=1,
                     help="unrecorded bench_serving passes at each concurrency before the measured one")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="measured passes per concurrency; the row is their median (their tok/s listed)")
     ap.add_argument("--client", choices=("inproc", "subprocess"), default="inproc",
                     help="run SGLang's bench_serving in this process (one import) or as a subprocess per run")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if not a.server and not a.url:
         ap.error("give at least one --server or --url")
+    if a.repeats < 1:
+        ap.error(f"--repeats must be >= 1, got {a.repeats}")
     if (a.prompts_file is None) == (a.random_input_len is None):
         ap.error("give exactly one of --prompts-file and --random-input-len")
     os.makedirs(a.out, exist_ok=True)
@@ -288,7 +311,7 @@ def main(argv=None) -> int:
             except ValueError:
                 ap.error(f"--random-input-len: {item!r} is not LEN or LEN@C,C..")
     client = "python -m sglang.bench_serving" + (" (its cli_main, in process)" if a.client == "inproc" else "")
-    report = {"client": client, "output_len": a.output_len, "warmup_passes": a.warmup_passes,
+    report = {"client": client, "output_len": a.output_len, "warmup_passes": a.warmup_passes, "repeats": a.repeats,
               "workloads": [{"input_len": n, "dataset": d, "concurrency": c} for n, d, c in workloads],
               "concurrency": a.concurrency, "one_server_at_a_time": True, "common": a.common, "servers": {},
               "rows": [], "profiles": {}}
@@ -328,7 +351,7 @@ def main(argv=None) -> int:
                         for w in range(a.warmup_passes):  # a batch size's first use (graphs, JIT) stays out
                             bench_serving(base, c, warm, dataset, a.out, f"{tag}_warm{w}")
                         row = {"server": name, "input_len": length, "concurrency": c,
-                               **bench_serving(base, c, a, dataset, a.out, tag)}
+                               **measured(base, c, a, dataset, a.out, tag)}
                         report["rows"].append(row)
                         print(f"[ab] {tag} c={c}: {row['output_throughput']:.1f} tok/s, TPOT {row['median_tpot_ms']:.3f} "
                               f"ms, accept {row['accept_length']}", flush=True)

@@ -53,3 +53,14 @@ def test_profile_load_is_one_long_wave_captured_after_its_prefill(tmp_path, monk
     assert seen == {"n": 16, "dataset": ["--sharegpt-output-len", "512"], "warmup": 0}
     assert slept == [2.1]  # 2 x P99 TTFT + 0.5 s, above --profile-delay
     assert out["kernels_per_round"][0]["count"] == 1.0 and "16 requests x 512 tokens" in out["load"]
+
+
+def test_repeated_passes_report_each_fields_median_and_keep_the_spread():
+    ab = _load()
+    runs = [{"output_throughput": t, "median_tpot_ms": m, "accept_length": None} for t, m in
+            ((900.0, 1.1), (700.0, 1.3), (1200.0, 0.9))]
+    row = ab.median_row(runs)
+    assert row["output_throughput"] == 900.0 and row["median_tpot_ms"] == 1.1
+    assert row["accept_length"] is None  # no value in any pass stays None, not 0
+    assert row["passes_output_throughput"] == [900.0, 700.0, 1200.0]
+    assert ab.median_row(runs[:2])["output_throughput"] == 700.0  # even count: the lower middle
