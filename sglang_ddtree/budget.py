@@ -75,6 +75,44 @@ def choose_budget(expected: torch.Tensor, table: tuple[torch.Tensor, torch.Tenso
     return cands[torch.argmax(expected.mean(0)[cands] / cost)]
 
 
+class LaggedChoice:
+    """The budget an earlier round chose on the device, on the host without a sync.
+
+    A server launches round r before it has read round r−1's results (overlap scheduling), so a choice made
+    from round r−1's tree cannot steer round r without a sync. `publish` starts a non-blocking copy of the
+    device choice into pinned memory and records an event; `current` returns the newest publication whose
+    copy has landed (event queried, never waited on), else the last value it returned — one or two rounds
+    stale, never a stall. On the CPU the copy is synchronous and the newest choice is always current."""
+
+    def __init__(self, initial: int, device):
+        self.device = torch.device(device)
+        self.value, self._seen = int(initial), 0
+        cuda = self.device.type == "cuda"
+        self._bufs = [torch.zeros((), dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
+        self._pending = [None, None]  # (sequence number, event or None) per buffer
+        self._seq = 0
+
+    def publish(self, choice: torch.Tensor) -> None:
+        self._seq += 1
+        i = self._seq % 2
+        if self.device.type == "cuda":
+            self._bufs[i].copy_(choice, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            self._bufs[i].copy_(choice)
+            event = None
+        self._pending[i] = (self._seq, event)
+
+    def current(self) -> int:
+        landed = [(seq, i) for i, p in enumerate(self._pending) if p is not None
+                  for seq, ev in (p,) if seq > self._seen and (ev is None or ev.query())]
+        if landed:
+            seq, i = max(landed)
+            self.value, self._seen = int(self._bufs[i]), seq
+        return self.value
+
+
 def main(argv=None) -> int:
     """Fixed budgets against budget='auto' on the engine (the shipped pair, held-out prompts the calibration
     was not fitted on), per batch size: τ, decode wall time (the start-up cost table excluded and reported

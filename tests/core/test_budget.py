@@ -88,3 +88,46 @@ def test_choose_budget_maximises_tokens_per_time():
         pick([1, 8], [1.0, 1.0])
     with pytest.raises(ValueError, match="cost"):
         pick([1], [0.0])
+
+
+def test_lagged_choice_on_the_cpu_is_the_newest_publication():
+    from sglang_ddtree.budget import LaggedChoice
+
+    lag = LaggedChoice(7, "cpu")
+    assert lag.current() == 7  # nothing published yet: the initial budget
+    for b in (15, 31, 63):
+        lag.publish(torch.tensor(b))
+        assert lag.current() == b
+
+
+class _Event:
+    def __init__(self):
+        self.done = False
+
+    def query(self):
+        return self.done
+
+
+def test_lagged_choice_takes_the_newest_landed_copy_never_waits_never_goes_back():
+    from sglang_ddtree.budget import LaggedChoice
+
+    lag = LaggedChoice(7, "cpu")
+    events = []
+
+    def publish(b):  # the CUDA path's state: the copy is in the buffer, its event not yet done
+        lag.publish(torch.tensor(b))
+        ev = _Event()
+        lag._pending[lag._seq % 2] = (lag._seq, ev)
+        events.append(ev)
+
+    publish(15)
+    publish(31)
+    assert lag.current() == 7  # neither copy has landed: the last value, no wait
+    events[0].done = True
+    assert lag.current() == 15  # only the older one landed
+    events[1].done = True
+    assert lag.current() == 31
+    publish(63)  # overwrites the buffer of 15
+    assert lag.current() == 31  # 63 not landed; 15's old record is gone, 31 stays
+    events[2].done = True
+    assert lag.current() == 63
