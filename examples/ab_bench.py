@@ -17,7 +17,7 @@ running server instead. `--profile-concurrency` adds a torch-profiler capture of
 rounds under that load, summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps).
 bench_serving runs in this process through its own `cli_main` (same parser, same code as the CLI; one
 SGLang import for every run), or as a subprocess per run with `--client subprocess`. Every server started
-here is stopped on exit, SIGTERM included. Writes DIR/ab.json and DIR/ab.md.
+here is stopped on exit, SIGTERM included. Writes DIR/ab.json, DIR/ab.md and DIR/ab.png (tok/s and accept length vs concurrency; `--plot-only` redraws it).
 """
 from __future__ import annotations
 
@@ -251,6 +251,39 @@ def markdown(rows: list[dict]) -> str:
         f"{f(r['accept_length'], '.2f')} |\n" for r in rows)
 
 
+def plot(rows: list[dict], path: str) -> str | None:
+    """Output tok/s and accept length against concurrency, one line per server (and input length); None
+    where matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    lines = {}
+    for r in rows:
+        lines.setdefault(r["server"] + (f" in{r['input_len']}" if r.get("input_len") else ""), []).append(r)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for k, (label, rs) in enumerate(lines.items()):
+        rs = sorted(rs, key=lambda r: r["concurrency"])
+        c, color = [r["concurrency"] for r in rs], f"C{k % 10}"  # one colour per server in both panels
+        ax1.plot(c, [r["output_throughput"] for r in rs], marker="o", label=label, color=color)
+        if any(r.get("accept_length") for r in rs):
+            ax2.plot(c, [r.get("accept_length") or float("nan") for r in rs], marker="o", label=label, color=color)
+    for ax, name in ((ax1, "output tok/s"), (ax2, "accept length")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=7)
+    fig.suptitle("sglang.bench_serving, one server measured at a time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", action="append", default=[], metavar="NAME=ARGS", help="launch and measure")
@@ -285,7 +318,11 @@ def main(argv=None) -> int:
     ap.add_argument("--client", choices=("inproc", "subprocess"), default="inproc",
                     help="run SGLang's bench_serving in this process (one import) or as a subprocess per run")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--plot-only", metavar="AB_JSON", help="only draw DIR/ab.png from an earlier run's ab.json")
     a = ap.parse_args(argv)
+    if a.plot_only:
+        os.makedirs(a.out, exist_ok=True)
+        return 0 if plot(json.load(open(a.plot_only))["rows"], os.path.join(a.out, "ab.png")) else 1
     if not a.server and not a.url:
         ap.error("give at least one --server or --url")
     if a.repeats < 1:
@@ -374,6 +411,7 @@ def main(argv=None) -> int:
             srv.stop()
     with open(os.path.join(a.out, "ab.md"), "w") as f:
         f.write(markdown(report["rows"]))
+    plot(report["rows"], os.path.join(a.out, "ab.png"))
     print(markdown(report["rows"]))
     return 0 if all("error" not in s for s in report["servers"].values()) else 1
 

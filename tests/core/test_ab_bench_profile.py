@@ -64,3 +64,12 @@ def test_repeated_passes_report_each_fields_median_and_keep_the_spread():
     assert row["accept_length"] is None  # no value in any pass stays None, not 0
     assert row["passes_output_throughput"] == [900.0, 700.0, 1200.0]
     assert ab.median_row(runs[:2])["output_throughput"] == 700.0  # even count: the lower middle
+
+
+def test_plot_only_redraws_a_committed_run(tmp_path):
+    import pytest
+    pytest.importorskip("matplotlib")
+    ab = _load()
+    src = ROOT / "docs" / "benchmarks" / "sglang-h200-2026-12-03-run2-ab.json"
+    assert ab.main(["--out", str(tmp_path), "--plot-only", str(src)]) == 0
+    assert (tmp_path / "ab.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
