@@ -52,6 +52,9 @@ def per_request(name: str, value, batch: int, device: torch.device, *, default: 
     """An optional per-request integer vector (None → default, a Python/numpy int → broadcast) as int64 [batch].
     None returns a shared tensor: callers read it, never write it."""
     if value is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # a fill recorded into a graph never runs outside it: never cache a tensor made during capture
+            return torch.full((batch,), default, dtype=torch.int64, device=device)
         return _filled(batch, default, device)
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         integer(name, int(value), minimum=INT64_MIN, maximum=INT64_MAX)

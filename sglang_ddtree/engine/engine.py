@@ -25,8 +25,7 @@ import torch
 from ..accept import sample_node_tokens
 from ..round import RoundOps
 from ..budget import budget_table, choose_budget, expected_commit, truncate
-from ..topk import topk_logprobs
-from ..tree import build_tree, build_tree_from_topk, chain_pops
+from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR
 from .dflash import DFlashDraftModel
@@ -236,11 +235,9 @@ class Engine:
 
         if auto is not None:  # budget='auto': candidates, and the cost table of this batch (measured if absent)
             cands, costs = auto
-            stage1 = "cuda" if dev.type == "cuda" else "cpu"
 
-            def big_tree(logits):  # one top-k and the largest tree predict every candidate (budget.py)
-                lp, top = topk_logprobs(logits, min(cands[-1], logits.shape[-1]), stage1)
-                return build_tree_from_topk(lp, top, cands[-1], root_tokens=root, seq_lens=seq_lens, anchor=anchor)
+            def big_tree(logits):  # the largest candidate's tree predicts every smaller one (budget.py)
+                return build_tree(logits, cands[-1], root_tokens=root, seq_lens=seq_lens, anchor=anchor)
 
             if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
                 clock.mark("cost")

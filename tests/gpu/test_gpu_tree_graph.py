@@ -87,3 +87,26 @@ def test_public_api_graph_capture():
     tree_e, res_e = run()
     assert_trees_identical(tree_g, tree_e)
     assert torch.equal(res_g.accept_index, res_e.accept_index) and torch.equal(res_g.bonus, res_e.bonus)
+
+
+def test_public_build_captured_first_with_default_lengths_does_not_poison_eager_calls():
+    """build_tree_from_topk's default root/seq_lens vectors are cached per shape; one first made while a
+    graph is being captured would hold a fill that never ran: the cache must skip capture."""
+    from sglang_ddtree import build_tree_from_topk
+    from sglang_ddtree._checks import _filled
+
+    _filled.cache_clear()
+    Bq, k = 3, 4  # a shape no other test uses, so capture makes the first default vectors
+    lp, ids = torch.sort(torch.randn(Bq, L, k, device="cuda"), dim=-1, descending=True)[0], \
+        torch.randint(0, V, (Bq, L, k), device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
+        build_tree_from_topk(lp, ids, 8)
+    torch.cuda.current_stream().wait_stream(s)
+    assert _filled.cache_info().currsize == 0  # nothing made during capture was cached
+    eager = build_tree_from_topk(lp, ids, 8)
+    want = build_tree_from_topk(lp, ids, 8, root_tokens=torch.zeros(Bq, dtype=torch.int64, device="cuda"),
+                                seq_lens=torch.zeros(Bq, dtype=torch.int64, device="cuda"))
+    assert torch.equal(eager.positions, want.positions) and torch.equal(eager.tokens, want.tokens)
