@@ -105,11 +105,14 @@ class LaggedChoice:
         self._pending[i] = (self._seq, event)
 
     def current(self) -> int:
-        landed = [(seq, i) for i, p in enumerate(self._pending) if p is not None
-                  for seq, ev in (p,) if seq > self._seen and (ev is None or ev.query())]
-        if landed:
-            seq, i = max(landed)
-            self.value, self._seen = int(self._bufs[i]), seq
+        best = None
+        for i, pending in enumerate(self._pending):
+            if pending is not None:
+                seq, event = pending
+                if seq > self._seen and (event is None or event.query()) and (best is None or seq > best[0]):
+                    best = (seq, i)
+        if best is not None:
+            self._seen, self.value = best[0], int(self._bufs[best[1]])
         return self.value
 
 
