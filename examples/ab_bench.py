@@ -253,17 +253,17 @@ def markdown(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], path: str) -> str | None:
     """Output tok/s and accept length against concurrency, one line per server (and input length); None
-    where matplotlib is not installed."""
+    where matplotlib is not installed. Drawn on a bare Figure, not through pyplot: pyplot's backend switch
+    pokes IPython when it is importable, and the GPU bundle's IPython is a partial one."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         return None
     lines = {}
     for r in rows:
         lines.setdefault(r["server"] + (f" in{r['input_len']}" if r.get("input_len") else ""), []).append(r)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax1, ax2 = fig.subplots(1, 2)
     for k, (label, rs) in enumerate(lines.items()):
         rs = sorted(rs, key=lambda r: r["concurrency"])
         c, color = [r["concurrency"] for r in rs], f"C{k % 10}"  # one colour per server in both panels
@@ -280,7 +280,6 @@ def plot(rows: list[dict], path: str) -> str | None:
     fig.suptitle("sglang.bench_serving, one server measured at a time")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

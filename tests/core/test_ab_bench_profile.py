@@ -73,3 +73,18 @@ def test_plot_only_redraws_a_committed_run(tmp_path):
     src = ROOT / "docs" / "benchmarks" / "sglang-h200-2026-12-03-run2-ab.json"
     assert ab.main(["--out", str(tmp_path), "--plot-only", str(src)]) == 0
     assert (tmp_path / "ab.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_draws_with_a_partial_ipython_importable(tmp_path, monkeypatch):
+    """The GPU bundle's IPython has no get_ipython; pyplot's backend switch called it and the 2026-12-03
+    run-3 A/B step exited 1 after its JSON (no plot). The plot must not go through pyplot's backend."""
+    import sys
+    import pytest
+    pytest.importorskip("matplotlib")
+    ab = _load()
+    monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))
+    monkeypatch.delitem(sys.modules, "matplotlib.pyplot", raising=False)
+    rows = [{"server": s, "concurrency": c, "output_throughput": 100.0 * c, "accept_length": 5.0}
+            for s in ("dflash", "ddtree") for c in (1, 4)]
+    assert ab.plot(rows, str(tmp_path / "p.png")) == str(tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
