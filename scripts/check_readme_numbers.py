@@ -140,6 +140,13 @@ def _vs_dflash(doc, server: str, conc: int) -> float:
     return tput(server) / tput("dflash")
 
 
+def _projection(ab, rc, input_len: int, conc: int) -> float:
+    """Projected DDTree-over-DFLASH speed for a real 8B pair: tiny-pair accept-length ratio (budget 16, at
+    conc) times the 8B-shaped round-cost ratio (budget 15)."""
+    acc = lambda name: pick("rows", "accept_length", server=name, concurrency=conc)(ab)  # noqa: E731
+    return acc("ddtree_b16") / acc("dflash") * _tpot(rc, "dflash", input_len, conc) / _tpot(rc, "ddtree_b15", input_len, conc)
+
+
 def _kernel_us(doc, profile: str, kernel: str) -> float:
     """A kernel's time per captured step in one ab_bench profile."""
     rows = [k for k in doc["profiles"][profile]["kernels_per_round"] if k["name"] == kernel]
@@ -191,6 +198,10 @@ CLAIMS = [
     ("(run 3); {}–{}× DFLASH's round at c = 16 / 32", ROUND,
      lambda d: (min(_tpot(d, "ddtree_b15", 1024, c) / _tpot(d, "dflash", 1024, c) for c in (16, 32)),
                 max(_tpot(d, "ddtree_b15", 1024, c) / _tpot(d, "dflash", 1024, c) for c in (16, 32))), None),
+    ("**{}× / {}× / {}×** at 1k context, c = 1 / 16 / 32; {}× at 8k and {}× at 32k (c=1)", (AB, PREFIX, ROUND),
+     lambda ab, rc3, rc2: tuple(_projection(ab, rc, n, c) for rc, n, c in
+                                ((rc3, 1024, 1), (rc2, 1024, 16), (rc2, 1024, 32), (rc3, 8192, 1), (rc3, 32768, 1))),
+     None),
     ("DFLASH's verify attention (triton extend kernel) {} ms a round", ROUND,
      lambda d: _kernel_us(d, "dflash_c1", "_fwd_kernel") / 1e3, None),
     ("our tree kernel ~{} µs", ROUND_MD, grep(r"verify attention is \*\*~([0-9]+) µs a round"), None),
