@@ -41,7 +41,7 @@ def test_top_level_help_exits_0_as_a_module():
 
 
 def test_bench_lists_only_benchmarks(capsys):
-    assert bench.names() == ["attention", "engine", "tree", "tree_gpu"]
+    assert bench.names() == ["attention", "engine", "tree", "tree_gpu", "verify_splits"]
     assert bench.main(["__main__"]) == 2
     err = capsys.readouterr().err
     assert "unknown benchmark '__main__'" in err and "Traceback" not in err
@@ -54,6 +54,16 @@ def test_bench_tree_rejects_bad_values(capsys):
 
     one_line_error(capsys, lambda: tree.main(["--budgets", "8,x"]), "--budgets")
     one_line_error(capsys, lambda: tree.main(["--repeats", "0"]), "--repeats")
+
+
+def test_bench_verify_splits_rejects_bad_values_and_a_missing_gpu(capsys):
+    from sglang_ddtree.bench import verify_splits
+
+    one_line_error(capsys, lambda: verify_splits.main(["--splits", "16,0"]), "--splits")
+    one_line_error(capsys, lambda: verify_splits.main(["--batch", "x"]), "--batch")
+    if not torch.cuda.is_available():
+        assert verify_splits.main([]) == 2
+        assert "needs a CUDA device" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,needle", [
