@@ -120,20 +120,20 @@ def main(argv=None) -> int:
     """Fixed budgets against budget='auto' on the engine (the shipped pair, held-out prompts the calibration
     was not fitted on), per batch size: τ, decode wall time (the start-up cost table excluded and reported
     apart), tokens/s and the budgets auto chose."""
-    import argparse
     import collections
     import json
     import time
 
+    from . import _cli
     from .engine import Engine, summarize
     from .engine.data import heldout_prompts
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.budget", description=main.__doc__.split(".")[0])
+    ap = _cli.Parser(prog="python -m sglang_ddtree.budget", description=main.__doc__.split(".")[0])
     ap.add_argument("--out", default="budget.json")
-    ap.add_argument("--batches", default="1,16,128")
-    ap.add_argument("--prompts", type=int, default=128, help="taken after the calibration's 100 fit prompts")
-    ap.add_argument("--max-new", type=int, default=48)
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 16, 128])
+    ap.add_argument("--prompts", type=_cli.positive_int, default=128, help="taken after the calibration's 100 fit prompts")
+    ap.add_argument("--max-new", type=_cli.positive_int, default=48)
+    ap.add_argument("--device", type=_cli.device, default=None)
     a = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     prompts = heldout_prompts()[100:100 + a.prompts]
     kw = dict(method="ddtree", anchor="chain", draft_temperature="drafter")
     out = {"device": str(eng.device), "prompts": len(prompts), "max_new_tokens": a.max_new, "rows": []}
-    for bs in (int(x) for x in a.batches.split(",")):
+    for bs in a.batches:
         eng.generate(prompts[:bs], 4, batch_size=bs, budget=8, **kw)  # warm-up
         for budget in (8, 16, 32, 64, "auto"):
             t0 = time.perf_counter()

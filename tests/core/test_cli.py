@@ -56,6 +56,14 @@ def test_bench_tree_rejects_bad_values(capsys):
     one_line_error(capsys, lambda: tree.main(["--repeats", "0"]), "--repeats")
 
 
+def test_budget_cli_rejects_bad_values(capsys):
+    from sglang_ddtree import budget
+
+    one_line_error(capsys, lambda: budget.main(["--batches", "1,x"]), "--batches")
+    one_line_error(capsys, lambda: budget.main(["--prompts", "0"]), "--prompts")
+    one_line_error(capsys, lambda: budget.main(["--device", "gpu"]), "--device")
+
+
 def test_bench_verify_splits_rejects_bad_values_and_a_missing_gpu(capsys):
     from sglang_ddtree.bench import verify_splits
 
