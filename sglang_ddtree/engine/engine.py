@@ -27,9 +27,8 @@ from ..round import RoundOps
 from ..budget import budget_table, choose_budget, expected_commit, truncate
 from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
-from .data import MODELS_DIR
+from .data import MODELS_DIR, PAIRS
 from .dflash import DFlashDraftModel
-from .data import PAIRS
 from .model import CausalLM, prefix_tree_mask
 from .tokenizer import ByteTokenizer
 

@@ -73,6 +73,8 @@ class MLAttention(nn.Module):
             self.q_a_layernorm = RMSNorm(c.q_lora_rank, c.rms_norm_eps)
             self.q_b_proj = nn.Linear(c.q_lora_rank, self.nh * c.qk_head_dim, bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(c.hidden_size, c.kv_lora_rank + c.qk_rope_head_dim, bias=bias)
+        # HF builds the two latent norms with eps 1e-6 whatever rms_norm_eps says, SGLang with rms_norm_eps:
+        # the same for the shipped 1e-6
         self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, c.rms_norm_eps)
         self.kv_b_proj = nn.Linear(c.kv_lora_rank, self.nh * (c.qk_nope_head_dim + c.v_head_dim), bias=False)
         self.o_proj = nn.Linear(self.nh * c.v_head_dim, c.hidden_size, bias=bias)

@@ -1,14 +1,15 @@
 """DDTree and the DFlash chain are lossless on the shipped MLA pair (DeepSeek-V3 target, bf16 weights
 computed in fp32 on the CPU, verify through tree_verify_attention's MLA form): greedy output
 token-identical to AR on held-out prompts. Fewer prompts than the Qwen3 pair's test: an MLA verify costs
-~15x a Qwen3-tiny one per token (16 heads over a 576-wide latent)."""
+~15x a Qwen3-tiny one per token (16 heads over a 576-wide latent); the 200-prompt run is
+`python -m sglang_ddtree.bench engine --pair mla` (docs/benchmarks/engine-mla-cpu-2026-12-03.json)."""
 import pytest
 import torch
 
 from sglang_ddtree.engine import Engine, summarize
 from sglang_ddtree.engine.data import heldout_prompts
 
-N_PROMPTS, MAX_NEW = 16, 32
+N_PROMPTS, MAX_NEW = 12, 32
 
 
 @pytest.fixture(scope="module")
