@@ -2,9 +2,9 @@
 
     python -m sglang_ddtree.bench engine [--out engine.json] [--pair qwen3|mla] [--quick]
 
-1. Lossless (the shipped tiny pair, `--pair mla`: the DeepSeek-V3 MLA one): greedy DDTree at several budgets (the paper's tree and the
-   chain-anchored one) and the DFlash chain against AR in fp32 (must be token-identical), with tau, and
-   in bf16 DDTree against the chain under identical conditions
+1. Lossless (the shipped tiny pair; `--pair mla`: the DeepSeek-V3 MLA one): greedy DDTree at several
+   budgets (the paper's tree and the chain-anchored one) and the DFlash chain against AR in fp32 (must be
+   token-identical), with tau, and in bf16 DDTree against the chain under identical conditions
    (reported as agreement; bf16 verify widths differ, so exact equality is not a property of bf16).
 2. Timing (GPU): a randomly initialised Qwen3-8B-shaped target (36 layers, hidden 4096, 32/8 heads,
    vocab 151936, bf16) with a matching 5-layer DFlash drafter (block 16), ragged prompts of ~1k tokens,

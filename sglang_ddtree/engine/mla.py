@@ -95,7 +95,8 @@ class MLAttention(nn.Module):
     def query(self, x, cos, sin):
         c = self.c
         q = self.q_proj(x) if c.q_lora_rank is None else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
-        q_nope, q_pe = q.view(*x.shape[:2], self.nh, c.qk_head_dim).split([c.qk_nope_head_dim, c.qk_rope_head_dim], -1)
+        q = q.view(*x.shape[:2], self.nh, c.qk_head_dim)
+        q_nope, q_pe = q.split([c.qk_nope_head_dim, c.qk_rope_head_dim], -1)
         return q_nope, apply_rope_interleaved(q_pe, cos, sin)
 
     def forward(self, x, cos, sin, mask, cache_kv=None, slots=None, prefix_kv=None, attn_fn=None):
@@ -167,7 +168,7 @@ class DeepseekV3ForCausalLM(CausalLM):
 
         def fn(q, lat, cache):
             (q_abs, q_pe), n = q, q[0].shape[1]
-            o, _ = tree_verify_attention((q_abs.reshape(B * n, *q_abs.shape[2:]), q_pe.reshape(B * n, *q_pe.shape[2:])),
+            o, _ = tree_verify_attention((q_abs.flatten(0, 1), q_pe.flatten(0, 1)),
                                          cache.view(B * pages, ps, cache.shape[-1]), page_table, prefix,
                                          lat.reshape(B * n, -1), mask_bits, c.sm_scale, max_prefix_len=cap)
             return o.view(B, n, *o.shape[1:])

@@ -114,7 +114,8 @@ def test_shipped_config_is_deepseek_v3_with_real_mla_shapes(target):
     with open(os.path.join(TARGET, "config.json")) as f:
         cfg = json.load(f)
     assert cfg["architectures"] == ["DeepseekV3ForCausalLM"] and cfg["model_type"] == "deepseek_v3"
-    assert (cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]) == (512, 64, 128, 128)
+    widths = (cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"], cfg["v_head_dim"])
+    assert widths == (512, 64, 128, 128)
     assert cfg["num_attention_heads"] in (16, 64)                          # what FlashMLA takes
     assert "q_lora_rank" in cfg and cfg["q_lora_rank"] is None             # absent would read as 1536
     assert cfg["rope_scaling"] is None and cfg["first_k_dense_replace"] >= cfg["num_hidden_layers"]
