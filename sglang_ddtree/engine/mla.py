@@ -122,6 +122,8 @@ class MLAttention(nn.Module):
             q_abs = torch.einsum("bthd,hdc->bthc", q_nope, w_uk)
             if attn_fn is not None:
                 o_lat = attn_fn((q_abs, q_pe), lat, cache)
+            elif mask is None:
+                raise ValueError("mask (bool [B, T, S] over the cache) is required with cache_kv and no attn_fn")
             else:
                 o_lat = latent_attend(torch.cat([q_abs, q_pe], -1), cache, mask, c.kv_lora_rank, c.sm_scale)
             o = torch.einsum("bthc,hvc->bthv", o_lat, w_uv)

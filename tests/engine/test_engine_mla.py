@@ -145,6 +145,9 @@ def test_bad_mla_configs_are_refused():
                       num_attention_heads=4, num_key_value_heads=2)
     with pytest.raises(ValueError, match="pair"):
         Engine.from_pretrained(pair="llama")
+    m = tiny_mla()
     with pytest.raises(ValueError, match="prefix_kv"):
-        m = tiny_mla()
         m.model.layers[0].self_attn(torch.zeros(1, 2, 32, dtype=torch.float64), None, None, None, prefix_kv=[])
+    ids = torch.zeros(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="mask"):
+        m(ids, None, None, m.new_cache(1, 8, torch.float64, "cpu"), torch.arange(2)[None])
