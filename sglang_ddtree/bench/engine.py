@@ -1,10 +1,10 @@
 """Engine benchmark: losslessness of the decode loop, and where a DDTree round's time goes.
 
-    python -m sglang_ddtree.bench engine [--out engine.json] [--quick]
+    python -m sglang_ddtree.bench engine [--out engine.json] [--pair qwen3|mla] [--quick]
 
-1. Lossless (the shipped tiny pair): greedy DDTree at several budgets (the paper's tree and the
-   chain-anchored one) and the DFlash chain against AR in fp32 (must be token-identical), with tau, and
-   in bf16 DDTree against the chain under identical conditions
+1. Lossless (the shipped tiny pair; `--pair mla`: the DeepSeek-V3 MLA one): greedy DDTree at several
+   budgets (the paper's tree and the chain-anchored one) and the DFlash chain against AR in fp32 (must be
+   token-identical), with tau, and in bf16 DDTree against the chain under identical conditions
    (reported as agreement; bf16 verify widths differ, so exact equality is not a property of bf16).
 2. Timing (GPU): a randomly initialised Qwen3-8B-shaped target (36 layers, hidden 4096, 32/8 heads,
    vocab 151936, bf16) with a matching 5-layer DFlash drafter (block 16), ragged prompts of ~1k tokens,
@@ -24,7 +24,7 @@ import time
 import torch
 
 from ..engine import Engine, summarize
-from ..engine.data import heldout_prompts
+from ..engine.data import PAIRS, heldout_prompts
 from ..engine.dflash import DFlashDraftModel, dflash_config
 from ..engine.model import Qwen3Config, Qwen3ForCausalLM
 from .baseline import run_ported_round
@@ -35,23 +35,25 @@ QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, nu
 DRAFT_8B = dict(num_layers=5, block_size=16, target_layer_ids=[1, 9, 17, 25, 33], mask_token_id=151669)
 
 
-def lossless(device, n_prompts: int, max_new: int, budgets, dtypes=(torch.float32, torch.bfloat16)) -> dict:
+def lossless(device, n_prompts: int, max_new: int, budgets, dtypes=(torch.float32, torch.bfloat16), pair="qwen3",
+             batch_size=None) -> dict:
     prompts = heldout_prompts(n_prompts)
     out = {}
     for dtype in dtypes:
-        eng = Engine.from_pretrained(device=device, dtype=dtype)
-        runs = {"ar": eng.generate(prompts, max_new, method="ar"),
-                "chain": eng.generate(prompts, max_new, method="chain")}
+        eng = Engine.from_pretrained(device=device, dtype=dtype, pair=pair)
+        gen = lambda method, **kw: eng.generate(prompts, max_new, method=method, batch_size=batch_size, **kw)
+        runs = {"ar": gen("ar"), "chain": gen("chain")}
         for b in budgets:
-            runs[f"ddtree{b}"] = eng.generate(prompts, max_new, method="ddtree", budget=b)
-            runs[f"ddtree{b}_anchored"] = eng.generate(prompts, max_new, method="ddtree", budget=b, anchor="chain")
+            runs[f"ddtree{b}"] = gen("ddtree", budget=b)
+            runs[f"ddtree{b}_anchored"] = gen("ddtree", budget=b, anchor="chain")
         ids = {k: [r.token_ids for r in v] for k, v in runs.items()}
         rows = {}
         for k, v in ids.items():
             rows[k] = {"tau": summarize(runs[k])["tau"],
                        "identical_to_ar": sum(a == b for a, b in zip(v, ids["ar"])),
                        "identical_to_chain": sum(a == b for a, b in zip(v, ids["chain"]))}
-        out[str(dtype).replace("torch.", "")] = {"prompts": len(prompts), "max_new_tokens": max_new, "runs": rows}
+        out[str(dtype).replace("torch.", "")] = {"pair": pair, "attention": eng.attention, "prompts": len(prompts),
+                                                  "max_new_tokens": max_new, "runs": rows}
         print(f"[lossless {dtype}] " + ", ".join(f"{k}: tau {r['tau']:.2f}, ={r['identical_to_ar']}/AR "
                                                   f"={r['identical_to_chain']}/chain" for k, r in rows.items()),
               flush=True)
@@ -134,6 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--lossless-prompts", type=int, default=200)
     ap.add_argument("--lossless-dtypes", default="float32,bfloat16")
+    ap.add_argument("--lossless-max-new", type=int, default=48)
+    ap.add_argument("--lossless-batch", type=int, default=None, help="requests decoded together (default: all)")
+    ap.add_argument("--pair", default="qwen3", choices=sorted(PAIRS), help="the shipped tiny pair to check")
     ap.add_argument("--skip-8b", action="store_true", help="only the lossless part (e.g. on CPU)")
     ap.add_argument("--skip-lossless", action="store_true", help="only the 8B-shaped timing")
     ap.add_argument("--attention", default="auto", choices=("auto", "op", "sdpa"), help="target verify attention")
@@ -151,7 +156,8 @@ def main(argv=None) -> int:
 
     if not a.skip_lossless:
         dtypes = [getattr(torch, d) for d in a.lossless_dtypes.split(",") if d]
-        out["lossless"] = lossless(device, a.lossless_prompts, 48, ints(a.budgets), dtypes)
+        out["lossless"] = lossless(device, a.lossless_prompts, a.lossless_max_new, ints(a.budgets), dtypes, a.pair,
+                                   a.lossless_batch)
         out["lossless_s"] = time.time() - t0
         save()
     if not a.skip_8b:

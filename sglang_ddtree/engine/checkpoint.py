@@ -13,7 +13,10 @@ import struct
 import torch
 
 from .dflash import DFlashConfig, DFlashDraftModel
-from .model import Qwen3Config, Qwen3ForCausalLM
+from .mla import DeepseekV3Config, DeepseekV3ForCausalLM
+from .model import CausalLM, Qwen3Config, Qwen3ForCausalLM
+
+TARGETS = {"qwen3": (Qwen3Config, Qwen3ForCausalLM), "deepseek_v3": (DeepseekV3Config, DeepseekV3ForCausalLM)}
 
 _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
            "I64": torch.int64, "I32": torch.int32, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
@@ -68,10 +71,16 @@ def _load_state(model: torch.nn.Module, folder: str, strip: str = "") -> None:
                          f"unexpected {unexpected[:5]}")
 
 
-def load_target(folder: str, dtype=torch.float32, device="cpu") -> Qwen3ForCausalLM:
-    cfg = Qwen3Config.load(folder)
+def load_target(folder: str, dtype=torch.float32, device="cpu") -> CausalLM:
+    """The target named by config.json's model_type (TARGETS), its weights cast to `dtype`."""
+    with open(os.path.join(folder, "config.json")) as f:
+        model_type = json.load(f).get("model_type", "qwen3")
+    if model_type not in TARGETS:
+        raise ValueError(f"{folder!r}: model_type {model_type!r} is not an engine target ({sorted(TARGETS)})")
+    config_cls, model_cls = TARGETS[model_type]
+    cfg = config_cls.load(folder)
     with torch.device("meta"):
-        model = Qwen3ForCausalLM(cfg)
+        model = model_cls(cfg)
     model = model.to_empty(device="cpu")
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
@@ -88,11 +97,11 @@ def load_drafter(folder: str, dtype=torch.float32, device="cpu") -> DFlashDraftM
     return model.to(device=device, dtype=dtype).eval()
 
 
-def save_model(model: torch.nn.Module, folder: str, config_extra: dict | None = None) -> None:
-    """config.json (+ generation_config.json for a target) and model.safetensors."""
+def save_model(model: torch.nn.Module, folder: str, config_extra: dict | None = None, dtype=None) -> None:
+    """config.json and model.safetensors (weights cast to `dtype` when given, e.g. bf16 for a smaller file)."""
     os.makedirs(folder, exist_ok=True)
     cfg = {**model.config.to_dict(), **(config_extra or {})}
-    sd = {k: v for k, v in model.state_dict().items()}
+    sd = {k: v if dtype is None else v.to(dtype) for k, v in model.state_dict().items()}
     if cfg.get("tie_word_embeddings"):
         sd.pop("lm_head.weight", None)
     save_safetensors(sd, os.path.join(folder, "model.safetensors"))

@@ -16,6 +16,7 @@ SKIP_DIRS = {"test", "tests", "idlelib", "turtledemo", "ensurepip", "lib2to3", "
              "dist-packages", "__pycache__", "config-3"}
 MODELS_DIR = os.path.join(os.path.dirname(__file__), "models")
 PROMPTS_FILE = os.path.join(MODELS_DIR, "heldout_prompts.json")
+PAIRS = {"qwen3": ("tiny-target", "tiny-dflash"), "mla": ("tiny-mla-target", "tiny-mla-dflash")}  # under MODELS_DIR
 
 
 def stdlib_files(root: str | None = None) -> list[str]:

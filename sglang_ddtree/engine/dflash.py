@@ -1,5 +1,8 @@
 """The DFlash block drafter (z-lab's DFlashDraftModel), in the same style as model.py.
 
+Targets: the Qwen3 (model.py) and the DeepSeek-V3 MLA (mla.py) ones alike; the drafter is Qwen3-style
+attention either way, fed by the target's hidden states.
+
 One draft pass proposes the next L = block_size - 1 tokens at once. Input: the block
 [last bonus token, MASK x L] embedded with the *target's* embeddings, at positions seq_len .. seq_len+L.
 Each layer's queries come from the block; its keys/values are the projected target context (cached)
@@ -17,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .model import KVCache, Qwen3Config, DecoderLayer, RMSNorm, rope_cos_sin, write_slots
+from .model import DecoderLayer, KVCache, Qwen3Config, Qwen3ForCausalLM, RMSNorm, rope_cos_sin, write_slots
 
 
 class DFlashConfig(Qwen3Config):
@@ -40,13 +43,21 @@ class DFlashConfig(Qwen3Config):
         return int(self.dflash["mask_token_id"])
 
 
-def dflash_config(target: Qwen3Config, *, num_layers: int, block_size: int, target_layer_ids: list[int],
-                  mask_token_id: int, mask_token: str = "<|MASK|>", intermediate_size: int | None = None
-                  ) -> DFlashConfig:
-    """A drafter config matched to `target` (same hidden size and vocabulary: it borrows both)."""
+def dflash_config(target, *, num_layers: int, block_size: int, target_layer_ids: list[int],
+                  mask_token_id: int, mask_token: str = "<|MASK|>", intermediate_size: int | None = None,
+                  num_attention_heads: int | None = None, num_key_value_heads: int | None = None,
+                  head_dim: int | None = None) -> DFlashConfig:
+    """A drafter config matched to `target` (same hidden size and vocabulary: it borrows both). The drafter's
+    attention shape defaults to the target's; a target without one (MLA) must give it."""
     if max(target_layer_ids) > target.num_hidden_layers - 2:
         # SGLang captures the context *before* layer id + 1, so id must leave a layer after it.
         raise ValueError(f"target_layer_ids must be <= num_hidden_layers - 2, got {target_layer_ids}")
+    heads = {"num_attention_heads": num_attention_heads, "num_key_value_heads": num_key_value_heads,
+             "head_dim": head_dim}
+    for k, v in heads.items():
+        heads[k] = getattr(target, k, None) if v is None else v
+        if not isinstance(heads[k], int) or heads[k] < 1:
+            raise ValueError(f"{k} must be a positive int (the target has none to copy), got {heads[k]!r}")
     extra = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_act": "silu",
         "block_size": block_size, "num_target_layers": target.num_hidden_layers,
@@ -57,8 +68,7 @@ def dflash_config(target: Qwen3Config, *, num_layers: int, block_size: int, targ
     }
     return DFlashConfig(vocab_size=target.vocab_size, hidden_size=target.hidden_size,
                         intermediate_size=intermediate_size or target.intermediate_size,
-                        num_hidden_layers=num_layers, num_attention_heads=target.num_attention_heads,
-                        num_key_value_heads=target.num_key_value_heads, head_dim=target.head_dim,
+                        num_hidden_layers=num_layers, **heads,
                         rms_norm_eps=target.rms_norm_eps, rope_theta=target.rope_theta,
                         max_position_embeddings=target.max_position_embeddings, extra=extra)
 
@@ -72,9 +82,7 @@ class DFlashDraftModel(nn.Module):
         self.fc = nn.Linear(len(c.target_layer_ids) * c.hidden_size, c.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def new_cache(self, batch: int, capacity: int, dtype, device) -> KVCache:
-        c = self.config
-        return KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, capacity, c.head_dim, dtype, device)
+    new_cache = Qwen3ForCausalLM.new_cache  # the same Qwen3 K/V cache shape
 
     def context_kv(self, feats, positions):
         """Per layer (k, v) [B, T, Hkv, D] of target features [B, T, F] at positions [B, T]."""

@@ -27,9 +27,9 @@ from ..round import RoundOps
 from ..budget import budget_table, choose_budget, expected_commit, truncate
 from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
-from .data import MODELS_DIR
+from .data import MODELS_DIR, PAIRS
 from .dflash import DFlashDraftModel
-from .model import KVCache, Qwen3ForCausalLM, prefix_tree_mask
+from .model import CausalLM, prefix_tree_mask
 from .tokenizer import ByteTokenizer
 
 STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "accept", "commit")
@@ -77,12 +77,14 @@ class StageClock:
 
 
 class Engine:
-    """Decode with a Qwen3 target and a DFlash drafter. `Engine.from_pretrained()`: the shipped tiny pair."""
+    """Decode with a Qwen3 or DeepSeek-V3 (MLA) target and a DFlash drafter. `Engine.from_pretrained()`: the
+    shipped tiny Qwen3 pair; `Engine.from_pretrained(pair="mla")`: the MLA one."""
 
-    def __init__(self, target: Qwen3ForCausalLM, drafter: DFlashDraftModel | None, tokenizer=None,
+    def __init__(self, target: CausalLM, drafter: DFlashDraftModel | None, tokenizer=None,
                  attention: str = "auto"):
-        """attention: verify attention — 'op' (the project's tree_verify_attention kernel: CUDA, bf16,
-        head_dim 128), 'sdpa' (torch SDPA over the cache with a dense mask), 'auto' (op where it applies)."""
+        """attention: verify attention — 'op' (the project's tree_verify_attention: for a Qwen3 target its
+        CUDA kernel, bf16, head_dim 128; for an MLA target its absorbed MLA form on any device, the torch path
+        on the CPU), 'sdpa' (torch SDPA over the cache with a dense mask), 'auto' (op where it applies)."""
         self.target, self.drafter = target, drafter
         self.draft_dir = None  # from_pretrained's drafter directory (its calibration file, if any)
         self.tokenizer = tokenizer or ByteTokenizer()
@@ -90,9 +92,9 @@ class Engine:
         self.device, self.dtype = p.device, p.dtype
         if attention not in ("auto", "op", "sdpa"):
             raise ValueError(f"attention must be 'auto', 'op' or 'sdpa', got {attention!r}")
-        fits = self.device.type == "cuda" and self.dtype == torch.bfloat16 and target.config.head_dim == 128
+        fits = target.op_attention_fits(self.device, self.dtype)
         if attention == "op" and not fits:
-            raise ValueError("attention='op' needs a CUDA bf16 target with head_dim 128")
+            raise ValueError("attention='op' needs a CUDA bf16 target with head_dim 128 (or an MLA target)")
         self.attention = "op" if attention == "op" or (attention == "auto" and fits) else "sdpa"
         self.ops = RoundOps(self.device)
         if drafter is not None:
@@ -106,10 +108,13 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, target_dir: str | None = None, draft_dir: str | None = None, device=None,
-                        dtype=torch.float32, attention: str = "auto") -> "Engine":
+                        dtype=torch.float32, attention: str = "auto", pair: str = "qwen3") -> "Engine":
+        """pair: which shipped tiny pair (data.PAIRS) when target_dir is None."""
         if target_dir is None:
-            target_dir = os.path.join(MODELS_DIR, "tiny-target")
-            draft_dir = draft_dir or os.path.join(MODELS_DIR, "tiny-dflash")
+            if pair not in PAIRS:
+                raise ValueError(f"pair must be one of {sorted(PAIRS)}, got {pair!r}")
+            target_dir = os.path.join(MODELS_DIR, PAIRS[pair][0])
+            draft_dir = draft_dir or os.path.join(MODELS_DIR, PAIRS[pair][1])
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         target = load_target(target_dir, dtype, device)
         drafter = load_drafter(draft_dir, dtype, device) if draft_dir else None
@@ -193,7 +198,6 @@ class Engine:
     @torch.inference_mode()
     def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
         dev, tgt, drf = self.device, self.target, self.drafter
-        c = tgt.config
         budget, topk, anchor, draft_temp, auto = tree_args
         use_draft = method != "ar"
         B, L, Bs = len(ids), self.block_size - 1, self.block_size
@@ -214,7 +218,7 @@ class Engine:
         pos = ar[:P].expand(B, P)
 
         # prefill: causal over each prompt; keys beyond a prompt's length are never visible
-        tcache = KVCache(c.num_hidden_layers, B, c.num_key_value_heads, cap, c.head_dim, self.dtype, dev)
+        tcache = tgt.new_cache(B, cap, self.dtype, dev)
         mask = (ar[None, None, :] <= pos[:, :, None]) & (ar[None, None, :] < lens[:, None, None])
         logits, feats = tgt(x, pos, mask, tcache, pos, self.capture if use_draft else (),
                             logits_index=(lens - 1)[:, None])
@@ -366,21 +370,8 @@ class Engine:
         return out
 
     def _op_attention(self, seq_lens, tree, cap):
-        """Verify attention through the project's kernel: the dense cache is a paged cache with one page
-        of `cap` slots per request; the prefix is the first seq_len slots, the tree K/V are this step's."""
-        from ..attention import tree_verify_attention
-
-        B, n = tree.tokens.shape
-        page_table = torch.arange(B, dtype=torch.int32, device=self.device)[:, None]
-        prefix = seq_lens.to(torch.int32)
-        scale = self.target.config.head_dim ** -0.5
-
-        def fn(q, k, v, ck, cv):
-            o, _ = tree_verify_attention(q.reshape(B * n, *q.shape[2:]), (ck, cv), page_table, prefix,
-                                         (k.reshape(B * n, *k.shape[2:]), v.reshape(B * n, *v.shape[2:])),
-                                         tree.mask_bits, scale, max_prefix_len=cap)
-            return o.view(B, n, *o.shape[1:])
-        return fn
+        """The target's verify attention through the project's op (its `op_attention`), for this tree."""
+        return self.target.op_attention(seq_lens, tree.mask_bits, cap)
 
 
 def summarize(results: list[GenerationResult]) -> dict:

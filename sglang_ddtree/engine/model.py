@@ -1,4 +1,5 @@
-"""A compact Qwen3 causal LM that reads Hugging Face Qwen3 checkpoints, with the KV cache in our hands.
+"""A compact Qwen3 causal LM that reads Hugging Face Qwen3 checkpoints, with the KV cache in our hands, and
+the parts every engine target shares (config, RMSNorm, rope, MLP, decoder layer, cache; mla.py is the other).
 
 Why our own: the decode loop needs to place keys at arbitrary cache slots (tree nodes at seq_len + i),
 give each query its own position (seq_len + depth) and attend under an arbitrary boolean mask (the
@@ -22,14 +23,15 @@ from torch import nn
 
 
 @dataclass
-class Qwen3Config:
+class LMConfig:
+    """The fields every target config shares; a subclass adds its architecture's. Each config.json key the
+    dataclass does not name is kept in `extra` and written back unchanged."""
     vocab_size: int = 259
     hidden_size: int = 128
     intermediate_size: int = 384
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    head_dim: int = 32
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_position_embeddings: int = 4096
@@ -37,25 +39,40 @@ class Qwen3Config:
     attention_bias: bool = False
     bos_token_id: int | None = None
     eos_token_id: int | None = None
-    extra: dict = field(default_factory=dict)  # every other config.json key, written back unchanged
+    extra: dict = field(default_factory=dict)
+
+    KEEP_NONE = ()  # fields written as null when None (a reader's default for a missing key differs)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Qwen3Config":
+    def from_dict(cls, d: dict):
         names = {f.name for f in fields(cls)} - {"extra"}
-        kw = {k: d[k] for k in names if k in d and d[k] is not None}
-        if "head_dim" not in d:
-            kw["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
-        return cls(**kw, extra={k: v for k, v in d.items() if k not in names})
+        kw = {k: d[k] for k in names if k in d and (d[k] is not None or k in cls.KEEP_NONE)}
+        return cls(**cls.derived(d, kw), extra={k: v for k, v in d.items() if k not in names})
 
     @classmethod
-    def load(cls, path: str) -> "Qwen3Config":
+    def derived(cls, d: dict, kw: dict) -> dict:
+        return kw
+
+    @classmethod
+    def load(cls, path: str):
         with open(os.path.join(path, "config.json")) as f:
             return cls.from_dict(json.load(f))
 
     def to_dict(self) -> dict:
         d = asdict(self)
         extra = d.pop("extra")
-        return {**extra, **{k: v for k, v in d.items() if v is not None}}
+        return {**extra, **{k: v for k, v in d.items() if v is not None or k in self.KEEP_NONE}}
+
+
+@dataclass
+class Qwen3Config(LMConfig):
+    head_dim: int = 32
+
+    @classmethod
+    def derived(cls, d: dict, kw: dict) -> dict:
+        if "head_dim" not in d:
+            kw["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+        return kw
 
 
 class RMSNorm(nn.Module):
@@ -86,6 +103,13 @@ def apply_rope(x, cos, sin):
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
+def apply_rope_interleaved(x, cos, sin):
+    """DeepSeek's layout (HF `rope_interleave`): pairs (x0, x1), (x2, x3), ... each rotated by one frequency.
+    De-interleaved first (evens, then odds), so the output is in the neox layout, exactly as HF returns it;
+    q and k are permuted alike, so their dot products are those of the in-place pair rotation."""
+    return apply_rope(torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1), cos, sin)
+
+
 def write_slots(cache: torch.Tensor, slots: torch.Tensor, x: torch.Tensor) -> None:
     """cache [B, S, H, D][b, slots[b, t]] = x[b, t] for x [B, T, H, D], slots i64 [B, T] (no host sync)."""
     B, T, H, D = x.shape
@@ -98,14 +122,19 @@ def read_slots(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
 
 
 class KVCache:
-    """Dense per-layer K/V, [B, S, Hkv, D] each, plus the per-request number of valid slots."""
+    """Dense per-layer K/V, [B, S, Hkv, D] each, plus the per-request number of valid slots.
+    values=False: keys only (MLA's latent cache, whose values are a view of the keys)."""
 
-    def __init__(self, num_layers, batch, kv_heads, capacity, head_dim, dtype, device):
+    def __init__(self, num_layers, batch, kv_heads, capacity, head_dim, dtype, device, values: bool = True):
         shape = (batch, capacity, kv_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)] if values else []
         self.seq_lens = torch.zeros(batch, dtype=torch.int64, device=device)
         self.capacity = capacity
+
+    def layer(self, i: int) -> tuple:
+        """Layer i's cache tensors, as its attention takes them: (k, v), or (latent,) without values."""
+        return (self.k[i], self.v[i]) if self.v else (self.k[i],)
 
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy slots src [B, T] to slots dst [B, T] in every layer (gather first, then scatter)."""
@@ -176,10 +205,10 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, c: Qwen3Config):
+    def __init__(self, c: LMConfig, attention=Attention):
         super().__init__()
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.self_attn = Attention(c)
+        self.self_attn = attention(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp = MLP(c)
 
@@ -188,26 +217,29 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class Qwen3Body(nn.Module):
-    def __init__(self, c: Qwen3Config):
+class Body(nn.Module):
+    def __init__(self, c: LMConfig, attention):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(c, attention) for _ in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
-class Qwen3ForCausalLM(nn.Module):
+class CausalLM(nn.Module):
     """forward(ids, positions, mask, cache, slots, capture) -> (logits, features).
 
     features: the residual stream after each layer in `capture`, concatenated on the last dim (HF's
     hidden_states[i + 1]; SGLang's aux hidden state captured before layer i + 1) — the DFlash context.
     Without a cache the attention is plain causal over `ids` (training).
+    A subclass names its attention module (`ATTENTION`), its rotary width (`rope_dim`), its cache
+    (`new_cache`) and its verify through the project's tree attention (`op_attention`).
     """
+    ATTENTION = None
 
-    def __init__(self, c: Qwen3Config):
+    def __init__(self, c: LMConfig):
         super().__init__()
         self.config = c
-        self.model = Qwen3Body(c)
+        self.model = Body(c, self.ATTENTION)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         if c.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -221,17 +253,50 @@ class Qwen3ForCausalLM(nn.Module):
         if positions is None:
             positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
         x = self.embed(ids)
-        cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(positions, self.rope_dim, c.rope_theta, x.dtype)
         feats = []
         for i, layer in enumerate(self.model.layers):
-            kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            x = layer(x, cos, sin, mask, kv, slots, None, attn_fn)
+            x = layer(x, cos, sin, mask, cache.layer(i) if cache is not None else None, slots, None, attn_fn)
             if i in capture:
                 feats.append(x)
         if logits_index is not None:  # only some rows need logits (prefill: the last prompt token)
             x = x.gather(1, logits_index[:, :, None].expand(-1, -1, x.shape[-1]))
         logits = self.lm_head(self.model.norm(x))
         return logits, (torch.cat(feats, dim=-1) if feats else None)
+
+
+class Qwen3ForCausalLM(CausalLM):
+    ATTENTION = Attention
+
+    @property
+    def rope_dim(self) -> int:
+        return self.config.head_dim
+
+    def new_cache(self, batch: int, capacity: int, dtype, device) -> KVCache:
+        c = self.config
+        return KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, capacity, c.head_dim, dtype, device)
+
+    def op_attention_fits(self, device: torch.device, dtype) -> bool:
+        return device.type == "cuda" and dtype == torch.bfloat16 and self.config.head_dim == 128
+
+    def op_attention(self, seq_lens, mask_bits, cap):
+        """attn_fn for the verify forward through the project's kernel: the dense cache is a paged cache
+        with one page of `cap` slots per request; the prefix is the first seq_len slots, the tree K/V are
+        this step's (mask_bits: TreeBatch.mask_bits)."""
+        from ..attention import tree_verify_attention
+
+        B = seq_lens.shape[0]
+        page_table = torch.arange(B, dtype=torch.int32, device=seq_lens.device)[:, None]
+        prefix = seq_lens.to(torch.int32)
+        scale = self.config.head_dim ** -0.5
+
+        def fn(q, k, v, ck, cv):
+            n = q.shape[1]
+            o, _ = tree_verify_attention(q.reshape(B * n, *q.shape[2:]), (ck, cv), page_table, prefix,
+                                         (k.reshape(B * n, *k.shape[2:]), v.reshape(B * n, *v.shape[2:])),
+                                         mask_bits, scale, max_prefix_len=cap)
+            return o.view(B, n, *o.shape[1:])
+        return fn
 
 
 def init_weights(model: nn.Module, std: float = 0.02, seed: int = 0) -> None:
@@ -257,5 +322,6 @@ def prefix_tree_mask(seq_lens: torch.Tensor, tree_mask: torch.Tensor, capacity: 
     return mask
 
 
-__all__ = ["Qwen3Config", "Qwen3ForCausalLM", "KVCache", "RMSNorm", "rope_cos_sin", "apply_rope",
-           "write_slots", "read_slots", "attend", "prefix_tree_mask", "init_weights"]
+__all__ = ["LMConfig", "Qwen3Config", "CausalLM", "Qwen3ForCausalLM", "KVCache", "RMSNorm", "MLP", "DecoderLayer",
+           "rope_cos_sin", "apply_rope", "apply_rope_interleaved", "write_slots", "read_slots", "attend",
+           "prefix_tree_mask", "init_weights"]

@@ -1,6 +1,10 @@
-"""Train the shipped tiny pair: a byte-level Qwen3 target and its DFlash drafter, on stdlib sources.
+"""Train the shipped tiny pairs: a byte-level target (Qwen3, or DeepSeek-V3 MLA) and its DFlash drafter.
 
-    python -m sglang_ddtree.engine.train [--out DIR] [--threads 2]
+    python -m sglang_ddtree.engine.train [--arch qwen3|mla] [--out DIR] [--threads 2]
+
+--arch mla: the DeepSeek-V3 target of mla.py (real MLA shapes, 2 layers) and its drafter, into
+tiny-mla-target / tiny-mla-dflash, on the same split and corpus (split.json and the held-out prompts are
+written by the qwen3 run only). Its log: train_log_mla_<stage>.txt.
 
 1. Target: next-byte prediction on the training files (models/split.json records the split).
 2. Drafter data: windows of training text continued by the target itself (greedy and sampled), so the
@@ -26,7 +30,8 @@ import torch.nn.functional as F
 from . import data
 from .checkpoint import save_model
 from .dflash import DFlashDraftModel, dflash_config
-from .model import KVCache, Qwen3Config, Qwen3ForCausalLM, init_weights
+from .mla import DeepseekV3Config, DeepseekV3ForCausalLM
+from .model import CausalLM, Qwen3Config, Qwen3ForCausalLM, init_weights
 from .tokenizer import EOS_ID, MASK_ID, VOCAB_SIZE, write_tokenizer
 
 TARGET = dict(vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
@@ -34,6 +39,14 @@ TARGET = dict(vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=384, num
               rope_theta=10000.0, max_position_embeddings=4096, tie_word_embeddings=False,
               bos_token_id=EOS_ID, eos_token_id=EOS_ID)
 DRAFT = dict(num_layers=2, block_size=8, target_layer_ids=[0, 1, 2], mask_token_id=MASK_ID)
+# MLA's real shapes (FlashMLA's: latent 512 + rope 64, 16 heads); 2 layers, so the drafter reads layer 0
+MLA_TARGET = dict(vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=384, num_hidden_layers=2,
+                  num_attention_heads=16, num_key_value_heads=16, kv_lora_rank=512, q_lora_rank=None,
+                  qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, first_k_dense_replace=2,
+                  rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=4096, tie_word_embeddings=False,
+                  bos_token_id=EOS_ID, eos_token_id=EOS_ID)
+MLA_DRAFT = dict(num_layers=2, block_size=8, target_layer_ids=[0], mask_token_id=MASK_ID,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32)
 
 
 def corpus(files: list[str]) -> torch.Tensor:
@@ -59,15 +72,16 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train_target(stream, steps, batch, seq, g, log) -> Qwen3ForCausalLM:
-    model = Qwen3ForCausalLM(Qwen3Config(**TARGET))
+def train_target(arch, stream, steps, batch, seq, g, log) -> CausalLM:
+    model = arch["model"](arch["config"](**arch["target"]))
     init_weights(model, seed=1)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.05)
+    lr = arch["lr"]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
     model.train()
     t0 = time.time()
     for step in range(steps):
         for pg in opt.param_groups:
-            pg["lr"] = lr_at(step, steps, 3e-3, 50)
+            pg["lr"] = lr_at(step, steps, lr, 50)
         x = windows(stream, batch, seq + 1, g)
         logits, _ = model(x[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
@@ -83,9 +97,8 @@ def train_target(stream, steps, batch, seq, g, log) -> Qwen3ForCausalLM:
 @torch.no_grad()
 def continue_text(model, prompts: torch.Tensor, new: int, temperature: float, g) -> torch.Tensor:
     """The target's own continuation of equal-length prompts [N, P] (KV cache, one token a step)."""
-    c = model.config
     N, P = prompts.shape
-    cache = KVCache(c.num_hidden_layers, N, c.num_key_value_heads, P + new, c.head_dim, torch.float32, "cpu")
+    cache = model.new_cache(N, P + new, torch.float32, "cpu")
     ar = torch.arange(P + new)
     out = torch.cat([prompts, torch.zeros(N, new, dtype=torch.long)], 1)
     pos = ar[:P].expand(N, P)
@@ -141,8 +154,8 @@ def drafter_batch(target, drafter, seqs, teacher, feats, nb, g, weights):
     return (ce * weights).sum(-1).mean() / weights.sum(), hit
 
 
-def train_drafter(target, seqs, steps, batch, nb, g, log) -> DFlashDraftModel:
-    drafter = DFlashDraftModel(dflash_config(target.config, **DRAFT))
+def train_drafter(target, draft_cfg, seqs, steps, batch, nb, g, log) -> DFlashDraftModel:
+    drafter = DFlashDraftModel(dflash_config(target.config, **draft_cfg))
     init_weights(drafter, seed=2)
     for p in target.parameters():
         p.requires_grad_(False)
@@ -170,22 +183,43 @@ def train_drafter(target, seqs, steps, batch, nb, g, log) -> DFlashDraftModel:
 TARGET_EXTRA = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
                 "torch_dtype": "float32", "attention_dropout": 0.0, "use_sliding_window": False,
                 "sliding_window": None, "max_window_layers": TARGET["num_hidden_layers"]}
+# HF DeepseekV3Config keys; the MoE ones are valid but unused (first_k_dense_replace = num_hidden_layers)
+MLA_EXTRA = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_act": "silu",
+             "torch_dtype": "bfloat16", "attention_dropout": 0.0, "rope_scaling": None, "rope_interleave": True,
+             "num_nextn_predict_layers": 0, "moe_layer_freq": 1, "n_routed_experts": 8, "n_shared_experts": 1,
+             "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_group": 1, "topk_group": 1,
+             "routed_scaling_factor": 1.0, "norm_topk_prob": True, "scoring_func": "sigmoid",
+             "topk_method": "noaux_tc", "initializer_range": 0.02}
+# per architecture: model, config, its extra config.json keys, folders, shipped dtype, training shape.
+# The MLA target ships bf16: fp32 would be 24 MB (kv_b_proj alone is 2.1M weights a layer); bf16 is also
+# the dtype its MLA verify runs in on the GPU, so the GPU computes on the shipped weights exactly.
+ARCHS = {
+    "qwen3": dict(model=Qwen3ForCausalLM, config=Qwen3Config, target=TARGET, extra=TARGET_EXTRA, draft=DRAFT,
+                  dirs=data.PAIRS["qwen3"], log="train_log_{}.txt", dtype=None, lr=3e-3,
+                  steps=400, batch=32, seq=256),
+    # ~15x the Qwen3 target's compute per token: fewer, shorter windows keep training near 10 min on 2 cores
+    "mla": dict(model=DeepseekV3ForCausalLM, config=DeepseekV3Config, target=MLA_TARGET, extra=MLA_EXTRA,
+                draft=MLA_DRAFT, dirs=data.PAIRS["mla"], log="train_log_mla_{}.txt",
+                dtype=torch.bfloat16, lr=2e-3, steps=500, batch=16, seq=128),
+}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arch", default="qwen3", choices=sorted(ARCHS))
     ap.add_argument("--out", default=data.MODELS_DIR)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--stage", default="all", choices=("all", "target", "drafter"),
                     help="drafter: reuse the target already saved in --out")
-    ap.add_argument("--target-steps", type=int, default=400)
+    ap.add_argument("--target-steps", type=int, default=None, help="default: the architecture's (ARCHS)")
     ap.add_argument("--drafter-steps", type=int, default=800)
     ap.add_argument("--gen-seqs", type=int, default=384)
     a = ap.parse_args(argv)
+    arch = ARCHS[a.arch]
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1234)
-    tdir, ddir = os.path.join(a.out, "tiny-target"), os.path.join(a.out, "tiny-dflash")
+    tdir, ddir = (os.path.join(a.out, d) for d in arch["dirs"])
     logs = []
 
     def log(msg):
@@ -193,15 +227,20 @@ def main(argv=None):
         logs.append(msg)
 
     train_files, heldout_files = data.split()
+    if a.arch != "qwen3":  # trained on the split the shipped prompts were held out from
+        with open(os.path.join(data.MODELS_DIR, "split.json")) as f:
+            if json.load(f)["train"] != train_files:
+                raise SystemExit("this Python's stdlib does not give models/split.json's training files")
     stream = corpus(train_files)
     log(f"{len(train_files)} training files ({stream.numel()} bytes), {len(heldout_files)} held out")
     t0 = time.time()
     if a.stage in ("all", "target"):
-        target = train_target(stream, a.target_steps, 32, 256, g, log)
-        save_model(target, tdir, TARGET_EXTRA)
+        target = train_target(arch, stream, a.target_steps or arch["steps"], arch["batch"], arch["seq"], g, log)
+        save_model(target, tdir, arch["extra"], dtype=arch["dtype"])
         with open(os.path.join(tdir, "generation_config.json"), "w") as f:
             json.dump({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "pad_token_id": 257}, f, indent=2)
         write_tokenizer(tdir)
+    if a.stage in ("all", "target") and a.arch == "qwen3":  # the split and prompts every pair is tested on
         prompts = data.make_prompts(heldout_files, per_file=8)
         with open(os.path.join(a.out, "split.json"), "w") as f:
             json.dump({"rule": "sha256(relpath)[0] % 8 == 0 -> held out", "train": train_files,
@@ -219,10 +258,10 @@ def main(argv=None):
             seqs.append(continue_text(target, prompts, 128, 0.0 if i % 2 == 0 else 0.8, g))
         seqs = torch.cat(seqs)
         log(f"generated {seqs.shape[0]} x {seqs.shape[1]} target continuations ({time.time() - t0:.0f}s)")
-        drafter = train_drafter(target, seqs, a.drafter_steps, 32, 16, g, log)
+        drafter = train_drafter(target, arch["draft"], seqs, a.drafter_steps, 32, 16, g, log)
         save_model(drafter, ddir)
         write_tokenizer(ddir)  # SGLang may load a tokenizer from the drafter path too
-    with open(os.path.join(a.out, f"train_log_{a.stage}.txt"), "w") as f:
+    with open(os.path.join(a.out, arch["log"].format(a.stage)), "w") as f:
         f.write("\n".join(logs) + f"\ntotal {time.time() - t0:.0f}s, torch {torch.__version__}, "
                 f"threads {a.threads}\n")
     log(f"saved to {a.out} in {time.time() - t0:.0f}s")
