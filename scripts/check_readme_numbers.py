@@ -127,6 +127,7 @@ PREFIX = BENCH + "round-cost-h200-2026-12-03-run3-prefix.json"
 BATCH = BENCH + "round-cost-h200-2026-12-03-run3-batch.json"
 ANCHOR = BENCH + "anchor-cpu-2026-12-03.json"
 CALIB = BENCH + "calibration-cpu-2026-12-03.json"
+MLA = BENCH + "engine-mla-cpu-2026-12-03.json"
 
 
 def _tpot(doc, server: str, input_len, conc: int) -> float:
@@ -212,6 +213,13 @@ CLAIMS = [
                              ("ddtree16_anchored", "ddtree16", "ddtree64_anchored", "ddtree64", "chain"))
      + (min(r["identical_to_ar"] for r in at("lossless.float32.runs")(d).values()),
         at("lossless.float32.prompts")(d)), None),
+    # the MLA pair on the CPU engine
+    ("all {}/{} identical to AR for the chain and every tree; τ **{}** for the anchored tree at budget 64 ({} at 32) "
+     "vs the chain's {} and the paper's tree's {}", MLA,
+     lambda d: (min(r["identical_to_ar"] for r in at("lossless.float32.runs")(d).values()),
+                at("lossless.float32.prompts")(d))
+     + tuple(at(f"lossless.float32.runs.{k}.tau")(d) for k in ("ddtree64_anchored", "ddtree32_anchored", "chain",
+                                                               "ddtree64")), None),
     # drafter calibration on the CPU engine (held-out test prompts)
     ("calibration error **{}–{} → {}–{}** per depth; anchored τ {} → **{}** at budget 64 ({} → {} at 32)", CALIB,
      lambda d: (min(r["raw"]["ece"] for r in d["reliability_test"]), max(r["raw"]["ece"] for r in d["reliability_test"]),
