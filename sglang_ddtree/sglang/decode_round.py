@@ -113,9 +113,10 @@ class DecodeRound:
 
     def _tree(self, batch, draft_input, slots, window, bs):
         """The drafter's forward → the round's tree (from the draft graph's static buffers when it ran)."""
-        hidden, ran_graph, roots = self.sgl.draft_forward(batch, draft_input, slots, window, bs)
+        draft_out, ran_graph, roots = self.sgl.draft_forward(batch, draft_input, slots, window, bs)
         if ran_graph and self.head.graph_ready:
             return self.head.from_graph(bs)
+        hidden = draft_out.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
         return self.head.build(hidden, bs, roots, batch.seq_lens)

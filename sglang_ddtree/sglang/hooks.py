@@ -51,9 +51,9 @@ def _embeds_in_runner_dtype(original):
     return _extend_forward_kwargs
 
 
-def install_eager_embeds_dtype_fix(ModelRunner) -> None:  # noqa: N803 - SGLang's class, from the adapter
-    """Idempotent (see the module docstring, item 2)."""
-    current = ModelRunner._extend_forward_kwargs
+def install_eager_embeds_dtype_fix(model_runner_cls) -> None:
+    """Idempotent (see the module docstring, item 2); `model_runner_cls` is SGLang's ModelRunner."""
+    current = model_runner_cls._extend_forward_kwargs
     if getattr(current, "ddtree_original", None) is not None:
         return
-    ModelRunner._extend_forward_kwargs = _embeds_in_runner_dtype(current)
+    model_runner_cls._extend_forward_kwargs = _embeds_in_runner_dtype(current)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .. import hooks
+
 
 class DFlashV2Adapter:
     RELEASE = ""
@@ -28,6 +30,7 @@ class DFlashV2Adapter:
     DRAFT_INPUT = VERIFY_INPUT = BATCH_RESULT = None
     PREPARE_DRAFT_BLOCK = LOGITS_ADJUSTMENTS = BLOCK_POS_OFFSETS = BLOCK_SPEC_INFO = None
     DRAFT_KV_LENS = ("", "")  # DFlashDraftInputV2's host-side next-round KV lengths (cpu [bs], int sum)
+    _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
 
     def __init__(self, host):
         self.host = host
@@ -127,15 +130,15 @@ class DFlashV2Adapter:
         return {}
 
     def draft_forward(self, batch, draft_input, slots, window, bs: int):
-        """DFlash's draft forward over [bonus, MASK…] -> (the drafter's hidden states or None, whether the
-        draft CUDA graph ran, the block's first ids = the roots)."""
+        """DFlash's draft forward over [bonus, MASK…] -> (the drafter's logits output, whether the draft CUDA
+        graph ran, the block's first ids = the roots)."""
         block_ids, positions_2d, cache_loc_2d = self.prepare_draft_block(batch, draft_input, slots, bs)
         embeds = self.draft_embeds(block_ids)
         seq_lens_cpu, seq_lens_sum = self.draft_seq_lens_cpu(batch, draft_input, bs, block_ids.shape[1])
         forward_batch = self.draft_forward_batch(batch, block_ids, positions_2d, cache_loc_2d, embeds, seq_lens_cpu,
                                                  seq_lens_sum, bs)
         out = self.run_draft(forward_batch, window)
-        return out.logits_output.hidden_states, out.can_run_graph, block_ids[:, 0]
+        return out.logits_output, out.can_run_graph, block_ids[:, 0]
 
     def run_draft(self, forward_batch, window):
         with torch.inference_mode():
@@ -198,9 +201,9 @@ class DFlashV2Adapter:
                                                                      new_seq_lens=plan.new_seq_lens),
             speculative_num_draft_tokens=block, new_seq_lens=plan.new_seq_lens, **self.result_extras(target_out))
 
-    # --- run-time fixes (hooks.py) -----------------------------------------------------------------------
+    # --- run-time fixes (hooks.py), on the SGLang objects the release module resolved --------------------
     def install_verify_mask_policy(self) -> None:
-        raise NotImplementedError
+        hooks.install_verify_mask_policy(self._DFLASH_UTILS)
 
     def install_eager_embeds_dtype_fix(self) -> None:
-        raise NotImplementedError
+        hooks.install_eager_embeds_dtype_fix(self._MODEL_RUNNER)

@@ -5,7 +5,6 @@ and the constructor, whose `ps: ParallelState` argument 0.5.23 dropped.
 """
 from __future__ import annotations
 
-from .. import hooks
 from .dflash_v2 import DFlashV2Adapter
 from .need import Needs
 
@@ -46,12 +45,6 @@ class Adapter(DFlashV2Adapter):
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
     need("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs",
          ("self", "forward_batch", "pp_proxy_tensors"))
-
-    def install_verify_mask_policy(self) -> None:
-        hooks.install_verify_mask_policy(self._DFLASH_UTILS)
-
-    def install_eager_embeds_dtype_fix(self) -> None:
-        hooks.install_eager_embeds_dtype_fix(self._MODEL_RUNNER)
 
 
 class WorkerBase(DFlashWorkerV2):

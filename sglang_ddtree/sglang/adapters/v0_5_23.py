@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import hooks
 from .dflash_v2 import DFlashV2Adapter
 from .need import Needs
 
@@ -163,13 +162,6 @@ class Adapter(DFlashV2Adapter):
     def result_extras(self, target_out):
         return {"routed_experts_output": target_out.routed_experts_output,
                 "indexer_topk_output": target_out.indexer_topk_output}
-
-    # --- run-time fixes ----------------------------------------------------------------------------------
-    def install_verify_mask_policy(self) -> None:
-        hooks.install_verify_mask_policy(self._DFLASH_UTILS)
-
-    def install_eager_embeds_dtype_fix(self) -> None:
-        hooks.install_eager_embeds_dtype_fix(self._MODEL_RUNNER)
 
 
 class WorkerBase(DFlashWorkerV2):
