@@ -237,7 +237,8 @@ def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_atte
     batch = types.SimpleNamespace(
         spec_info=release.Adapter.DRAFT_INPUT(
             topk_p=torch.empty(len(seq_lens), 0), topk_index=torch.empty(len(seq_lens), 0, dtype=torch.int64),
-            bonus_tokens=world.roots.clone(), new_seq_lens=seq_lens.clone(), hidden_states=torch.empty(len(seq_lens), 0)),
+            bonus_tokens=world.roots.clone(), new_seq_lens=seq_lens.clone(),
+            hidden_states=torch.empty(len(seq_lens), 0)),
         seq_lens=seq_lens.clone(), seq_lens_cpu=seq_lens.to(torch.int32), seq_lens_sum=int(seq_lens.sum()),
         req_pool_indices=torch.arange(len(seq_lens)), sampling_info=None, out_cache_loc=None,
         can_run_decode_cuda_graph=True)
@@ -348,3 +349,58 @@ def test_decode_round_partial_acceptance(release, monkeypatch):
     assert res.accept_lens.tolist() == [2, 2] and len(commits) == 1
     for b in range(2):
         assert res.next_token_ids.view(2, 4)[b, :2].tolist() == world.want(b, 2)
+
+
+def test_decode_round_finishes_a_deferred_vocab_gather(release):
+    """0.5.23's target LogitsProcessor may hand the verify back a vocab shard (defer_verify_gather): the round
+    gathers the full vocab before choosing per-node tokens. 0.5.17 hands back full logits (nothing to do)."""
+    if release.Adapter.RELEASE != "0.5.23":
+        pytest.skip("0.5.17 has no deferred verify gather")
+    seq_lens = torch.tensor([3, 4])
+    rnd, world, host, captured, batch = make_round(release, 6, 4, seq_lens, [[1, 2, 3], [4, 5, 6, 7]], [0, 0, 0],
+                                                   True)
+
+    class ShardingProcessor:  # the target model's LogitsProcessor, sharded over the vocab
+        def __init__(self):
+            self.full, self.gathered = None, 0
+
+        def is_deferred_shard(self, logits):
+            return logits.shape[-1] < V
+
+        def finish_deferred_gather(self, logits):
+            self.gathered += 1
+            return self.full
+
+    lp = host._target_logits_processor = ShardingProcessor()
+    sgl, real_run_verify = rnd.sgl, rnd.sgl.run_verify
+
+    def sharded(fb):
+        out = real_run_verify(fb)
+        lp.full = out.logits_output.next_token_logits
+        out.logits_output.next_token_logits = lp.full[:, : V // 2].clone()
+        return out
+
+    sgl.run_verify = sharded
+    res = rnd.decode(batch, None)
+    assert lp.gathered == 1 and res.accept_lens.tolist() == [4, 4]
+    for b in range(2):
+        assert res.next_token_ids.view(2, 4)[b].tolist() == world.want(b, 4)
+
+
+def test_start_up_refuses_what_the_round_cannot_serve(release):
+    """0.5.23's refusals name the cause; 0.5.17's adapter has none (its serving path is unchanged)."""
+    rnd, world, host, captured, batch = make_round(release, 6, 4, torch.tensor([3]), [[1, 2, 3]], [0, 0, 0], True)
+    if release.Adapter.RELEASE == "0.5.17":
+        assert rnd.sgl.check_serving() is None
+        return
+    rnd.sgl.check_serving()  # the plain fake host is servable
+    for attr, value, why in (("selector", object(), "candidate selector"), ("lilicorr", object(), "LiLiCorr"),
+                             ("_is_domino", True, "Domino"), ("_need_mamba_verify_commit", True, "mamba")):
+        saved = getattr(host, attr)
+        setattr(host, attr, value)
+        with pytest.raises(ValueError, match=why):
+            rnd.choose_verify_attention()
+        setattr(host, attr, saved)
+    host.draft_model_runner.kv_index_translator.is_translating = True
+    with pytest.raises(ValueError, match="draft runner's pool translates"):
+        rnd.choose_verify_attention()

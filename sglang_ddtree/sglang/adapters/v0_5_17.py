@@ -31,13 +31,15 @@ class Adapter(DFlashV2Adapter):
     DRAFT_INPUT = need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2")
     DRAFT_KV_LENS = ("reserved_seq_lens_cpu", "reserved_seq_lens_sum")
     VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")
-    need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify", ("self", "batch", "target_worker"))
+    need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify",
+         ("self", "batch", "target_worker"))
     BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
-    PREPARE_DRAFT_BLOCK = staticmethod(need("sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
-                               ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out",
-                                "positions_out", "cache_loc_out", "mask_token_id")))
+    PREPARE_DRAFT_BLOCK = staticmethod(need(
+        "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
+        ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
+         "cache_loc_out", "mask_token_id")))
     LOGITS_ADJUSTMENTS = staticmethod(need(_UTILS, "apply_dflash_verify_logits_adjustments",
-                              ("next_token_logits", "sampling_info", "draft_token_num")))
+                                           ("next_token_logits", "sampling_info", "draft_token_num")))
     BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
     _DFLASH_UTILS = need.module(_UTILS)

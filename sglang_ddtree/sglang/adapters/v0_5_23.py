@@ -61,14 +61,16 @@ class Adapter(DFlashV2Adapter):
     BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
     need("sglang.srt.managers.scheduler", "GenerationBatchResult.__init__",
          ("routed_experts_output", "indexer_topk_output"))
-    PREPARE_DRAFT_BLOCK = staticmethod(need("sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
-                               ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out",
-                                "positions_out", "cache_loc_out", "mask_token_id")))
+    PREPARE_DRAFT_BLOCK = staticmethod(need(
+        "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
+        ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
+         "cache_loc_out", "mask_token_id")))
     LOGITS_ADJUSTMENTS = staticmethod(need(_UTILS, "apply_dflash_verify_logits_adjustments",
-                              ("next_token_logits", "sampling_info", "draft_token_num")))
+                                           ("next_token_logits", "sampling_info", "draft_token_num")))
     BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
-    EMBEDDING_MODULE = staticmethod(need(_WORKER, "_resolve_dflash_embedding_module", ("draft_model", "target_model")))
+    EMBEDDING_MODULE = staticmethod(need(_WORKER, "_resolve_dflash_embedding_module",
+                                         ("draft_model", "target_model")))
     UNWRAP_LORA = staticmethod(need("sglang.srt.lora.layers", "unwrap_lora_layer", ("module",)))
     DRAFT_TP_CONTEXT = staticmethod(need("sglang.srt.speculative.spec_utils", "draft_tp_context", ("layout",)))
     need("sglang.srt.mem_cache.kv_index_translator", "KVIndexTranslator.plan",
