@@ -2,9 +2,8 @@
 
 0.5.17 (torch 2.11; the release we serve end to end) resolves arguments in `ServerArgs.__post_init__` and
 hands hooks the real record; 0.5.23 (latest) resolves them in a pipeline (`resolve_once`) and hands hooks a
-stand-in whose writes become declarations. The worker-facing differences are the V2 worker's constructor
-(0.5.17 takes `ps: ParallelState`) and `forward_batch_generation` (0.5.23 adds `pp_proxy_tensors`).
-Nothing here imports SGLang at module import time.
+stand-in whose writes become declarations. The worker-facing differences live in the release adapters
+(adapters/v0_5_17.py, adapters/v0_5_23.py). Nothing here imports SGLang at module import time.
 """
 from __future__ import annotations
 
@@ -117,47 +116,25 @@ def max_batch_size(server_args) -> int:
     return max(sizes)
 
 
-# DFlashDraftInputV2's host-side KV lengths of the next round: renamed between releases (0.5.17 reserved_*,
-# 0.5.23 nxt_kv_lens_*); the conformance test checks the installed release has the pair this reads.
-DRAFT_KV_LEN_FIELDS = (("reserved_seq_lens_cpu", "reserved_seq_lens_sum"), ("nxt_kv_lens_cpu", "nxt_kv_lens_sum"))
-
-
-def draft_kv_lens(draft_input):
-    """(int64 cpu [bs], int sum) of the draft input's next-round KV lengths, whichever release made it."""
-    for cpu, total in DRAFT_KV_LEN_FIELDS:
-        if hasattr(draft_input, cpu):
-            return getattr(draft_input, cpu), getattr(draft_input, total)
-    raise AttributeError(f"{type(draft_input).__name__} has none of {DRAFT_KV_LEN_FIELDS}: an SGLang release "
-                         "this plugin does not know")
-
-
-def worker_init_kwargs(ps=None) -> dict:
-    """Extra constructor keywords of DFlashWorkerV2 on this release (0.5.17 takes the parallel state)."""
-    return {"ps": ps} if not is_pipeline_resolution() else {}
-
-
-# Private SGLang symbols the worker uses, by release: (module, attribute). The conformance test imports
-# each one and checks the signatures in WORKER_SIGNATURES.
-WORKER_SYMBOLS = {
+# SGLang symbols registration and argument resolution use (plugin.py, spec_algo.py, args.py, this module),
+# by release: (module, attribute); the conformance test imports each. The worker's are the adapters' own
+# (adapters/need.py), checked as each adapter loads.
+REGISTRATION_SYMBOLS = {
     "common": [
-        ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2"),
-        ("sglang.srt.speculative.dflash_info", "DFlashVerifyInput"),
-        ("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2"),
-        ("sglang.srt.speculative.dflash_utils", "resolve_dflash_verify_mask_policy"),
         ("sglang.srt.speculative.dflash_utils", "parse_dflash_draft_config"),
         ("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm"),
         ("sglang.srt.speculative.spec_registry", "CustomSpecAlgo"),
-        ("sglang.srt.model_executor.forward_batch_info", "ForwardBatch"),
-        ("sglang.srt.model_executor.forward_batch_info", "ForwardMode"),
-        ("sglang.srt.model_executor.forward_batch_info", "CaptureHiddenMode"),
+        ("sglang.srt.speculative.spec_registry", "get_spec"),
+        ("sglang.srt.runtime_context", "get_spec"),
         ("sglang.srt.managers.overlap_utils", "FutureMap"),
         ("sglang.srt.plugins", "load_plugins"),
         ("sglang.srt.plugins.hook_registry", "HookRegistry"),
-        ("sglang.srt.layers.logits_processor", "LogitsProcessorOutput"),
+        ("sglang.srt.utils.hf_transformers_utils", "get_config"),
     ],
     "0.5.17": [
         ("sglang.srt.arg_groups.speculative_hook", "_resolve_dflash_draft_attention_backend"),
         ("sglang.srt.server_args", "ServerArgs"),
+        ("sglang.srt.arg_groups.overrides", "resolved_view"),
     ],
     "0.5.23": [
         ("sglang.srt.arg_groups.speculative_hook", "_resolve_dflash_draft_attention_backend"),
@@ -166,39 +143,3 @@ WORKER_SYMBOLS = {
         ("sglang.srt.arg_groups.overrides", "resolving_view"),
     ],
 }
-
-# (module, qualified name) -> parameter names the worker relies on, in order (a prefix of the signature).
-WORKER_SIGNATURES = {
-    "0.5.17": {
-        ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2.__init__"):
-            ["self", "server_args", "gpu_id", "ps", "nccl_port", "target_worker"],
-        ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2.forward_batch_generation"):
-            ["self", "batch", "on_publish", "grammar_barrier"],
-    },
-    "0.5.23": {
-        ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2.forward_batch_generation"):
-            ["self", "batch", "on_publish", "grammar_barrier", "pp_proxy_tensors"],
-    },
-    "common": {
-        ("sglang.srt.speculative.dflash_worker_v2", "DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc"):
-            ["self", "target_hidden", "cache_loc"],
-        ("sglang.srt.speculative.dflash_utils", "resolve_dflash_verify_mask_policy"): ["attn_backend"],
-        ("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify"):
-            ["self", "batch", "target_worker"],
-    },
-}
-
-
-# Releases whose DFlashWorkerV2 internals the DDTree decode round is written against. 0.5.23 rewrote the
-# draft/verify plumbing around KVLocPlan; serving there needs that port (registration and arguments work).
-WORKER_RELEASES = ("0.5.17",)
-
-
-def check_worker_release() -> str:
-    rel = check_version()
-    if rel not in WORKER_RELEASES:
-        raise UnsupportedSGLangVersion(
-            f"sglang-ddtree's DDTREE worker runs on sglang {', '.join(WORKER_RELEASES)}; sglang {rel} is supported "
-            f"for registration and arguments only in this release (its DFlash worker moved to KVLocPlan). "
-            f"Serve with sglang=={WORKER_RELEASES[-1]}.")
-    return rel

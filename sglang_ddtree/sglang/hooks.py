@@ -1,4 +1,5 @@
-"""Run-time fixes to SGLang internals, applied only in a DDTREE scheduler process (by the worker).
+"""Run-time fixes to SGLang internals, applied only in a DDTREE scheduler process (by the worker, through
+the release's adapter, which hands over the SGLang objects patched: this module imports no SGLang).
 
 1. Verify mask policy (only for the FULL_MASK fallback; the default verify path is tree_attention.py, which
    reads no mask). SGLang captures DFlash-family TARGET_VERIFY CUDA graphs *without* a custom mask on
@@ -28,10 +29,9 @@ def _always_mask(original):
     return resolve_dflash_verify_mask_policy
 
 
-def install_verify_mask_policy() -> None:
-    """Idempotent. Safe only where the server's algorithm is DDTREE (the worker is the only caller)."""
-    from sglang.srt.speculative import dflash_utils
-
+def install_verify_mask_policy(dflash_utils) -> None:
+    """Idempotent. Safe only where the server's algorithm is DDTREE (the worker is the only caller);
+    `dflash_utils` is SGLang's module, handed over by the release's adapter."""
     current = dflash_utils.resolve_dflash_verify_mask_policy
     if getattr(current, "ddtree_original", None) is not None:
         return
@@ -51,11 +51,9 @@ def _embeds_in_runner_dtype(original):
     return _extend_forward_kwargs
 
 
-def install_eager_embeds_dtype_fix() -> None:
-    """Idempotent (see the module docstring, item 2)."""
-    from sglang.srt.model_executor.model_runner import ModelRunner
-
-    current = ModelRunner._extend_forward_kwargs
+def install_eager_embeds_dtype_fix(model_runner_cls) -> None:
+    """Idempotent (see the module docstring, item 2); `model_runner_cls` is SGLang's ModelRunner."""
+    current = model_runner_cls._extend_forward_kwargs
     if getattr(current, "ddtree_original", None) is not None:
         return
-    ModelRunner._extend_forward_kwargs = _embeds_in_runner_dtype(current)
+    model_runner_cls._extend_forward_kwargs = _embeds_in_runner_dtype(current)

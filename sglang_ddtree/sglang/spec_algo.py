@@ -16,7 +16,7 @@ def _draft_block_size(default: int) -> int:
     import is at module level, so a moved runtime_context fails loudly at registration, not here."""
     try:
         value = get_spec().speculative_dflash_block_size
-    except Exception:  # no runtime context published (CPU tests, tools): the caller's width is the answer
+    except ValueError:  # "config namespace 'spec' not published" (CPU tests, tools): the caller's width
         return default
     return int(value) if value else default
 

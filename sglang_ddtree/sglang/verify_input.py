@@ -11,8 +11,6 @@ import dataclasses
 
 import torch
 
-from . import compat
-
 
 @dataclasses.dataclass
 class HostBound:
@@ -21,12 +19,13 @@ class HostBound:
     total: int                  # FULL_MASK cells for that bound
 
 
-def host_mask_bound(seq_lens_cpu, draft_input, n: int) -> HostBound:
-    """Committed host lengths lag the device by at most one round (<= block <= n tokens) under overlap."""
+def host_mask_bound(seq_lens_cpu, draft_kv_lens_cpu, n: int) -> HostBound:
+    """Committed host lengths lag the device by at most one round (<= block <= n tokens) under overlap;
+    without them, the draft input's next-round KV lengths (the adapter's `draft_kv_lens`) bound the prefix."""
     if seq_lens_cpu is not None:
         bound = seq_lens_cpu.to(torch.int64) + n
     else:
-        bound = compat.draft_kv_lens(draft_input)[0].to(torch.int64)
+        bound = draft_kv_lens_cpu.to(torch.int64)
     total_prefix = int(bound.sum())
     return HostBound(bound, total_prefix, n * (total_prefix + n * int(bound.numel())))
 

@@ -1,27 +1,34 @@
-"""Every SGLang symbol the plugin's worker touches exists on the installed release, with the parameters
-the worker passes (compat.WORKER_SYMBOLS / WORKER_SIGNATURES: one list to update per release)."""
+"""Every SGLang symbol the plugin touches exists on the installed release, as the plugin uses it.
+
+The worker's list is the release adapter's own: an adapter reaches SGLang only through `need(...)`
+(adapters/need.py; checked here on the source), which resolves and signature-checks each symbol as the
+adapter loads, and every DFlash worker member or attribute an adapter or the worker reads is in the
+adapter's HOST_MEMBERS / HOST_ATTRS (checked here on the source, then against the installed DFlashWorkerV2).
+Registration's symbols are compat.REGISTRATION_SYMBOLS.
+"""
+import ast
 import importlib
 import inspect
+from pathlib import Path
 
 import pytest
 
-from sglang_ddtree.sglang import compat
+from sglang_ddtree.sglang import adapters, compat
 
-
-def _symbols(release):
-    return compat.WORKER_SYMBOLS["common"] + compat.WORKER_SYMBOLS[release]
+SGL = Path(compat.__file__).resolve().parent
+ADAPTER_FILES = sorted((SGL / "adapters").glob("*.py"))
 
 
 def _resolve(module, qualname):
     obj = importlib.import_module(module)
-    for part in qualname.split("."):
+    for part in qualname.split(".") if qualname else ():
         obj = getattr(obj, part)
     return obj
 
 
-def test_symbols_import(sglang_release):
+def test_registration_symbols_import(sglang_release):
     missing = []
-    for module, name in _symbols(sglang_release):
+    for module, name in compat.REGISTRATION_SYMBOLS["common"] + compat.REGISTRATION_SYMBOLS[sglang_release]:
         try:
             _resolve(module, name)
         except (ImportError, AttributeError) as e:
@@ -29,65 +36,132 @@ def test_symbols_import(sglang_release):
     assert missing == []
 
 
-def test_signatures(sglang_release):
-    table = {**compat.WORKER_SIGNATURES["common"], **compat.WORKER_SIGNATURES[sglang_release]}
+def test_adapters_reach_sglang_only_through_need():
+    """No adapter imports SGLang itself, and only need.py imports by name (adapters/__init__.py imports its
+    own release modules): the `need` list is complete."""
+    assert {p.name for p in ADAPTER_FILES} >= {"v0_5_17.py", "v0_5_23.py", "dflash_v2.py", "need.py"}
     bad = []
-    for (module, qualname), names in table.items():
-        params = list(inspect.signature(_resolve(module, qualname)).parameters)
-        if [p for p in names if p not in params]:
-            bad.append(f"{module}.{qualname}{params} lacks {[p for p in names if p not in params]}")
+    for path in ADAPTER_FILES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            bad += [f"{path.name}: import {n}" for n in names if n.split(".")[0] == "sglang"
+                    or (n == "importlib" and path.name not in ("need.py", "__init__.py"))]
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" \
+                    and path.name == "__init__.py":
+                arg = node.args[0]
+                own = isinstance(arg, ast.JoinedStr) and isinstance(arg.values[0], ast.FormattedValue) \
+                    and getattr(arg.values[0].value, "id", None) == "__name__"
+                bad += [] if own else [f"__init__.py: import_module({ast.unparse(arg)})"]
     assert bad == []
 
 
-def test_worker_methods_exist_on_dflash_worker(sglang_release):
-    """The DFlashWorkerV2 members the DDTree worker calls or overrides."""
+def test_the_adapter_lists_every_symbol_it_resolved(sglang_release):
+    mod = adapters.for_release(sglang_release)
+    assert mod.Adapter.RELEASE == sglang_release and mod.need.release == sglang_release
+    assert len(mod.need.symbols) > 15
+    for module, qualname, params in mod.need.symbols:
+        obj = _resolve(module, qualname)
+        if params:
+            assert set(params) <= set(inspect.signature(obj).parameters), (module, qualname)
+    # every SGLang object the adapter class holds came through need
+    resolved = {id(_resolve(m, q)) for m, q, _ in mod.need.symbols}
+    held = {k: getattr(v, "__func__", v) for k, v in vars(mod.Adapter).items()
+            if k.isupper() and not k.startswith("HOST_") and k not in ("RELEASE", "DRAFT_KV_LENS")}
+    assert len(held) > 10 and [k for k, v in held.items() if id(v) not in resolved] == []
+
+
+def test_a_missing_symbol_is_a_loud_specific_error():
+    from sglang_ddtree.sglang.adapters.need import MissingSGLangSymbol, Needs
+
+    need = Needs("9.9.9")
+    with pytest.raises(MissingSGLangSymbol, match=r"sglang.srt.speculative.dflash_worker_v2.NoSuchWorker"):
+        need("sglang.srt.speculative.dflash_worker_v2", "NoSuchWorker")
+    with pytest.raises(MissingSGLangSymbol, match=r"\['no_such_param'\].*DFlashVerifyInput.prepare_for_verify"):
+        need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify", ("batch", "no_such_param"))
+    with pytest.raises(MissingSGLangSymbol, match="sglang.srt.no_such_module"):
+        need.module("sglang.srt.no_such_module")
+    assert need.symbols == []
+
+
+def _host_names(path: Path) -> set[str]:
+    """Attribute names read or written on the DFlash worker: `host.x`, `self.host.x`, `h.x` (h = self.host)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        v = node.value
+        if (isinstance(v, ast.Name) and v.id in ("host", "h")) or \
+                (isinstance(v, ast.Attribute) and v.attr == "host" and isinstance(v.value, ast.Name)):
+            out.add(node.attr)
+    return out
+
+
+def _worker_self_names(path: Path) -> tuple[set[str], set[str]]:
+    """(self.x read in worker.py, names worker.py defines on self or in its class)."""
+    tree = ast.parse(path.read_text())
+    used, defined = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            (defined if isinstance(node.ctx, ast.Store) else used).add(node.attr)
+        elif isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+    return used, defined
+
+
+def test_every_dflash_member_used_is_listed_and_exists(sglang_release):
     from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 
-    from sglang_ddtree.sglang.worker import DFLASH_MEMBERS_USED
-
-    missing = [m for m in DFLASH_MEMBERS_USED if not hasattr(DFlashWorkerV2, m)]
-    assert missing == []
-
-
-def test_worker_instance_attributes_are_set_by_dflash_init(sglang_release):
-    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
-
-    from sglang_ddtree.sglang.worker import DFLASH_INSTANCE_ATTRS
-
+    mod = adapters.for_release(sglang_release)
+    listed = set(mod.Adapter.HOST_MEMBERS) | set(mod.Adapter.HOST_ATTRS)
+    files = [SGL / "adapters" / "dflash_v2.py", SGL / "adapters" / f"{mod.__name__.rsplit('.', 1)[1]}.py"]
+    used = set().union(*(_host_names(p) for p in files))
+    assert used, "the scan found no host access"
+    assert used - listed == set()
+    worker_used, worker_defined = _worker_self_names(SGL / "worker.py")
+    base_own = set(vars(mod.WorkerBase))
+    assert worker_used - worker_defined - base_own - listed == set()
+    assert [m for m in mod.Adapter.HOST_MEMBERS if not hasattr(DFlashWorkerV2, m)] == []
     source = inspect.getsource(DFlashWorkerV2.__init__)
-    missing = [a for a in DFLASH_INSTANCE_ATTRS if f"self.{a} =" not in source and f"self.{a}:" not in source]
-    assert missing == []
+    assert [a for a in mod.Adapter.HOST_ATTRS if f"self.{a} =" not in source and f"self.{a}:" not in source] == []
+    # the worker's overrides are DFlashWorkerV2 members (a renamed hook would silently stop being called)
+    from sglang_ddtree.sglang.worker import DDTreeWorkerV2
+
+    overrides = {k for k in vars(DDTreeWorkerV2) if k == "__init__" or not k.startswith(("__", "_abc"))}
+    assert overrides and overrides <= set(mod.Adapter.HOST_MEMBERS)
 
 
-def test_draft_input_has_the_kv_length_fields_compat_reads(sglang_release):
-    """compat.draft_kv_lens reads one of DRAFT_KV_LEN_FIELDS; this release's DFlashDraftInputV2 declares one
-    pair whole, and the helper returns it from a real instance."""
+def test_draft_input_has_the_kv_length_fields_the_adapter_reads(sglang_release):
+    """The adapter's DRAFT_KV_LENS pair is declared by this release's DFlashDraftInputV2, and the verb returns
+    it from a real instance."""
     import dataclasses
 
     import torch
     from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 
-    from sglang_ddtree.sglang import compat
-
+    mod = adapters.for_release(sglang_release)
     names = {f.name for f in dataclasses.fields(DFlashDraftInputV2)}
-    pairs = [p for p in compat.DRAFT_KV_LEN_FIELDS if set(p) <= names]
-    assert len(pairs) == 1, (names, compat.DRAFT_KV_LEN_FIELDS)
+    assert set(mod.Adapter.DRAFT_KV_LENS) <= names
     inst = DFlashDraftInputV2.create_idle_input(device=torch.device("cpu"))
-    setattr(inst, pairs[0][0], torch.tensor([3, 4]))
-    setattr(inst, pairs[0][1], 7)
-    cpu, total = compat.draft_kv_lens(inst)
+    setattr(inst, mod.Adapter.DRAFT_KV_LENS[0], torch.tensor([3, 4]))
+    setattr(inst, mod.Adapter.DRAFT_KV_LENS[1], 7)
+    cpu, total = mod.Adapter(host=None).draft_kv_lens(inst)
     assert cpu.tolist() == [3, 4] and total == 7
 
 
-def test_worker_module_imports_against_this_release(sglang_release):
+def test_worker_module_builds_on_this_release(sglang_release):
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
     from sglang_ddtree.sglang import worker
 
-    assert issubclass(worker.DDTreeWorkerV2, importlib.import_module(
-        "sglang.srt.speculative.dflash_worker_v2").DFlashWorkerV2)
+    assert worker.ADAPTER is adapters.for_release(sglang_release)
+    assert issubclass(worker.DDTreeWorkerV2, DFlashWorkerV2)
+    assert issubclass(worker.DDTreeWorkerV2, worker.ADAPTER.WorkerBase)
     sig = inspect.signature(worker.DDTreeWorkerV2.forward_batch_generation)
     assert {"batch", "on_publish", "grammar_barrier", "pp_proxy_tensors"} <= set(sig.parameters)
 
 
-def test_unknown_release_has_no_table():
-    with pytest.raises(KeyError):
-        compat.WORKER_SYMBOLS["0.5.20"]
+def test_unknown_release_has_no_adapter():
+    with pytest.raises(compat.UnsupportedSGLangVersion, match="no worker adapter for sglang 0.5.20"):
+        adapters.for_release("0.5.20")
+    assert set(adapters.MODULES) == set(compat.SUPPORTED_VERSIONS)

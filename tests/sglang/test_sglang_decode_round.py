@@ -1,36 +1,49 @@
-"""The worker's decode round (tree → verify inputs → accept → KV move → drafter commit → result) on CPU.
+"""The decode round (tree → verify inputs → accept → KV move → drafter commit → result) on CPU, through the
+installed release's real adapter (adapters/v0_5_17.py or v0_5_23.py: the `release` fixture; the test body is
+the same for both).
 
-Both verify paths: the default one (tree_attention: the round loads the tree's bitsets for the tree kernel and
-builds no FULL_MASK — a FULL_MASK build fails the test) and the FULL_MASK fallback.
+The round is built by its real constructor (`DecodeRound(adapter, server_args, knobs)`, the call
+DDTreeWorkerV2.__init__ makes after DFlashWorkerV2's own constructor, which loads the drafter and needs a
+GPU). The DFlash worker it is bound to (`FakeDFlashHost`) holds what DFlashWorkerV2.__init__ sets and
+borrows DFlashWorkerV2's real `_ensure_draft_block_buffers` and `_make_next_draft_input_decode`; the real
+ForwardBatch, DFlashVerifyInput, GenerationBatchResult, DFlashDraftInputV2 and, on 0.5.23, the real
+KVIndexTranslator / KVLocPlan are used. Only the model is fake: the drafter's forward, the target's verify
+behind SGLang's `prepare_for_verify` (which needs a live ScheduleBatch and model runner), the drafter's KV
+writer, and a KV pool that stores which node's KV sits in each slot.
 
-SGLang's two forwards are replaced by a deterministic fake model: the target's greedy next token is a hash
-of the whole context, and the fake "attention" writes node identities into a fake KV pool. The drafter's
-logits favour the target's true continuation (at rank 0 or 1 per depth, so acceptance has to go through
-siblings). Checked against an independent greedy decode of the fake model: committed tokens, lengths,
-which KV rows end up at slots prefix..prefix+len, and what the drafter's KV writer is handed.
+The fake target's greedy next token is a hash of the whole context; it reads each node's ancestors from the
+mask the attention would use (the tree kernel's bitsets, or SGLang's FULL_MASK layout) and the prefix from
+its own KV pool. The drafter favours the target's continuation at rank 0 or 1 per depth, so acceptance has
+to go through siblings. Checked against an independent greedy decode: committed tokens, lengths, which KV
+ends up at slots prefix..prefix+len, and what the drafter's KV writer is handed.
 """
+import contextlib
 import types
 
 import pytest
 import torch
 
-V, H = 40, 6
+V, H, MASK = 40, 6, 39
+SLOTS_PER_REQ = 64
 
 
 def greedy_next(context):
-    return (sum((i + 1) * t * 31 for i, t in enumerate(context)) + 7 * len(context)) % V
+    return (sum((i + 1) * t * 31 for i, t in enumerate(context)) + 7 * len(context)) % (V - 1)  # never MASK
 
 
 class FakeKV:
+    """The target's KV pool: per slot, the token it holds and which verify node wrote it."""
+
     def __init__(self, slots):
-        self.kv = torch.full((slots,), -1, dtype=torch.int64)
+        self.token = torch.full((slots,), -1, dtype=torch.int64)
+        self.node = torch.full((slots,), -1, dtype=torch.int64)
 
     def move_kv_cache(self, tgt, src):
-        self.kv[tgt] = self.kv[src].clone()
+        self.token[tgt], self.node[tgt] = self.token[src].clone(), self.node[src].clone()
 
 
 class FakeTreeAttention:
-    """What the worker hands the tree kernel: the round's ancestor bitsets."""
+    """What the round hands the tree kernel: the round's ancestor bitsets."""
 
     def __init__(self):
         self.loaded = []
@@ -39,180 +52,355 @@ class FakeTreeAttention:
         self.loaded.append(mask_bits.clone())
 
 
-def make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, ranks, tree_attention=True):
-    from sglang_ddtree.round import RoundOps
-    from sglang_ddtree.sglang import worker as W
+class FakeDrafter:
+    """The draft runner's forward: per depth d, the true chain token at rank ranks[d] (a decoy above it at rank 1)."""
 
-    w = object.__new__(W.DDTreeWorkerV2)
-    n = budget + 1
-    w.verify_width, w.budget, w.block_size = n, budget, block
-    w.device, w.round, w._round, w._seed, w._warned_sampling = torch.device("cpu"), RoundOps("cpu"), 0, 0, False
-    w.tree_attn = FakeTreeAttention() if tree_attention else None
-    if tree_attention:
-        def no_full_mask(*a, **k):
-            raise AssertionError("the default verify path built a FULL_MASK")
-        monkeypatch.setattr(W, "full_tree_mask", no_full_mask)
-    w._node_offsets = torch.arange(n)
-    slots_per_req = 64
-    req_to_token = torch.arange(bs * slots_per_req).view(bs, slots_per_req) + 1  # slot 0 = padding slot
-    kv = FakeKV(bs * slots_per_req + 1)
-    w.model_runner = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token),
-                                           token_to_kv_pool=kv)
-    roots = torch.tensor([greedy_next(p) for p in prefix_tokens])  # the previous round's bonus
+    def __init__(self, world, ranks):
+        self.world, self.ranks, self.batches = world, ranks, []
 
-    def draft(batch, draft_input, bs_):
-        # per-depth draft logits: the true chain token at rank ranks[d], a decoy above it when rank 1
-        lp = torch.full((bs_, block - 1, V), -5.0)
-        for b in range(bs_):
-            ctx = list(prefix_tokens[b]) + [int(roots[b])]
+    def forward(self, fb):
+        self.batches.append(fb)
+        w = self.world
+        bs = int(fb.batch_size)
+        ids = fb.input_ids.view(bs, -1)
+        block = ids.shape[1]
+        hidden = torch.full((bs * block, V), -5.0)
+        for b in range(bs):
+            ctx = w.prefix_context(b, int(fb.seq_lens[b])) + [int(ids[b, 0])]
             for d in range(block - 1):
                 t = greedy_next(ctx)
-                lp[b, d, t] = 2.0
-                if ranks[d] == 1:
-                    lp[b, d, (t + 1) % V] = 3.0
+                hidden[b * block + d + 1, t] = 2.0
+                if self.ranks[d] == 1:
+                    hidden[b * block + d + 1, (t + 1) % (V - 1)] = 3.0
                 ctx.append(t)
-        from sglang_ddtree import build_tree
+        return types.SimpleNamespace(logits_output=types.SimpleNamespace(hidden_states=hidden), can_run_graph=False)
 
-        return build_tree(lp, budget, root_tokens=roots, seq_lens=seq_lens, backend="cpu")
 
-    w._draft = draft
+class FakeDFlashHost:
+    """A DFlash V2 worker's state as DFlashWorkerV2.__init__ leaves it (adapters' HOST_ATTRS), around a fake model."""
+
+    _ensure_draft_block_buffers = None  # DFlashWorkerV2's own, set per release by the fixture
+    _make_next_draft_input_decode = None
+
+    def __init__(self, world, release, ranks):
+        self.device = torch.device("cpu")
+        self.block_size = self.speculative_num_draft_tokens = world.n  # DFlash sizes its block from n
+        self._mask_token_id = MASK
+        for name in ("_draft_block_ids_buf", "_draft_block_positions_buf", "_draft_block_tokens_buf",
+                     "_draft_verify_out_cache_loc_buf", "_draft_block_end_buf", "_draft_seq_lens_cpu_buf"):
+            setattr(self, name, None)
+        self._block_pos_offsets = self._draft_block_spec_info = None
+        self.draft_model = types.SimpleNamespace(block_sizes=[])
+        self.draft_model.set_block_size = self.draft_model.block_sizes.append
+        model = types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=torch.eye(V)),
+                                      get_input_embeddings=lambda: world.embedding)
+        self.model_runner = types.SimpleNamespace(
+            model=model, req_to_token_pool=types.SimpleNamespace(req_to_token=world.req_to_token),
+            token_to_kv_pool=world.kv, page_size=1)
+        self.target_worker = types.SimpleNamespace(model_runner=self.model_runner)
+        self.draft_model_runner = FakeDrafter(world, ranks)
+        self.appended = []
+        if release.Adapter.RELEASE == "0.5.23":
+            from sglang.srt.configs.draft_parallel import DraftParallelLayout
+            from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+
+            def translator(pool):
+                return KVIndexTranslator(req_to_token=world.req_to_token, token_to_kv_pool_allocator=None,
+                                         token_to_kv_pool=pool, page_size=1, device="cpu")
+
+            self.model_runner.kv_index_translator = translator(world.kv)
+            self.draft_model_runner.kv_index_translator = translator(object())
+            self.selector = self.lilicorr = self._target_logits_processor = None
+            self._is_domino = self._need_mamba_verify_commit = False
+            self.draft_parallel_layout = DraftParallelLayout(tp_group=None, attn_tp_size=1)
+            self._noise_embed_scale = 1.0
+
+    def _append_target_hidden_to_draft_kv_by_loc(self, **kw):  # the drafter's KV projection: model
+        self.appended.append(kw)
+
+
+class World:
+    """Requests, their prefixes in the fake KV pool, and an independent greedy decode."""
+
+    def __init__(self, budget, seq_lens, prefix_tokens):
+        bs = len(seq_lens)
+        self.n, self.seq_lens, self.prefix_tokens = budget + 1, seq_lens, prefix_tokens
+        self.req_to_token = torch.arange(bs * SLOTS_PER_REQ).view(bs, SLOTS_PER_REQ) + 1  # slot 0: padding
+        self.kv = FakeKV(bs * SLOTS_PER_REQ + 1)
+        for b, toks in enumerate(prefix_tokens):
+            self.kv.token[self.req_to_token[b, :len(toks)]] = torch.tensor(toks)
+        self.embedding = torch.nn.Embedding(V, 3)
+        self.roots = torch.tensor([greedy_next(p) for p in prefix_tokens])  # the previous round's bonus
+
+    def prefix_context(self, b, length):
+        return self.kv.token[self.req_to_token[b, :length]].tolist()
+
+    def slots(self):
+        cols = self.seq_lens.unsqueeze(1) + torch.arange(self.n)
+        return self.req_to_token[torch.arange(len(self.seq_lens)).unsqueeze(1), cols]
+
+    def want(self, b, length):
+        ctx, out = list(self.prefix_tokens[b]) + [int(self.roots[b])], []
+        for _ in range(length):
+            out.append(greedy_next(ctx))
+            ctx.append(out[-1])
+        return out
+
+
+def fake_model_adapter(release, world, host, captured):
+    """The release's real Adapter; only the target's verify behind SGLang's prepare_for_verify is the model's."""
+
+    class WithFakeTarget(release.Adapter):
+        def prepare_verify(self, batch, verify_input):
+            captured["verify"] = verify_input
+            captured["verify_host_lens"] = batch.seq_lens_cpu.clone()
+            captured["verify_out_cache_loc"] = batch.out_cache_loc.clone()
+            return verify_input
+
+        def run_verify(self, verify_input):
+            bs, n = len(world.seq_lens), world.n
+            tokens = verify_input.draft_token.view(bs, n)
+            positions = verify_input.positions.view(bs, n)
+            ancestors = captured["ancestors"] = ancestors_from_mask(captured, verify_input, world)
+            captured["tokens"] = tokens.clone()
+            logits = torch.full((bs * n, V), -1.0)
+            hidden = torch.zeros(bs * n, H)
+            slots = captured["verify_out_cache_loc"].view(bs, n)
+            for b in range(bs):
+                prefix = world.prefix_context(b, int(world.seq_lens[b]))
+                for i in range(n):
+                    path = sorted(ancestors[b][i], key=lambda j: int(positions[b, j]))
+                    logits[b * n + i, greedy_next(prefix + [int(tokens[b, j]) for j in path])] = 5.0
+                    hidden[b * n + i, 0] = 1000 * b + i
+            world.kv.token[slots.reshape(-1)] = tokens.reshape(-1)  # the verify writes every node's KV
+            world.kv.node[slots.reshape(-1)] = hidden[:, 0].to(torch.int64)
+            out = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
+            return types.SimpleNamespace(logits_output=out, can_run_cuda_graph=True, routed_experts_output=None,
+                                         indexer_topk_output=None)
+
+    return WithFakeTarget(host)
+
+
+def ancestors_from_mask(captured, verify_input, world):
+    """Ancestor-or-self sets per node, decoded from what the attention reads: the tree kernel's bitsets, or
+    SGLang's FULL_MASK layout (per request n rows of prefix + n columns, requests concatenated)."""
+    bs, n = len(world.seq_lens), world.n
+    tree_attn = captured["tree_attn"]
+    if tree_attn is not None:
+        bits = tree_attn.loaded[-1]
+        return [[{j for j in range(n) if (int(bits[b, i, j // 32]) >> (j % 32)) & 1} for i in range(n)]
+                for b in range(bs)]
+    mask, start, out = verify_input.custom_mask, 0, []
+    for b in range(bs):
+        p = int(world.seq_lens[b])
+        rows = mask[start:start + n * (p + n)].view(n, p + n)
+        assert bool(rows[:, :p].all())  # the whole prefix is visible
+        out.append([{j for j in range(n) if bool(rows[i, p + j])} for i in range(n)])
+        start += n * (p + n)
+    return out
+
+
+@pytest.fixture
+def release(sglang_release):
+    """The installed release's adapter module, and the parallel layout its SGLang reads at run time."""
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
+    from sglang_ddtree.sglang import adapters
+
+    mod = adapters.for_release(sglang_release)
+    FakeDFlashHost._ensure_draft_block_buffers = DFlashWorkerV2._ensure_draft_block_buffers
+    FakeDFlashHost._make_next_draft_input_decode = DFlashWorkerV2._make_next_draft_input_decode
+    if sglang_release == "0.5.23":
+        from sglang.srt.runtime_context import get_parallel
+
+        with get_parallel().override(moe_ep_size=1):
+            yield mod
+    else:
+        with contextlib.nullcontext():
+            yield mod
+
+
+def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention):
+    from sglang_ddtree.sglang.args import Knobs
+    from sglang_ddtree.sglang.decode_round import DecodeRound
+
+    world = World(budget, seq_lens, prefix_tokens)
+    host = FakeDFlashHost(world, release, ranks)
     captured = {}
-
-    class FakeVerifyInput:
-        def __init__(self, **kw):
-            captured["verify"] = kw
-
-        def prepare_for_verify(self, batch, target_worker):
-            return "fb", False
-
-    def target_forward(batch=None, forward_batch=None, is_verify=False, skip_attn_backend_init=False):
-        kwv = captured["verify"]
-        tokens = kwv["draft_token"].view(bs, n)
-        parents = captured["tree"].parents
-        logits = torch.full((bs * n, V), -1.0)
-        hidden = torch.zeros(bs * n, H)
-        for b in range(bs):
-            for i in range(n):
-                path, j = [], i
-                while j >= 0:
-                    path.append(int(tokens[b, j]))
-                    j = int(parents[b, j])
-                ctx = list(prefix_tokens[b]) + path[::-1]
-                logits[b * n + i, greedy_next(ctx)] = 5.0
-                hidden[b * n + i, 0] = 1000 * b + i
-                kv.kv[int(batch_slots[b, i])] = 1000 * b + i  # the verify writes node i's KV at its slot
-        return types.SimpleNamespace(logits_output=types.SimpleNamespace(next_token_logits=logits,
-                                                                         hidden_states=hidden),
-                                     can_run_cuda_graph=True)
-
-    original_draft = w._draft
-
-    def draft_and_capture(batch, draft_input, bs_):
-        tree = original_draft(batch, draft_input, bs_)
-        captured["tree"] = tree
-        return tree
-
-    w._draft = draft_and_capture
-    w._target_worker = types.SimpleNamespace(forward_batch_generation=target_forward)
-    w._append_target_hidden_to_draft_kv_by_loc = lambda **kw: captured.setdefault("draft_commit", kw)
-    w._make_next_draft_input_decode = lambda **kw: kw
-    monkeypatch.setattr(W, "DFlashVerifyInput", FakeVerifyInput)
-    cols = seq_lens.unsqueeze(1) + torch.arange(n)
-    batch_slots = req_to_token[torch.arange(bs).unsqueeze(1), cols]
-    return w, kv, captured, roots, batch_slots
+    sgl = fake_model_adapter(release, world, host, captured)
+    server_args = types.SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_dflash_block_size=block,
+                                        speculative_draft_model_path=None, random_seed=0, max_running_requests=8)
+    knobs = Knobs(budget=None, topk=None, ops_backend="cpu", draft_graph_head=False, verify_attention="auto",
+                  anchor=None, calibration="off")
+    rnd = DecodeRound(sgl, server_args, knobs)
+    rnd.tree_attn = captured["tree_attn"] = FakeTreeAttention() if tree_attention else None
+    batch = types.SimpleNamespace(
+        spec_info=release.Adapter.DRAFT_INPUT(
+            topk_p=torch.empty(len(seq_lens), 0), topk_index=torch.empty(len(seq_lens), 0, dtype=torch.int64),
+            bonus_tokens=world.roots.clone(), new_seq_lens=seq_lens.clone(),
+            hidden_states=torch.empty(len(seq_lens), 0)),
+        seq_lens=seq_lens.clone(), seq_lens_cpu=seq_lens.to(torch.int32), seq_lens_sum=int(seq_lens.sum()),
+        req_pool_indices=torch.arange(len(seq_lens)), sampling_info=None, out_cache_loc=None,
+        can_run_decode_cuda_graph=True)
+    return rnd, world, host, captured, batch
 
 
 @pytest.mark.parametrize("tree_attention", [True, False], ids=["tree_kernel", "full_mask"])
 @pytest.mark.parametrize("budget,block,ranks", [(7, 4, [0, 0, 0]), (12, 5, [0, 1, 0, 1]), (9, 6, [1, 1, 0, 0, 1])])
-def test_decode_round_commits_the_targets_greedy_tokens(plugins_loaded, monkeypatch, budget, block, ranks,
-                                                        tree_attention):
-    bs = 3
+def test_decode_round_commits_the_targets_greedy_tokens(release, budget, block, ranks, tree_attention):
+    bs, n = 3, budget + 1
     g = torch.Generator().manual_seed(budget)
     seq_lens = torch.tensor([5, 9, 12])
-    prefix_tokens = [torch.randint(0, V, (int(L),), generator=g).tolist() for L in seq_lens]
-    w, kv, captured, roots, slots = make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, ranks,
-                                                tree_attention)
-    batch = types.SimpleNamespace(spec_info=types.SimpleNamespace(), seq_lens=seq_lens.clone(),
-                                  seq_lens_cpu=seq_lens.to(torch.int32), seq_lens_sum=int(seq_lens.sum()),
-                                  req_pool_indices=torch.arange(bs), sampling_info=None, out_cache_loc=None)
+    prefix_tokens = [torch.randint(0, V - 1, (int(L),), generator=g).tolist() for L in seq_lens]
+    rnd, world, host, captured, batch = make_round(release, budget, block, seq_lens, prefix_tokens, ranks,
+                                                   tree_attention)
+    # the constructor retargeted DFlash's block from n to the drafter's
+    assert host.block_size == host.speculative_num_draft_tokens == block and host.draft_model.block_sizes == [block]
+    slots = world.slots()
     published = []
-    res = w._decode_round(batch, published.append)
+    res = rnd.decode(batch, published.append)
+
+    from sglang.srt.managers.scheduler import GenerationBatchResult
+
+    assert isinstance(res, GenerationBatchResult) and res.speculative_num_draft_tokens == block
     commit = res.accept_lens
-    assert res.speculative_num_draft_tokens == block
     out = res.next_token_ids.view(bs, block)
+    nodes_of = []
     for b in range(bs):
-        ctx = list(prefix_tokens[b]) + [int(roots[b])]
-        want = []
-        for _ in range(block):
-            want.append(greedy_next(ctx))
-            ctx.append(want[-1])
+        want = world.want(b, block)
         L = int(commit[b])
         assert 1 <= L <= block
         assert out[b, :L].tolist() == want[:L]          # accepted drafts then the bonus, all the target's
         assert out[b, L:].tolist() == [0] * (block - L)
-        assert int(res.next_draft_input["bonus_tokens"][b]) == want[L - 1]
-        # the walk goes as deep as the tree holds the target's own continuation
-        tree, cur, depth = captured["tree"], 0, 0
-        while depth < block - 1:
-            kids = [c for c in range(tree.n) if int(tree.parents[b, c]) == cur and int(tree.tokens[b, c]) == want[depth]]
+        # the walk goes down the tree the target verified as long as a child carries the target's token
+        anc, toks, path = captured["ancestors"][b], captured["tokens"][b], [0]
+        while len(path) < block:
+            cur = path[-1]
+            kids = [c for c in range(n) if c not in anc[cur] and anc[c] == anc[cur] | {c}
+                    and int(toks[c]) == want[len(path) - 1]]
             if not kids:
                 break
-            cur, depth = kids[0], depth + 1
-        assert L == depth + 1
+            path.append(kids[0])
+        assert L == len(path)
         if ranks == [0] * (block - 1):
             assert L == block  # the drafter's top-1 chain is the target's: everything is accepted
+        # slots prefix..prefix+L-1 now hold the accepted nodes' KV (moved there), the drafts' tokens in order
+        nodes_of.append([1000 * b + i for i in path])
+        assert world.kv.node[slots[b, :L]].tolist() == nodes_of[b]
+        assert world.kv.token[slots[b, 1:L]].tolist() == want[:L - 1]
+    assert isinstance(res.next_draft_input, release.Adapter.DRAFT_INPUT)
+    assert res.next_draft_input.bonus_tokens.tolist() == [world.want(b, int(commit[b]))[-1] for b in range(bs)]
     assert torch.equal(res.new_seq_lens, seq_lens + commit.to(seq_lens.dtype))
     assert torch.equal(published[0], res.new_seq_lens)
-    # KV: slot prefix + k now holds accepted node k's KV
-    acc = captured["tree"]
-    dc = captured["draft_commit"]
+
+    # the drafter: [bonus, MASK…] at positions prefix.., KV at the block's first slots, lengths bounded on the host
+    (fb,) = host.draft_model_runner.batches
+    assert fb.input_ids.view(bs, block)[:, 0].tolist() == world.roots.tolist()
+    assert (fb.input_ids.view(bs, block)[:, 1:] == MASK).all()
+    assert fb.positions.view(bs, block).tolist() == (seq_lens.unsqueeze(1) + torch.arange(block)).tolist()
+    assert torch.equal(fb.out_cache_loc.view(bs, block), slots[:, :block])
+    assert torch.equal(fb.input_embeds, world.embedding(fb.input_ids).detach())
+    assert fb.seq_lens_cpu.tolist() == (seq_lens + block).tolist()
+
+    # the drafter's context: the accepted nodes' hidden rows at the committed slots
+    (dc,) = host.appended
     for b in range(bs):
         L = int(commit[b])
-        nodes = []
-        cur = 0
-        for k in range(L):
-            nodes.append(cur)
-            if k + 1 < L:  # the next accepted node: the child of cur carrying the target's token
-                kids = [c for c in range(acc.n) if int(acc.parents[b, c]) == cur
-                        and int(acc.tokens[b, c]) == out[b, k]]
-                cur = kids[0]
-        assert [int(kv.kv[int(slots[b, k])]) for k in range(L)] == [1000 * b + i for i in nodes]
-        rows = dc["target_hidden"].view(bs, block, H)[b, :L, 0].tolist()
-        assert rows == [1000 * b + i for i in nodes]
+        assert dc["target_hidden"].view(bs, block, H)[b, :L, 0].tolist() == nodes_of[b]
         assert dc["positions"].view(bs, block)[b].tolist() == list(range(int(seq_lens[b]), int(seq_lens[b]) + block))
-        assert dc["cache_loc_2d"][b].tolist() == slots[b, :block].tolist()
-    assert torch.equal(dc["commit_lens"], commit)
-    # verify inputs: n nodes per request, positions = prefix + depth; the tree kernel gets the bitsets and no
-    # FULL_MASK exists, the fallback gets a FULL_MASK covering prefix + tree
+    assert torch.equal(dc["cache_loc_2d"], slots[:, :block]) and torch.equal(dc["commit_lens"], commit)
+
+    # the verify: n nodes per request at slots prefix..prefix+n, the host bound covering prefix + n
     v = captured["verify"]
-    assert v["draft_token_num"] == budget + 1
-    assert torch.equal(v["positions"].view(bs, -1), seq_lens.unsqueeze(1) + acc.depths.to(torch.int64))
+    assert isinstance(v, release.Adapter.VERIFY_INPUT) and v.draft_token_num == n
+    assert torch.equal(captured["verify_out_cache_loc"].view(bs, n), slots)
+    assert captured["verify_host_lens"].tolist() == (seq_lens + n).tolist()
+    assert batch.seq_lens_cpu.tolist() == seq_lens.tolist()  # restored after the preparation
     if tree_attention:
-        assert v["custom_mask"] is None
-        assert len(w.tree_attn.loaded) == 1 and torch.equal(w.tree_attn.loaded[0], acc.mask_bits)
+        assert v.custom_mask is None and len(captured["tree_attn"].loaded) == 1
     else:
-        assert v["custom_mask"].numel() >= (budget + 1) * int((seq_lens + budget + 1).sum())
-    assert torch.equal(batch.out_cache_loc.view(bs, -1), slots)
+        assert v.custom_mask is not None
+    if release.Adapter.RELEASE == "0.5.23":  # one KVLocPlan for the round: the n tree slots
+        assert torch.equal(v.kv_loc_plan.write_virtual.view(bs, n), slots)
+        assert fb.kv_loc_plan is v.kv_loc_plan
 
 
-def test_decode_round_partial_acceptance(plugins_loaded, monkeypatch):
-    """A drafter that is right only at depth 1: one draft token and the bonus get committed."""
-    bs, budget, block = 2, 6, 4
+def test_decode_round_partial_acceptance(release, monkeypatch):
+    """A drafter that is right only at depth 1: one draft token and the bonus get committed, by one call of
+    the round core the engine uses (round.RoundOps.commit)."""
+    from sglang_ddtree.round import RoundOps
+
+    commits, real_commit = [], RoundOps.commit
+    monkeypatch.setattr(RoundOps, "commit", lambda self, *a: commits.append(a) or real_commit(self, *a))
     seq_lens = torch.tensor([3, 4])
-    prefix_tokens = [[1, 2, 3], [4, 5, 6, 7]]
-    w, kv, captured, roots, slots = make_worker(monkeypatch, budget, block, bs, prefix_tokens, seq_lens, [0, 0, 0])
-    real_draft = w._draft
+    rnd, world, host, captured, batch = make_round(release, 6, 4, seq_lens, [[1, 2, 3], [4, 5, 6, 7]], [0, 0, 0],
+                                                   True)
+    drafter = host.draft_model_runner
+    real_forward = drafter.forward
 
-    def wrong_after_first(batch, draft_input, bs_):
-        tree = real_draft(batch, draft_input, bs_)
-        deep = tree.depths >= 2
-        tree.tokens = torch.where(deep, (tree.tokens + 1) % V, tree.tokens)  # every deeper guess is wrong
-        captured["tree"] = tree
-        return tree
+    def wrong_after_first(fb):
+        out = real_forward(fb)
+        h = out.logits_output.hidden_states.view(2, 4, V)
+        h[:, 2:] = h[:, 2:].roll(1, dims=-1)  # every deeper guess is off by one token
+        return out
 
-    w._draft = wrong_after_first
-    batch = types.SimpleNamespace(spec_info=types.SimpleNamespace(), seq_lens=seq_lens.clone(),
-                                  seq_lens_cpu=seq_lens.to(torch.int32), seq_lens_sum=7,
-                                  req_pool_indices=torch.arange(bs), sampling_info=None, out_cache_loc=None)
-    res = w._decode_round(batch, None)
-    assert res.accept_lens.tolist() == [2, 2]
+    drafter.forward = wrong_after_first
+    res = rnd.decode(batch, None)
+    assert res.accept_lens.tolist() == [2, 2] and len(commits) == 1
+    for b in range(2):
+        assert res.next_token_ids.view(2, 4)[b, :2].tolist() == world.want(b, 2)
+
+
+def test_decode_round_finishes_a_deferred_vocab_gather(release):
+    """0.5.23's target LogitsProcessor may hand the verify back a vocab shard (defer_verify_gather): the round
+    gathers the full vocab before choosing per-node tokens. 0.5.17 hands back full logits (nothing to do)."""
+    if release.Adapter.RELEASE != "0.5.23":
+        pytest.skip("0.5.17 has no deferred verify gather")
+    seq_lens = torch.tensor([3, 4])
+    rnd, world, host, captured, batch = make_round(release, 6, 4, seq_lens, [[1, 2, 3], [4, 5, 6, 7]], [0, 0, 0],
+                                                   True)
+
+    class ShardingProcessor:  # the target model's LogitsProcessor, sharded over the vocab
+        def __init__(self):
+            self.full, self.gathered = None, 0
+
+        def is_deferred_shard(self, logits):
+            return logits.shape[-1] < V
+
+        def finish_deferred_gather(self, logits):
+            self.gathered += 1
+            return self.full
+
+    lp = host._target_logits_processor = ShardingProcessor()
+    sgl, real_run_verify = rnd.sgl, rnd.sgl.run_verify
+
+    def sharded(fb):
+        out = real_run_verify(fb)
+        lp.full = out.logits_output.next_token_logits
+        out.logits_output.next_token_logits = lp.full[:, : V // 2].clone()
+        return out
+
+    sgl.run_verify = sharded
+    res = rnd.decode(batch, None)
+    assert lp.gathered == 1 and res.accept_lens.tolist() == [4, 4]
+    for b in range(2):
+        assert res.next_token_ids.view(2, 4)[b].tolist() == world.want(b, 4)
+
+
+def test_start_up_refuses_what_the_round_cannot_serve(release):
+    """0.5.23's refusals name the cause; 0.5.17's adapter has none (its serving path is unchanged)."""
+    rnd, world, host, captured, batch = make_round(release, 6, 4, torch.tensor([3]), [[1, 2, 3]], [0, 0, 0], True)
+    if release.Adapter.RELEASE == "0.5.17":
+        assert rnd.sgl.check_serving() is None
+        return
+    rnd.sgl.check_serving()  # the plain fake host is servable
+    for attr, value, why in (("selector", object(), "candidate selector"), ("lilicorr", object(), "LiLiCorr"),
+                             ("_is_domino", True, "Domino"), ("_need_mamba_verify_commit", True, "mamba")):
+        saved = getattr(host, attr)
+        setattr(host, attr, value)
+        with pytest.raises(ValueError, match=why):
+            rnd.choose_verify_attention()
+        setattr(host, attr, saved)
+    host.draft_model_runner.kv_index_translator.is_translating = True
+    with pytest.raises(ValueError, match="draft runner's pool translates"):
+        rnd.choose_verify_attention()

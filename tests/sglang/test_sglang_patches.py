@@ -61,10 +61,13 @@ def test_patched_custom_spec_algo_is_complete(sglang_release, tmp_path):
 
 
 def test_runtime_mask_policy_hook(plugins_loaded):
-    """hooks.py (the run-time form of 0002) turns the captured-graph mask on, idempotently."""
+    """hooks.py (the run-time form of 0002), through the release's adapter, turns the captured-graph mask on,
+    idempotently."""
     from sglang.srt.speculative import dflash_utils
 
-    from sglang_ddtree.sglang import hooks
+    from sglang_ddtree.sglang import adapters
+
+    sgl = adapters.current().Adapter(host=None)
 
     class TritonAttnBackend:
         pass
@@ -72,8 +75,8 @@ def test_runtime_mask_policy_hook(plugins_loaded):
     original = dflash_utils.resolve_dflash_verify_mask_policy
     try:
         assert original(TritonAttnBackend()) == ("TritonAttnBackend", False)
-        hooks.install_verify_mask_policy()
-        hooks.install_verify_mask_policy()
+        sgl.install_verify_mask_policy()
+        sgl.install_verify_mask_policy()
         patched = dflash_utils.resolve_dflash_verify_mask_policy
         assert patched.ddtree_original is original
         assert patched(TritonAttnBackend()) == ("TritonAttnBackend", True)

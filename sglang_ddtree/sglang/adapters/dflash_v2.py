@@ -1,0 +1,209 @@
+"""The verbs both releases' adapters share, written once against the symbols each adapter resolves.
+
+`DFlashV2Adapter` is bound to one DFlash V2 worker (`host`: the DDTree worker itself, a DFlashWorkerV2) and
+is everything the decode round (decode_round.py) asks of SGLang. It imports no SGLang: the class attributes
+in CAPITALS are filled by the release's adapter module through `Needs`, and what differs between releases
+is overridden there. `HOST_MEMBERS` / `HOST_ATTRS` list the DFlashWorkerV2 methods and the instance
+attributes (set in DFlashWorkerV2.__init__) that the adapters read; the conformance test checks the lists
+against every `host.<name>` in the adapters and against the installed release.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import hooks
+
+
+class DFlashV2Adapter:
+    RELEASE = ""
+    # DFlashWorkerV2 methods / properties the adapters call, and those the DDTree worker overrides
+    HOST_MEMBERS = ("__init__", "forward_batch_generation", "init_cuda_graphs", "init_attention_backends",
+                    "_maybe_build_draft_sampler", "_ensure_draft_block_buffers",
+                    "_append_target_hidden_to_draft_kv_by_loc", "_make_next_draft_input_decode", "target_worker")
+    # instance attributes the adapters read or retarget, all set in DFlashWorkerV2.__init__
+    HOST_ATTRS = ("draft_model_runner", "draft_model", "model_runner", "device", "block_size",
+                  "speculative_num_draft_tokens", "_mask_token_id", "_draft_block_ids_buf",
+                  "_draft_block_positions_buf", "_draft_verify_out_cache_loc_buf", "_draft_seq_lens_cpu_buf",
+                  "_block_pos_offsets", "_draft_block_spec_info")
+    # filled by the release module (Needs): SGLang classes and functions
+    FORWARD_BATCH = FORWARD_MODE = CAPTURE_HIDDEN_MODE = SPECULATIVE_ALGORITHM = None
+    DRAFT_INPUT = VERIFY_INPUT = BATCH_RESULT = None
+    PREPARE_DRAFT_BLOCK = LOGITS_ADJUSTMENTS = BLOCK_POS_OFFSETS = BLOCK_SPEC_INFO = None
+    DRAFT_KV_LENS = ("", "")  # DFlashDraftInputV2's host-side next-round KV lengths (cpu [bs], int sum)
+    _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
+
+    def __init__(self, host):
+        self.host = host
+
+    # --- construction ------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.host.device)
+
+    def target_runner(self):
+        return self.host.target_worker.model_runner
+
+    def lm_head(self):
+        return getattr(self.host.target_worker.model_runner.model, "lm_head", None)
+
+    def use_block_size(self, block: int) -> None:
+        """DFlash sized its draft block from --speculative-num-draft-tokens (DDTree's verify width n); the
+        draft runner, the prefill/idle paths and the output stride use the drafter's block instead."""
+        h = self.host
+        h.block_size = block
+        h.speculative_num_draft_tokens = block  # output stride: accepted path <= block
+        h._block_pos_offsets = self.BLOCK_POS_OFFSETS(length=block, device=self.device)
+        h._draft_block_spec_info = self.BLOCK_SPEC_INFO(draft_token_num=block, device=self.device)
+        if hasattr(h.draft_model, "set_block_size"):
+            h.draft_model.set_block_size(block)
+
+    def check_serving(self) -> None:
+        """Refuse (loudly, at start-up) what the round cannot serve on this release; nothing on 0.5.17."""
+
+    # --- the round's verbs ---------------------------------------------------------------------------
+    def idle_draft_input(self):
+        return self.DRAFT_INPUT.create_idle_input(device=self.device)
+
+    def draft_kv_lens(self, draft_input):
+        """(int64 cpu [bs], int sum): the draft input's next-round KV lengths (host side)."""
+        cpu, total = self.DRAFT_KV_LENS
+        return getattr(draft_input, cpu), getattr(draft_input, total)
+
+    def req_to_token(self) -> torch.Tensor:
+        return self.host.model_runner.req_to_token_pool.req_to_token
+
+    def plan_window(self, batch, draft_input, slots: torch.Tensor):
+        """The round's KV write window as the release plans it (None where releases plan nothing)."""
+        return None
+
+    def prepare_draft_block(self, batch, draft_input, slots: torch.Tensor, bs: int):
+        """[bonus, MASK…] ids, positions prefix.., and the block's KV slots, into DFlash's draft buffers.
+
+        On CUDA, DFlash's prepare kernel (as DFLASH runs it); elsewhere the same three tensors from the
+        round's slots (SGLang has no CPU path for it).
+        """
+        h = self.host
+        h._ensure_draft_block_buffers(bs)
+        block_ids = h._draft_block_ids_buf[:bs]
+        positions_2d = h._draft_block_positions_buf[:bs]
+        cache_loc_2d = h._draft_verify_out_cache_loc_buf[:bs]
+        req_to_token = self.req_to_token()
+        if req_to_token.is_cuda:
+            self.PREPARE_DRAFT_BLOCK(
+                bonus_tokens=draft_input.bonus_tokens.view(-1), prefix_lens=batch.seq_lens.view(-1),
+                req_pool_indices=batch.req_pool_indices.view(-1), req_to_token=req_to_token,
+                block_ids_out=block_ids, positions_out=positions_2d, cache_loc_out=cache_loc_2d,
+                mask_token_id=int(h._mask_token_id))
+        else:
+            block = block_ids.shape[1]
+            block_ids.fill_(int(h._mask_token_id))
+            block_ids[:, 0].copy_(draft_input.bonus_tokens.view(-1))
+            torch.add(batch.seq_lens.view(-1, 1).to(positions_2d.dtype), h._block_pos_offsets, out=positions_2d)
+            cache_loc_2d.copy_(slots[:, :block])
+        return block_ids, positions_2d, cache_loc_2d
+
+    def draft_embeds(self, block_ids: torch.Tensor) -> torch.Tensor:
+        return self.host.target_worker.model_runner.model.get_input_embeddings()(block_ids)
+
+    def draft_seq_lens_cpu(self, batch, draft_input, bs: int, block: int):
+        """Host upper bound of the draft forward's KV lengths (committed prefix + one block), no device read."""
+        seq_lens_cpu = self.host._draft_seq_lens_cpu_buf[:bs]
+        if batch.seq_lens_cpu is not None:
+            seq_lens_cpu.copy_(batch.seq_lens_cpu)
+            seq_lens_cpu.add_(block)
+            return seq_lens_cpu, int(seq_lens_cpu.sum())
+        lens_cpu, lens_sum = self.draft_kv_lens(draft_input)
+        seq_lens_cpu.copy_(lens_cpu)
+        return seq_lens_cpu, int(lens_sum)
+
+    def draft_forward_batch(self, batch, block_ids, positions_2d, cache_loc_2d, embeds, seq_lens_cpu,
+                            seq_lens_sum: int, bs: int):
+        return self.FORWARD_BATCH(
+            forward_mode=self.FORWARD_MODE.TARGET_VERIFY, batch_size=bs, input_ids=block_ids.flatten(),
+            req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens, out_cache_loc=cache_loc_2d.reshape(-1),
+            seq_lens_sum=seq_lens_sum, seq_lens_cpu=seq_lens_cpu, positions=positions_2d.reshape(-1),
+            input_embeds=embeds.view(-1, embeds.shape[-1]), spec_algorithm=self.SPECULATIVE_ALGORITHM.DFLASH,
+            spec_info=self.host._draft_block_spec_info, capture_hidden_mode=self.CAPTURE_HIDDEN_MODE.NULL,
+            **self.draft_forward_extras(batch, bs, block_ids.shape[1]))
+
+    def draft_forward_extras(self, batch, bs: int, block: int) -> dict:
+        return {}
+
+    def draft_forward(self, batch, draft_input, slots, window, bs: int):
+        """DFlash's draft forward over [bonus, MASK…] -> (the drafter's logits output, whether the draft CUDA
+        graph ran, the block's first ids = the roots)."""
+        block_ids, positions_2d, cache_loc_2d = self.prepare_draft_block(batch, draft_input, slots, bs)
+        embeds = self.draft_embeds(block_ids)
+        seq_lens_cpu, seq_lens_sum = self.draft_seq_lens_cpu(batch, draft_input, bs, block_ids.shape[1])
+        forward_batch = self.draft_forward_batch(batch, block_ids, positions_2d, cache_loc_2d, embeds, seq_lens_cpu,
+                                                 seq_lens_sum, bs)
+        out = self.run_draft(forward_batch, window)
+        return out.logits_output, out.can_run_graph, block_ids[:, 0]
+
+    def run_draft(self, forward_batch, window):
+        with torch.inference_mode():
+            return self.host.draft_model_runner.forward(forward_batch)
+
+    def verify_input(self, tokens, positions, custom_mask, n: int, window):
+        return self.VERIFY_INPUT(draft_token=tokens.reshape(-1), positions=positions.reshape(-1), draft_token_num=n,
+                                 custom_mask=custom_mask, capture_hidden_mode=self.CAPTURE_HIDDEN_MODE.FULL)
+
+    def verify_forward(self, batch, tokens, positions, custom_mask, slots, host_bound, n: int, window):
+        """Target TARGET_VERIFY of the n tree nodes per request at `slots` -> the target's output (logits
+        adjusted for sampling as DFLASH does). The host lengths are the bound's during the preparation."""
+        verify_input = self.verify_input(tokens, positions, custom_mask, n, window)
+        batch.out_cache_loc = slots.reshape(-1)
+        seq_lens_cpu_backup, seq_lens_sum_backup = batch.seq_lens_cpu, batch.seq_lens_sum
+        batch.seq_lens_cpu, batch.seq_lens_sum = host_bound.seq_lens_cpu, host_bound.seq_lens_sum
+        verify_forward_batch = self.prepare_verify(batch, verify_input)
+        batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
+        target_out = self.run_verify(verify_forward_batch)
+        self.finish_verify_logits(target_out.logits_output)
+        if batch.sampling_info is not None:
+            self.LOGITS_ADJUSTMENTS(next_token_logits=target_out.logits_output.next_token_logits,
+                                    sampling_info=batch.sampling_info, draft_token_num=n)
+        return target_out
+
+    def prepare_verify(self, batch, verify_input):
+        forward_batch, _ = verify_input.prepare_for_verify(batch, self.host.target_worker)
+        return forward_batch
+
+    def run_verify(self, verify_forward_batch):
+        return self.host.target_worker.forward_batch_generation(
+            batch=None, forward_batch=verify_forward_batch, is_verify=True, skip_attn_backend_init=True)
+
+    def finish_verify_logits(self, logits_output) -> None:
+        """Full-vocab verify logits (0.5.23 may hand back a vocab shard)."""
+
+    def move_kv(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        self.host.model_runner.token_to_kv_pool.move_kv_cache(dst.reshape(-1), src.reshape(-1))
+
+    def draft_context_slots(self, plan, window):
+        """The committed columns' slots as the draft KV pool indexes them."""
+        return plan.kv_dst
+
+    def append_draft_context(self, hidden: torch.Tensor, plan, window) -> None:
+        """The accepted nodes' target hidden states -> the drafter's KV at the committed slots."""
+        cache_loc_2d = self.draft_context_slots(plan, window)
+        self.host._append_target_hidden_to_draft_kv_by_loc(
+            target_hidden=hidden.index_select(0, plan.hidden_index.reshape(-1)),
+            cache_loc=cache_loc_2d.reshape(-1), cache_loc_2d=cache_loc_2d, positions=plan.positions.reshape(-1),
+            commit_lens=plan.commit_lens)
+
+    def result_extras(self, target_out) -> dict:
+        return {}
+
+    def result(self, target_out, plan, block: int):
+        return self.BATCH_RESULT(
+            logits_output=target_out.logits_output, next_token_ids=plan.tokens.reshape(-1),
+            accept_lens=plan.commit_lens, can_run_cuda_graph=target_out.can_run_cuda_graph,
+            next_draft_input=self.host._make_next_draft_input_decode(bonus_tokens=plan.bonus,
+                                                                     new_seq_lens=plan.new_seq_lens),
+            speculative_num_draft_tokens=block, new_seq_lens=plan.new_seq_lens, **self.result_extras(target_out))
+
+    # --- run-time fixes (hooks.py), on the SGLang objects the release module resolved --------------------
+    def install_verify_mask_policy(self) -> None:
+        hooks.install_verify_mask_policy(self._DFLASH_UTILS)
+
+    def install_eager_embeds_dtype_fix(self) -> None:
+        hooks.install_eager_embeds_dtype_fix(self._MODEL_RUNNER)

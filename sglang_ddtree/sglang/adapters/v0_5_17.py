@@ -1,0 +1,64 @@
+"""sglang 0.5.17's DFlash V2 worker, as the DDTree round uses it (the release served end to end on the H200).
+
+The round's verbs are dflash_v2.DFlashV2Adapter's as written; this module only names the 0.5.17 symbols
+and the constructor, whose `ps: ParallelState` argument 0.5.23 dropped.
+"""
+from __future__ import annotations
+
+from .dflash_v2 import DFlashV2Adapter
+from .need import Needs
+
+need = Needs("0.5.17")
+_WORKER = "sglang.srt.speculative.dflash_worker_v2"
+DFlashWorkerV2 = need(_WORKER, "DFlashWorkerV2")
+need(_WORKER, "DFlashWorkerV2.__init__", ("self", "server_args", "gpu_id", "ps", "nccl_port", "target_worker"))
+need(_WORKER, "DFlashWorkerV2.forward_batch_generation", ("self", "batch", "on_publish", "grammar_barrier"))
+need(_WORKER, "DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc",
+     ("self", "target_hidden", "cache_loc", "positions", "cache_loc_2d", "commit_lens"))
+need(_WORKER, "DFlashWorkerV2._make_next_draft_input_decode", ("self", "bonus_tokens", "new_seq_lens"))
+need(_WORKER, "DFlashWorkerV2._ensure_draft_block_buffers", ("self", "bs"))
+_FB = "sglang.srt.model_executor.forward_batch_info"
+_UTILS = "sglang.srt.speculative.dflash_utils"
+_COMMON = "sglang.srt.speculative.draft_worker_common"
+
+
+class Adapter(DFlashV2Adapter):
+    RELEASE = "0.5.17"
+    FORWARD_BATCH = need(_FB, "ForwardBatch")
+    FORWARD_MODE = need(_FB, "ForwardMode")
+    CAPTURE_HIDDEN_MODE = need(_FB, "CaptureHiddenMode")
+    SPECULATIVE_ALGORITHM = need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    DRAFT_INPUT = need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2")
+    DRAFT_KV_LENS = ("reserved_seq_lens_cpu", "reserved_seq_lens_sum")
+    VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")
+    need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify",
+         ("self", "batch", "target_worker"))
+    BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
+    PREPARE_DRAFT_BLOCK = staticmethod(need(
+        "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
+        ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
+         "cache_loc_out", "mask_token_id")))
+    LOGITS_ADJUSTMENTS = staticmethod(need(_UTILS, "apply_dflash_verify_logits_adjustments",
+                                           ("next_token_logits", "sampling_info", "draft_token_num")))
+    BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
+    BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
+    _DFLASH_UTILS = need.module(_UTILS)
+    need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
+    _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
+    need("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs",
+         ("self", "forward_batch", "pp_proxy_tensors"))
+
+
+class WorkerBase(DFlashWorkerV2):
+    """DFlashWorkerV2 with the constructor and forward entry the DDTree worker calls on every release."""
+
+    ADAPTER = Adapter
+
+    def __init__(self, server_args, gpu_id, nccl_port, target_worker, ps=None, **kwargs):
+        super().__init__(server_args=server_args, gpu_id=gpu_id, ps=ps, nccl_port=nccl_port,
+                         target_worker=target_worker, **kwargs)
+
+    def dflash_forward(self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
+        """DFLASH's own round (prefill, idle): 0.5.17 takes no pipeline proxy tensors."""
+        return DFlashWorkerV2.forward_batch_generation(self, batch, on_publish=on_publish,
+                                                       grammar_barrier=grammar_barrier)

@@ -1,0 +1,187 @@
+"""sglang 0.5.23's DFlash V2 worker, as the DDTree round uses it.
+
+What 0.5.23 changed under the round (sgl-0.5.23 `speculative/dflash_worker_v2.py` against 0.5.17's):
+- KV slots go through a per-iteration `KVLocPlan` (`model_runner.kv_index_translator.plan`): the draft
+  forward binds the plan's first `block` columns in the draft runner's id space, the verify input carries
+  the plan, and the drafter's context is written at the plan's draft-space ids. The round plans its whole
+  window (the n tree slots) once. Pools whose ids are translated (unified / hybrid / fused-draft pools) are
+  refused at start-up: the tree kernel's prefix gather and the KV move index slots as `req_to_token` names them.
+- The constructor takes no `ps`; `forward_batch_generation` takes `pp_proxy_tensors`.
+- The draft block's input embeddings come from `_resolve_dflash_embedding_module` (a drafter may carry its
+  own) times `_noise_embed_scale`; the draft forward runs in the draft's tensor-parallel scope.
+- The target's LogitsProcessor defers the verify's vocab gather (`defer_verify_gather`): the round finishes
+  it, since every tree node needs full-vocab logits.
+- DFlash drafters with a candidate selector, LiLiCorr or Domino head are new: DDTree drafts with a plain
+  DFlash drafter and refuses them, as it refuses hybrid (mamba) targets.
+- DFlash rehearses its own sampling path at start-up (`prewarm_sampling`); DDTree samples with its own ops,
+  so the worker keeps the runner's plain rehearsal.
+"""
+from __future__ import annotations
+
+import torch
+
+from .dflash_v2 import DFlashV2Adapter
+from .need import Needs
+
+need = Needs("0.5.23")
+_WORKER = "sglang.srt.speculative.dflash_worker_v2"
+DFlashWorkerV2 = need(_WORKER, "DFlashWorkerV2")
+need(_WORKER, "DFlashWorkerV2.__init__", ("self", "server_args", "gpu_id", "nccl_port", "target_worker"))
+need(_WORKER, "DFlashWorkerV2.forward_batch_generation",
+     ("self", "batch", "on_publish", "grammar_barrier", "pp_proxy_tensors"))
+need(_WORKER, "DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc",
+     ("self", "target_hidden", "cache_loc", "positions", "cache_loc_2d", "commit_lens"))
+need(_WORKER, "DFlashWorkerV2._make_next_draft_input_decode", ("self", "bonus_tokens", "new_seq_lens"))
+need(_WORKER, "DFlashWorkerV2._ensure_draft_block_buffers", ("self", "bs"))
+need(_WORKER, "DFlashWorkerV2.prewarm_sampling", ("self",))
+_FB = "sglang.srt.model_executor.forward_batch_info"
+_UTILS = "sglang.srt.speculative.dflash_utils"
+_COMMON = "sglang.srt.speculative.draft_worker_common"
+_PLAN = "sglang.srt.mem_cache.kv_loc_plan"
+
+
+
+class Adapter(DFlashV2Adapter):
+    RELEASE = "0.5.23"
+    HOST_MEMBERS = DFlashV2Adapter.HOST_MEMBERS + ("prewarm_sampling",)
+    HOST_ATTRS = DFlashV2Adapter.HOST_ATTRS + ("selector", "lilicorr", "_is_domino", "_need_mamba_verify_commit",
+                                               "draft_parallel_layout", "_noise_embed_scale",
+                                               "_target_logits_processor")
+    FORWARD_BATCH = need(_FB, "ForwardBatch")
+    FORWARD_MODE = need(_FB, "ForwardMode")
+    CAPTURE_HIDDEN_MODE = need(_FB, "CaptureHiddenMode")
+    NUM_TOKEN_NON_PADDED = staticmethod(need(_FB, "enable_num_token_non_padded"))
+    SPECULATIVE_ALGORITHM = need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    DRAFT_INPUT = need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2")
+    DRAFT_KV_LENS = ("nxt_kv_lens_cpu", "nxt_kv_lens_sum")
+    VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")
+    need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.__init__", ("self", "kv_loc_plan"))
+    need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify",
+         ("self", "batch", "target_worker", "defer_metadata_init"))
+    BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
+    need("sglang.srt.managers.scheduler", "GenerationBatchResult.__init__",
+         ("routed_experts_output", "indexer_topk_output"))
+    PREPARE_DRAFT_BLOCK = staticmethod(need(
+        "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
+        ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
+         "cache_loc_out", "mask_token_id")))
+    LOGITS_ADJUSTMENTS = staticmethod(need(_UTILS, "apply_dflash_verify_logits_adjustments",
+                                           ("next_token_logits", "sampling_info", "draft_token_num")))
+    BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
+    BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
+    EMBEDDING_MODULE = staticmethod(need(_WORKER, "_resolve_dflash_embedding_module",
+                                         ("draft_model", "target_model")))
+    UNWRAP_LORA = staticmethod(need("sglang.srt.lora.layers", "unwrap_lora_layer", ("module",)))
+    DRAFT_TP_CONTEXT = staticmethod(need("sglang.srt.speculative.spec_utils", "draft_tp_context", ("layout",)))
+    need("sglang.srt.mem_cache.kv_index_translator", "KVIndexTranslator.plan",
+         ("self", "req_pool_indices", "seq_lens", "seq_lens_cpu", "write_virtual", "read_extent"))
+    need(_PLAN, "KVLocPlan.bind", ("self", "batch", "reader", "cols"))
+    need(_PLAN, "KVLocPlan.write_ids", ("self", "reader", "cols"))
+    need("sglang.srt.layers.logits_processor", "LogitsProcessor.is_deferred_shard", ("self", "logits"))
+    need("sglang.srt.layers.logits_processor", "LogitsProcessor.finish_deferred_gather", ("self", "logits"))
+    _DFLASH_UTILS = need.module(_UTILS)
+    need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
+    _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
+    need("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs",
+         ("self", "forward_batch", "pp_proxy_tensors"))
+    need("sglang.srt.model_executor.model_runner", "ModelRunner.prewarm_sampling", ("self",))
+
+    # --- construction ------------------------------------------------------------------------------
+    def lm_head(self):
+        head = getattr(self.host.target_worker.model_runner.model, "lm_head", None)
+        return None if head is None else self.UNWRAP_LORA(head)
+
+    def check_serving(self) -> None:
+        h = self.host
+        heads = [name for name, on in (("a candidate selector", h.selector is not None),
+                                       ("a LiLiCorr head", h.lilicorr is not None), ("a Domino head", h._is_domino))
+                 if on]
+        if heads:
+            raise ValueError(f"DDTREE drafts with a plain DFlash drafter; this drafter has {' and '.join(heads)}, "
+                             f"which only --speculative-algorithm dflash serves")
+        if h._need_mamba_verify_commit:
+            raise ValueError("DDTREE does not serve hybrid (mamba) targets: their state commit after a verify "
+                             "follows a chain, not a tree")
+        for name, runner in (("target", self.target_runner()), ("draft", h.draft_model_runner)):
+            if runner.kv_index_translator.is_translating:
+                raise ValueError(f"DDTREE on sglang 0.5.23 needs KV slot ids that index the pool as req_to_token "
+                                 f"names them; the {name} runner's pool translates them (a unified, hybrid or "
+                                 f"fused-draft pool), which the tree kernel's prefix gather and the KV move do not")
+
+    # --- the round's verbs ---------------------------------------------------------------------------
+    def draft_kv_lens(self, draft_input):
+        cpu, total = super().draft_kv_lens(draft_input)
+        if cpu is None:
+            raise RuntimeError("DDTREE needs host-side KV lengths for the round (batch.seq_lens_cpu or "
+                               "DFlashDraftInputV2.nxt_kv_lens_cpu); this scheduler passed neither")
+        return cpu, total
+
+    def plan_window(self, batch, draft_input, slots):
+        """One plan for the round: the n tree slots per request, read up to n past the prefix."""
+        seq_lens_cpu = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else self.draft_kv_lens(draft_input)[0]
+        return self.target_runner().kv_index_translator.plan(
+            req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens, seq_lens_cpu=seq_lens_cpu,
+            write_virtual=slots.reshape(-1), read_extent=int(slots.shape[1]))
+
+    def draft_embeds(self, block_ids):
+        h = self.host
+        embed = self.UNWRAP_LORA(self.EMBEDDING_MODULE(h.draft_model, h.target_worker.model_runner.model))
+        embeds = embed(block_ids)
+        return embeds if h._noise_embed_scale == 1.0 else embeds * h._noise_embed_scale
+
+    def draft_forward_extras(self, batch, bs, block):
+        non_padded = torch.full((), bs * block, dtype=torch.int32, device=self.device) \
+            if self.NUM_TOKEN_NON_PADDED() else None
+        return {"num_token_non_padded": non_padded, "global_num_token_non_padded_cpu": bs * block,
+                "can_run_decode_cuda_graph": batch.can_run_decode_cuda_graph}
+
+    def run_draft(self, forward_batch, window):
+        block = int(forward_batch.input_ids.numel()) // int(forward_batch.batch_size)
+        window.bind(forward_batch, self.host.draft_model_runner.kv_index_translator, cols=slice(0, block))
+        with torch.inference_mode(), self.DRAFT_TP_CONTEXT(self.host.draft_parallel_layout):
+            return self.host.draft_model_runner.forward(forward_batch)
+
+    def verify_input(self, tokens, positions, custom_mask, n, window):
+        return self.VERIFY_INPUT(draft_token=tokens.reshape(-1), positions=positions.reshape(-1), draft_token_num=n,
+                                 custom_mask=custom_mask, capture_hidden_mode=self.CAPTURE_HIDDEN_MODE.FULL,
+                                 kv_loc_plan=window)
+
+    def prepare_verify(self, batch, verify_input):
+        # DP attention is refused (args.py), so the metadata is never deferred to the model runner
+        forward_batch, _ = verify_input.prepare_for_verify(batch, self.host.target_worker, defer_metadata_init=False)
+        return forward_batch
+
+    def finish_verify_logits(self, logits_output):
+        lp = self.host._target_logits_processor
+        if lp is not None and lp.is_deferred_shard(logits_output.next_token_logits):
+            logits_output.next_token_logits = lp.finish_deferred_gather(logits_output.next_token_logits)
+
+    def draft_context_slots(self, plan, window):
+        bs, block = plan.kv_dst.shape
+        ids = window.write_ids(self.host.draft_model_runner.kv_index_translator, cols=slice(0, block))
+        return ids.view(bs, block)
+
+    def result_extras(self, target_out):
+        return {"routed_experts_output": target_out.routed_experts_output,
+                "indexer_topk_output": target_out.indexer_topk_output}
+
+
+class WorkerBase(DFlashWorkerV2):
+    """DFlashWorkerV2 with the constructor and forward entry the DDTree worker calls on every release."""
+
+    ADAPTER = Adapter
+
+    def __init__(self, server_args, gpu_id, nccl_port, target_worker, ps=None, **kwargs):
+        del ps  # 0.5.23 reads the parallel state from its runtime context
+        super().__init__(server_args=server_args, gpu_id=gpu_id, nccl_port=nccl_port, target_worker=target_worker,
+                         **kwargs)
+
+    def dflash_forward(self, batch, on_publish, grammar_barrier, pp_proxy_tensors):
+        """DFLASH's own round (prefill, idle)."""
+        return DFlashWorkerV2.forward_batch_generation(self, batch, on_publish=on_publish,
+                                                       grammar_barrier=grammar_barrier,
+                                                       pp_proxy_tensors=pp_proxy_tensors)
+
+    def prewarm_sampling(self):
+        """DFlash rehearses its own chain sampler here; DDTree's sampling is its own (round.RoundOps)."""
+        return self.model_runner.prewarm_sampling()

@@ -1,0 +1,166 @@
+"""DecodeRound: DDTree's decode round on a DFlash V2 worker, through the release's adapter (SGLang-free).
+
+  draft block (DFlash drafter, [bonus, MASK…]) → lm_head → top-k → tree      -- one draft CUDA graph
+  → target verify of the n = budget + 1 tree nodes at slots prefix..prefix+n  -- the tree kernel
+        (tree_attention.py; SGLang's FULL_MASK path only as the fallback, see `choose_verify_attention`)
+  → per-node target tokens → RoundOps.commit: walk + commit plan              -- one op (round.py)
+  → the plan's KV moves (one all-layer copy), the accepted nodes' hidden states → drafter context
+
+Every SGLang step is an adapter verb (adapters/dflash_v2.py and the release's module); what is here is the
+same on every release. Widths: the verify writes n slots per request, the drafter and the committed output
+use the drafter's block size (accepted path ≤ depth limit + 1 = block). Nothing is read on the host: sizes
+come from the host-side lengths the scheduler already keeps, and every per-request step is a tensor op.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang_ddtree.round import RoundOps
+
+from . import compat, tree_attention
+from .args import Knobs, depth_temperatures
+from .draft_head import DraftTreeHead
+from .verify_input import full_tree_mask, host_mask_bound
+
+logger = logging.getLogger("sglang_ddtree")
+
+
+class DecodeRound:
+    """Built once per DDTree worker (DDTreeWorkerV2.__init__), after DFlashWorkerV2's own constructor."""
+
+    def __init__(self, sgl, server_args, knobs: Knobs):
+        self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
+        self.knobs = knobs
+        self.verify_width = int(server_args.speculative_num_draft_tokens)  # n = budget + 1
+        self.budget = self.verify_width - 1
+        self.block_size = int(server_args.speculative_dflash_block_size)
+        if self.verify_width < self.block_size:
+            raise ValueError(f"DDTREE: verify width {self.verify_width} < drafter block {self.block_size}")
+        self.device = sgl.device
+        sgl.use_block_size(self.block_size)
+        self.round = RoundOps(self.device, knobs.ops_backend)
+        self._node_offsets = torch.arange(self.verify_width, device=self.device, dtype=torch.int64)
+        self._round = 0
+        self._seed = int(getattr(server_args, "random_seed", 0) or 0)
+        self._max_bs = compat.max_batch_size(server_args)
+        self._depth_temperature = depth_temperatures(knobs, server_args.speculative_draft_model_path,
+                                                     self.block_size - 1)
+        self.head = self._make_head()
+        self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
+        self._warned_sampling = False
+
+    def _make_head(self) -> DraftTreeHead:
+        lm_head = self.sgl.lm_head()
+        if lm_head is None or not hasattr(lm_head, "weight") or not torch.is_floating_point(lm_head.weight):
+            raise RuntimeError("DDTREE needs the target's lm_head weight (unquantized) for the draft head")
+        shard = getattr(lm_head, "shard_indices", None)
+        num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
+        return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size,
+                             budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
+                             tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
+                             depth_temperature=self._depth_temperature)
+
+    def describe(self) -> str:
+        t = self._depth_temperature
+        return (f"budget={self.budget} verify width={self.verify_width} drafter block={self.block_size} "
+                f"k={self.head.k} ops={self.round.backend} tree-in-graph={self.head.tree_in_graph} "
+                f"anchor={self.knobs.anchor or 'none'} calibration="
+                + ("off" if t is None else "T=" + ",".join(f"{x:.2f}" for x in t)))
+
+    def choose_verify_attention(self) -> None:
+        """After the target's attention backend exists, before any graph capture: the one place the
+        verify-attention path is chosen (tree kernel, or SGLang's FULL_MASK fallback)."""
+        self.sgl.check_serving()
+        runner = self.sgl.target_runner()
+        why = tree_attention.unsupported(runner) if self.round.backend == "cuda" else "the CUDA ops are unavailable"
+        choice = self.knobs.verify_attention
+        if choice == "tree" and why is not None:
+            raise ValueError(f"SGLANG_DDTREE_VERIFY_ATTENTION=tree, but the tree kernel cannot serve {why}")
+        if choice == "full_mask" or why is not None:
+            page = int(getattr(runner, "page_size", 1) or 1)
+            if page != 1:
+                raise ValueError(f"DDTREE: --page-size {page} needs the tree kernel, which cannot serve "
+                                 f"{why or 'this server (SGLANG_DDTREE_VERIFY_ATTENTION=full_mask)'}; "
+                                 f"SGLang's FULL_MASK verify assumes page size 1. Fix: use --page-size 1")
+            if why is not None:
+                logger.warning("sglang-ddtree: tree verify through SGLang's FULL_MASK path (slower) because of %s", why)
+            self.sgl.install_verify_mask_policy()
+            return
+        self.tree_attn = tree_attention.TreeVerifyAttention(runner, n=self.verify_width, max_bs=self._max_bs)
+        if self.head.static_tree is not None:  # the draft graph writes the bitsets straight where verify reads
+            self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
+        self.tree_attn.install()
+
+    # --- the round ----------------------------------------------------------------------------------
+    def _node_tokens(self, logits, sampling_info) -> torch.Tensor:
+        """Per-node target tokens [bs, n]: argmax for greedy requests, an exact per-node sample otherwise."""
+        if sampling_info is None or sampling_info.is_all_greedy:
+            return self.round.greedy_tokens(logits)
+        if not self._warned_sampling:
+            self._warned_sampling = True
+            logger.warning("DDTREE samples with temperature only (top-p / top-k < vocab / min-p are ignored "
+                           "at T > 0 in this release)")
+        bs = logits.shape[0]
+        temps = sampling_info.temperatures.view(-1, 1, 1).float().clamp(min=1e-6)
+        seed = sampling_info.sampling_seed if getattr(sampling_info, "sampling_seed", None) is not None \
+            else torch.full((bs,), self._seed, dtype=torch.int64, device=logits.device)
+        step = torch.full((bs,), self._round, dtype=torch.int64, device=logits.device)
+        sampled = self.round.sample_tokens(logits.float() / temps, seed.view(-1).expand(bs), step)
+        greedy = self.round.greedy_tokens(logits)
+        return torch.where(sampling_info.top_ks.view(-1, 1) <= 1, greedy, sampled)
+
+    def _tree(self, batch, draft_input, slots, window, bs):
+        """The drafter's forward → the round's tree (from the draft graph's static buffers when it ran)."""
+        draft_out, ran_graph, roots = self.sgl.draft_forward(batch, draft_input, slots, window, bs)
+        if ran_graph and self.head.graph_ready:
+            return self.head.from_graph(bs)
+        hidden = draft_out.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
+        return self.head.build(hidden, bs, roots, batch.seq_lens)
+
+    def decode(self, batch, on_publish):
+        sgl = self.sgl
+        if batch.spec_info is None:
+            batch.spec_info = sgl.idle_draft_input()
+        draft_input = batch.spec_info
+        if batch.seq_lens.is_cuda:  # produced on another stream under overlap
+            batch.seq_lens.record_stream(torch.cuda.current_stream(batch.seq_lens.device))
+        bs, n = len(batch.seq_lens), self.verify_width
+        self._round += 1
+        prefix = batch.seq_lens
+
+        # 1) the slots the verify writes (read from req_to_token before any graph of this round), draft → tree
+        req_to_token = sgl.req_to_token()
+        slots = req_to_token[batch.req_pool_indices.unsqueeze(1), prefix.unsqueeze(1) + self._node_offsets]
+        slots = slots.to(torch.int64)  # [bs, n]
+        window = sgl.plan_window(batch, draft_input, slots)
+        tree = self._tree(batch, draft_input, slots, window, bs)
+
+        # 2) target verify of the tree: n slots per request at req_to_token[row, prefix : prefix + n]
+        host_lens = None if batch.seq_lens_cpu is not None else sgl.draft_kv_lens(draft_input)[0]
+        host_bound = host_mask_bound(batch.seq_lens_cpu, host_lens, n)
+        if self.tree_attn is not None:
+            self.tree_attn.load_mask(tree.mask_bits)
+            custom_mask = None
+        else:
+            custom_mask = full_tree_mask(tree.tree_mask, prefix, host_bound.total)
+        target_out = sgl.verify_forward(batch, tree.tokens, tree.positions, custom_mask, slots, host_bound, n, window)
+        logits_output = target_out.logits_output
+
+        # 3) accept + commit plan (round.py): one op
+        logits = logits_output.next_token_logits.view(bs, n, -1)
+        plan = self.round.commit(tree, self._node_tokens(logits, batch.sampling_info), prefix, slots)
+        if on_publish is not None:
+            on_publish(plan.new_seq_lens)
+
+        # 4) apply it: accepted KV to slots prefix..prefix+len (one all-layer copy), drafter context
+        sgl.move_kv(plan.kv_dst, plan.kv_src)
+        hidden = logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE verify requires the target's captured hidden states")
+        sgl.append_draft_context(hidden, plan, window)
+        logits_output.hidden_states = None
+        return sgl.result(target_out, plan, self.block_size)
