@@ -75,36 +75,41 @@ def choose_budget(expected: torch.Tensor, table: tuple[torch.Tensor, torch.Tenso
     return cands[torch.argmax(expected.mean(0)[cands] / cost)]
 
 
-class LaggedChoice:
-    """The budget an earlier round chose on the device, on the host without a sync.
+class LaggedValue:
+    """A device tensor an earlier round made, on the host without a sync.
 
-    A server launches round r before it has read round r−1's results (overlap scheduling), so a choice made
+    A server launches round r before it has read round r−1's results (overlap scheduling), so a value made
     from round r−1's tree cannot steer round r without a sync. `publish` starts a non-blocking copy of the
-    device choice into pinned memory and records an event; `current` returns the newest publication whose
+    device tensor into pinned memory and records an event; `current` returns the newest publication whose
     copy has landed (event queried, never waited on), else the last value it returned — one or two rounds
-    stale, never a stall. On the CPU the copy is synchronous and the newest choice is always current."""
+    stale, never a stall. On the CPU the copy is synchronous and the newest value is always current."""
 
-    def __init__(self, initial: int, device):
+    def __init__(self, initial: torch.Tensor, device):
         self.device = torch.device(device)
-        self.value, self._seen = int(initial), 0
+        self.value, self._seen = initial.clone(), 0
         cuda = self.device.type == "cuda"
-        self._bufs = [torch.zeros((), dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
+        self._bufs = [torch.zeros(initial.shape, dtype=initial.dtype, pin_memory=cuda) for _ in range(2)]
         self._pending = [None, None]  # (sequence number, event or None) per buffer
         self._seq = 0
 
-    def publish(self, choice: torch.Tensor) -> None:
+    def publish(self, value: torch.Tensor) -> None:
         self._seq += 1
         i = self._seq % 2
         if self.device.type == "cuda":
-            self._bufs[i].copy_(choice, non_blocking=True)
+            self._bufs[i].copy_(value, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
         else:
-            self._bufs[i].copy_(choice)
+            self._bufs[i].copy_(value)
             event = None
         self._pending[i] = (self._seq, event)
 
-    def current(self) -> int:
+    def landed(self) -> bool:
+        """Whether any publication has landed yet (the initial value is not one)."""
+        self.current()
+        return self._seen > 0
+
+    def current(self) -> torch.Tensor:
         best = None
         for i, pending in enumerate(self._pending):
             if pending is not None:
@@ -112,8 +117,123 @@ class LaggedChoice:
                 if seq > self._seen and (event is None or event.query()) and (best is None or seq > best[0]):
                     best = (seq, i)
         if best is not None:
-            self._seen, self.value = best[0], int(self._bufs[best[1]])
+            self._seen, self.value = best[0], self._bufs[best[1]].clone()
         return self.value
+
+
+class LaggedChoice(LaggedValue):
+    """A device-made budget (an int64 scalar tensor), read as an int: LaggedValue's rules."""
+
+    def __init__(self, initial: int, device):
+        super().__init__(torch.tensor(int(initial), dtype=torch.int64), device)
+
+    def current(self) -> int:
+        return int(super().current())
+
+
+class AutoWidth:
+    """The served `budget="auto"`: each round's verify width, chosen on the host with no sync.
+
+    The candidates are verify widths with captured graphs, ascending; the first is the DFlash chain's (the
+    drafter's block), used until a prediction has landed, so a round never verifies less than the chain.
+    For round r the host takes argmax_w E_w / cost(bucket, w):
+    - E_w: the predicted tokens a round commits at width w (`expected_commit` at budget w − 1, mean over the
+      batch), published by an earlier round's tree through `LaggedValue` (one or two rounds stale: under
+      overlap scheduling round r is launched before round r−1's tree can be read without a sync);
+    - cost(bucket, w): the time of a round in this graph batch bucket at this width. Its start is `prior`:
+      the replay time of the round's CUDA graphs measured at start-up (draft graph + verify graph of that
+      width), a lower bound of a round, which leaves out the host's work. Once a width has run two rounds in
+      a row in a bucket, the host's own period between round launches (the round's real cost under overlap,
+      host work included) replaces it, smoothed by an EMA; an estimate not refreshed for `refresh` rounds
+      falls back to the prior. The lower-bound start makes every width that could be best get tried.
+    Rounds separated by another forward (a prefill) give no period (`interrupt`)."""
+
+    def __init__(self, widths, buckets=(), prior=None, device="cpu", *, alpha: float = 0.25, refresh: int = 2000,
+                 clock=None):
+        import time
+
+        ws = sorted({int(w) for w in widths})
+        if not ws or ws[0] < 1:
+            raise ValueError(f"widths must be positive verify widths, got {widths!r}")
+        self.widths = ws
+        self.set_costs(buckets, prior)
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        self.alpha, self.refresh = float(alpha), int(refresh)
+        self.clock = clock or time.perf_counter
+        self._expected = LaggedValue(torch.zeros(len(ws), dtype=torch.float32), device)
+        self._cols = torch.tensor([w - 1 for w in ws], dtype=torch.int64, device=device)
+        self._est = {}        # (bucket, width) -> (seconds, round it was last measured)
+        self._last = None     # (time, bucket, width) of the previous round's launch
+        self._prev_key = None  # (bucket, width) of the round before that
+        self.round = 0
+        self.rounds = {}      # (bucket, width) -> rounds run (what a user sees in the log)
+
+    def set_costs(self, buckets, prior) -> None:
+        """The graph batch buckets and the start-up cost table {(bucket, width): seconds} (once graphs exist)."""
+        prior = {(int(b), int(w)): float(t) for (b, w), t in (prior or {}).items()}
+        if any(t < 0 for t in prior.values()):
+            raise ValueError("prior costs must be >= 0 seconds")
+        self.buckets, self.prior = sorted({int(b) for b in buckets}), prior
+
+    def bucket(self, bs: int) -> int:
+        """The graph batch bucket a batch of bs requests replays in (bs itself where none is captured)."""
+        for b in self.buckets:
+            if b >= bs:
+                return b
+        return int(bs) if not self.buckets else self.buckets[-1]
+
+    def cost(self, bucket: int, width: int) -> float:
+        est = self._est.get((bucket, width))
+        if est is not None and self.round - est[1] <= self.refresh:
+            return est[0]
+        return self.prior.get((bucket, width), 0.0)
+
+    def choose(self, bs: int) -> int:
+        """The width of the round being launched now (call once per decode round, at its launch)."""
+        now, bucket = self.clock(), self.bucket(bs)
+        self.round += 1
+        if self._last is not None:
+            t, b, w = self._last
+            if (b, w) == self._prev_key:  # two rounds in a row at one (bucket, width): a clean period
+                old = self._est.get((b, w))
+                sample = now - t
+                est = sample if old is None or self.round - old[1] > self.refresh else \
+                    old[0] + self.alpha * (min(sample, 4 * old[0]) - old[0])
+                self._est[(b, w)] = (est, self.round)
+            self._prev_key = (b, w)
+        if not self._expected.landed():
+            width = self.widths[0]
+        else:
+            e = self._expected.current().tolist()
+            score = lambda i: e[i] / max(self.cost(bucket, self.widths[i]), 1e-9)  # noqa: E731
+            width = self.widths[max(range(len(self.widths)), key=score)]  # ties: the narrower width
+        self._last = (now, bucket, width)
+        self.rounds[(bucket, width)] = self.rounds.get((bucket, width), 0) + 1
+        return width
+
+    def interrupt(self) -> None:
+        """Another forward ran since the last decode round: the next interval is not a round's period."""
+        self._last, self._prev_key = None, None
+
+    def predict(self, tree: TreeBatch) -> torch.Tensor:
+        """float32 [B, K]: each request's predicted tokens at every candidate width, from the round's largest
+        tree (device ops only: the draft CUDA graph runs it)."""
+        return expected_commit(tree).index_select(1, self._cols.to(tree.logw.device)).float()
+
+    def publish(self, predicted: torch.Tensor) -> None:
+        """predicted [B, K] (`predict` of this round's tree, real requests only): the batch mean goes to the
+        host without a sync, for a later round's choice."""
+        if predicted.dim() != 2 or predicted.shape[1] != len(self.widths):
+            raise ValueError(f"predicted must be [B, {len(self.widths)}], got {tuple(predicted.shape)}")
+        self._expected.publish(predicted.mean(0))
+
+    def summary(self) -> dict:
+        """Rounds run and the cost in use (ms) per bucket and width, for the server log."""
+        out = {}
+        for (b, w), n in sorted(self.rounds.items()):
+            out.setdefault(b, {})[w] = {"rounds": n, "cost_ms": round(self.cost(b, w) * 1e3, 3)}
+        return out
 
 
 def main(argv=None) -> int:

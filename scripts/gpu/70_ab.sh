@@ -4,12 +4,16 @@
 # AB_START_ALL=1 the servers start together to save start-up time and the others sit idle while one is
 # measured — ab.json says which). Torch-profiler captures of DFLASH and DDTree rounds at AB_PROFILE_CONC.
 # env: AB_BUDGETS ("16 64"; the served default: chain-anchored, calibrated), AB_PAPER_BUDGETS ("16": the paper's tree),
-# AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64), AB_REPEATS (3 measured passes, median), AB_PROFILE_CONC ("1 16"; "" for none)
+# AB_AUTO (1: the auto budget, SGLANG_DDTREE_BUDGET=auto, measured right after DFLASH), AB_BASE (1: the server
+# without speculation), AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64), AB_REPEATS (3 measured passes, median), AB_PROFILE_CONC ("1 16"; "" for none)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/ab}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-S=(--server "base=" --server "dflash=$DFLASH_ARGS")
+S=()
+[ "${AB_BASE:-1}" = 1 ] && S+=(--server "base=")
+S+=(--server "dflash=$DFLASH_ARGS")
+[ "${AB_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS")
 for b in ${AB_BUDGETS:-16 64}; do S+=(--server "ddtree_b$b=$(ddtree_args $b)"); done
 # the paper's tree (no chain anchor, raw draft probabilities) next to the served default, same budget
 for b in ${AB_PAPER_BUDGETS-16}; do S+=(--server "ddtree_b${b}_paper=SGLANG_DDTREE_ANCHOR=none SGLANG_DDTREE_CALIBRATION=off $(ddtree_args $b)"); done
@@ -17,6 +21,6 @@ timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
   --output-len ${AB_TOKENS:-64} --repeats ${AB_REPEATS:-3} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all}
 rc=$?
-for f in "$OUTD"/server_*.log; do grep -E "Traceback|Error|DDTREE|sglang-ddtree" "$f" | grep -v Warning | head -30 > "${f%.log}.errors"; done
+for f in "$OUTD"/server_*.log; do grep -E "Traceback|Error|DDTREE|sglang-ddtree" "$f" | grep -v Warning | tail -60 > "${f%.log}.errors"; done
 tar -C "$OUTD" -czf "$OUTD.tar.gz" . && find "$OUTD" -name 'server_*.log' -delete -o -name 'bs_*.jsonl' -delete
 exit $rc

@@ -22,4 +22,5 @@ TINY_COMMON="--model-path $TARGET --attention-backend triton --sampling-backend 
  --mem-fraction-static 0.75 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
  --max-running-requests 32 --random-seed 0"
 DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
+DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"  # with SGLANG_DDTREE_BUDGET=auto
 ddtree_args() { echo "--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER --speculative-num-draft-tokens $(( $1 + 1 ))"; }

@@ -3,6 +3,8 @@
 Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
 - tree budget B: `SGLANG_DDTREE_BUDGET` (what `python -m sglang_ddtree.launch_server
   --speculative-ddtree-budget B` sets), else `--speculative-num-draft-tokens` − 1, else DEFAULT_BUDGET;
+  `SGLANG_DDTREE_BUDGET=auto`: a budget chosen every round among candidates (`SGLANG_DDTREE_AUTO_BUDGETS`,
+  default 15, 31, 63 above the chain's; the chain's block − 1 always among them), B the largest;
 - `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads;
 - drafter block size: `--speculative-dflash-block-size`, else the drafter config's `block_size`, else 16.
   It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
@@ -46,6 +48,8 @@ TREE_MASK_BACKENDS = ("triton", "flashinfer")
 DEFAULT_ATTENTION_BACKEND = "triton"
 
 ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
+ENV_AUTO_BUDGETS = "SGLANG_DDTREE_AUTO_BUDGETS"
+AUTO_WIDTHS = (16, 32, 64)  # the default auto ladder: these verify widths above the drafter's block, and the chain's
 ENV_TOPK = "SGLANG_DDTREE_TOPK"
 ENV_OPS_BACKEND = "SGLANG_DDTREE_OPS_BACKEND"
 ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
@@ -80,6 +84,8 @@ class Knobs:
     verify_attention: str   # 'auto' (the tree kernel where it applies) | 'tree' (required) | 'full_mask'
     anchor: str | None = "chain"  # 'chain': the drafter's greedy chain always in the tree; None: the paper's
     calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
+    auto: bool = False            # SGLANG_DDTREE_BUDGET=auto: the budget is chosen every round (budget is None)
+    auto_budgets: tuple = ()      # its candidates (SGLANG_DDTREE_AUTO_BUDGETS); () = the default ladder
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -96,9 +102,36 @@ class Knobs:
         if anchor not in ANCHORS:
             raise ValueError(f"{ENV_ANCHOR} must be one of {', '.join(ANCHORS)}, got {anchor!r}")
         calibration = os.environ.get(ENV_CALIBRATION, "auto").strip() or "auto"
-        return cls(budget=_env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1), ops_backend=backend,
-                   draft_graph_head=head == "1", verify_attention=verify, anchor=ANCHORS[anchor],
-                   calibration=calibration)
+        auto = os.environ.get(ENV_BUDGET, "").strip().lower() == "auto"
+        return cls(budget=None if auto else _env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1),
+                   ops_backend=backend, draft_graph_head=head == "1", verify_attention=verify,
+                   anchor=ANCHORS[anchor], calibration=calibration, auto=auto, auto_budgets=_env_int_list(ENV_AUTO_BUDGETS))
+
+
+def _env_int_list(name: str) -> tuple:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ()
+    try:
+        values = tuple(int(x) for x in raw.replace(",", " ").split())
+    except ValueError:
+        raise ValueError(f"{name} must be a list of budgets like 15,31,63, got {raw!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{name} must list budgets >= 1, got {raw!r}")
+    return values
+
+
+def auto_budgets(knobs: Knobs, block: int) -> tuple:
+    """The candidate budgets of SGLANG_DDTREE_BUDGET=auto, ascending, the chain's (block − 1) always first:
+    a round never verifies less than the DFlash chain."""
+    chain = int(block) - 1
+    ladder = [w - 1 for w in AUTO_WIDTHS if w > int(block)]
+    cands = set(knobs.auto_budgets or ladder) | {chain}
+    low = [b for b in cands if b < chain]
+    if low:
+        raise ValueError(f"{ENV_AUTO_BUDGETS}: budgets {sorted(low)} are below the drafter block size − 1 = {chain} "
+                         f"(the chain alone needs {chain} nodes); list budgets >= {chain}")
+    return tuple(sorted(check_budget(b) for b in cands))
 
 
 def depth_temperatures(knobs: Knobs, draft_path, depth_limit: int) -> list[float] | None:
@@ -175,9 +208,16 @@ def check_budget(budget: int) -> int:
     return budget
 
 
-def resolve_budget(view, knobs: Knobs) -> int:
-    """Tree budget B from the environment knob or --speculative-num-draft-tokens (= B + 1)."""
+def resolve_budget(view, knobs: Knobs, block: int) -> int:
+    """Tree budget B from the environment knob or --speculative-num-draft-tokens (= B + 1); with
+    SGLANG_DDTREE_BUDGET=auto the largest candidate."""
     ndt = getattr(view, "speculative_num_draft_tokens", None)
+    if knobs.auto:
+        top = auto_budgets(knobs, block)[-1]
+        if ndt is not None and int(ndt) != top + 1:
+            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal the largest auto budget + 1 "
+                             f"= {top + 1} ({ENV_BUDGET}=auto); drop it, or set {ENV_AUTO_BUDGETS}")
+        return top
     if knobs.budget is not None:
         if ndt is not None and int(ndt) != knobs.budget + 1:
             raise ValueError(
@@ -254,8 +294,8 @@ def validate_server_args(server_args) -> None:
         # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1
         _reject(f"--page-size {page} with {ENV_VERIFY_ATTENTION}=full_mask",
                 f"use --page-size 1, or leave {ENV_VERIFY_ATTENTION} unset (the tree kernel serves any page size)")
-    budget = resolve_budget(view, knobs)
     block = draft_block_size(view)
+    budget = resolve_budget(view, knobs, block)
     if budget + 1 < block:
         _reject(f"a tree budget {budget} below the drafter block size − 1 = {block - 1} (SGLang reserves "
                 f"2 × (budget + 1) KV slots per request and round; the drafter writes {block})",
@@ -275,8 +315,8 @@ def apply_ddtree_defaults(server_args) -> None:
 
     view = compat.read_view(server_args)
     knobs = Knobs.from_env()
-    budget = resolve_budget(view, knobs)
     block = draft_block_size(view)
+    budget = resolve_budget(view, knobs, block)
     steps = getattr(view, "speculative_num_steps", None)
     if steps is not None and int(steps) != 1:
         logger.warning("DDTREE: --speculative-num-steps %s overridden to 1 (one drafter pass proposes the whole "
@@ -292,5 +332,6 @@ def apply_ddtree_defaults(server_args) -> None:
         logger.warning("DDTREE: --enable-mixed-chunk overridden to off (SGLang's speculative decoding runs "
                        "without mixed chunked prefill)")
         server_args.enable_mixed_chunk = False
-    logger.info("DDTREE: budget=%d (verify width %d), drafter block=%d, topk=%s", budget, budget + 1, block,
+    logger.info("DDTREE: budget=%s (verify width %d), drafter block=%d, topk=%s",
+                f"auto {list(auto_budgets(knobs, block))}" if knobs.auto else budget, budget + 1, block,
                 knobs.topk or "min(budget, vocab)")

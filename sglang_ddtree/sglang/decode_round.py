@@ -7,20 +7,26 @@
   → the plan's KV moves (one all-layer copy), the accepted nodes' hidden states → drafter context
 
 Every SGLang step is an adapter verb (adapters/dflash_v2.py and the release's module); what is here is the
-same on every release. Widths: the verify writes n slots per request, the drafter and the committed output
+same on every release. With SGLANG_DDTREE_BUDGET=auto (budget.AutoWidth) each round first picks its verify
+width w on the host among the candidates, from an earlier round's predicted tokens and the measured cost of
+a round at each width in this batch's graph bucket; the drafter still builds the widest tree, the round
+verifies its first w nodes (budget.truncate: exactly the tree of budget w − 1) through that width's verify
+graphs, and this round's prediction is published for a later round's choice. Widths: the verify writes n slots per request, the drafter and the committed output
 use the drafter's block size (accepted path ≤ depth limit + 1 = block). Nothing is read on the host: sizes
 come from the host-side lengths the scheduler already keeps, and every per-request step is a tensor op.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
 
+from sglang_ddtree.budget import AutoWidth, truncate
 from sglang_ddtree.round import RoundOps
 
 from . import compat, tree_attention
-from .args import Knobs, depth_temperatures
+from .args import ENV_BUDGET, Knobs, auto_budgets, depth_temperatures
 from .draft_head import DraftTreeHead
 from .verify_input import full_tree_mask, host_mask_bound
 
@@ -47,6 +53,15 @@ class DecodeRound:
         self._max_bs = compat.max_batch_size(server_args)
         self._depth_temperature = depth_temperatures(knobs, server_args.speculative_draft_model_path,
                                                      self.block_size - 1)
+        self.auto = None  # budget.AutoWidth with SGLANG_DDTREE_BUDGET=auto; its costs come in capture_widths
+        if knobs.auto:
+            widths = [b + 1 for b in auto_budgets(knobs, self.block_size)]
+            if widths[-1] != self.verify_width:
+                raise ValueError(f"DDTREE: {ENV_BUDGET}=auto's widest candidate is {widths[-1]}, but the server "
+                                 f"verifies {self.verify_width} tokens (the argument hook did not run?)")
+            self.auto = AutoWidth(widths, device=self.device)
+        self.verify_runners = {}  # width -> the target's verify graph runner at that width (auto only)
+        self._auto_log_every = 200
         self.head = self._make_head()
         self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
         self._warned_sampling = False
@@ -60,11 +75,13 @@ class DecodeRound:
         return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size,
                              budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
                              tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
-                             depth_temperature=self._depth_temperature)
+                             depth_temperature=self._depth_temperature,
+                             predict=None if self.auto is None else self.auto.predict)
 
     def describe(self) -> str:
         t = self._depth_temperature
-        return (f"budget={self.budget} verify width={self.verify_width} drafter block={self.block_size} "
+        budget = self.budget if self.auto is None else f"auto {[w - 1 for w in self.auto.widths]}"
+        return (f"budget={budget} verify width={self.verify_width} drafter block={self.block_size} "
                 f"k={self.head.k} ops={self.round.backend} tree-in-graph={self.head.tree_in_graph} "
                 f"anchor={self.knobs.anchor or 'none'} calibration="
                 + ("off" if t is None else "T=" + ",".join(f"{x:.2f}" for x in t)))
@@ -79,6 +96,10 @@ class DecodeRound:
         if choice == "tree" and why is not None:
             raise ValueError(f"SGLANG_DDTREE_VERIFY_ATTENTION=tree, but the tree kernel cannot serve {why}")
         if choice == "full_mask" or why is not None:
+            if self.auto is not None:
+                raise ValueError(f"DDTREE: {ENV_BUDGET}=auto verifies through the tree kernel, which cannot serve "
+                                 f"{why or 'this server (SGLANG_DDTREE_VERIFY_ATTENTION=full_mask)'}; "
+                                 f"set a fixed budget")
             page = int(getattr(runner, "page_size", 1) or 1)
             if page != 1:
                 raise ValueError(f"DDTREE: --page-size {page} needs the tree kernel, which cannot serve "
@@ -88,10 +109,38 @@ class DecodeRound:
                 logger.warning("sglang-ddtree: tree verify through SGLang's FULL_MASK path (slower) because of %s", why)
             self.sgl.install_verify_mask_policy()
             return
-        self.tree_attn = tree_attention.TreeVerifyAttention(runner, n=self.verify_width, max_bs=self._max_bs)
+        self.tree_attn = tree_attention.TreeVerifyAttention(runner, n=self.verify_width, max_bs=self._max_bs,
+                                                            widths=() if self.auto is None else self.auto.widths)
         if self.head.static_tree is not None:  # the draft graph writes the bitsets straight where verify reads
             self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
         self.tree_attn.install()
+
+    def capture_widths(self) -> None:
+        """After every graph of the server exists (auto only): the target's verify graphs at each candidate
+        width, and the start-up cost table — the replay time of the draft graph plus each width's verify graph
+        per batch bucket (a lower bound of a round; budget.AutoWidth refines it from the rounds it runs)."""
+        if self.auto is None:
+            return
+        self.verify_runners = self.sgl.capture_verify_widths(self.auto.widths)
+        buckets = self.sgl.graph_buckets()
+        draft = self.sgl.draft_graph_runner()
+        prior = {}
+        for bs in buckets:
+            t_draft = self.sgl.time_graph(draft, bs)
+            for w, runner in self.verify_runners.items():
+                t_verify = self.sgl.time_graph(runner, bs)
+                if t_draft is not None and t_verify is not None:
+                    prior[(bs, w)] = t_draft + t_verify
+        self.auto.set_costs(buckets, prior)
+        logger.info("DDTREE auto budget: verify widths %s, graphs at %s, start-up round cost (ms) %s",
+                    self.auto.widths, sorted(self.verify_runners),
+                    {b: {w: round(prior[(b, w)] * 1e3, 3) for w in self.auto.widths if (b, w) in prior}
+                     for b in buckets})
+
+    def interrupt(self) -> None:
+        """Another forward (prefill, idle) ran between decode rounds."""
+        if self.auto is not None:
+            self.auto.interrupt()
 
     # --- the round ----------------------------------------------------------------------------------
     def _node_tokens(self, logits, sampling_info) -> torch.Tensor:
@@ -112,14 +161,23 @@ class DecodeRound:
         return torch.where(sampling_info.top_ks.view(-1, 1) <= 1, greedy, sampled)
 
     def _tree(self, batch, draft_input, slots, window, bs):
-        """The drafter's forward → the round's tree (from the draft graph's static buffers when it ran)."""
+        """The drafter's forward → (the round's widest tree, whether it came from the draft graph's buffers)."""
         draft_out, ran_graph, roots = self.sgl.draft_forward(batch, draft_input, slots, window, bs)
         if ran_graph and self.head.graph_ready:
-            return self.head.from_graph(bs)
+            return self.head.from_graph(bs), True
         hidden = draft_out.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
-        return self.head.build(hidden, bs, roots, batch.seq_lens)
+        return self.head.build(hidden, bs, roots, batch.seq_lens), False
+
+    def _choose_width(self, bs: int) -> int:
+        if self.auto is None:
+            return self.verify_width
+        width = self.auto.choose(bs)
+        if self.auto.round % self._auto_log_every == 0:
+            logger.info("DDTREE auto budget after %d rounds: {bucket: {width: rounds, cost ms}} %s",
+                        self.auto.round, self.auto.summary())
+        return width
 
     def decode(self, batch, on_publish):
         sgl = self.sgl
@@ -128,16 +186,21 @@ class DecodeRound:
         draft_input = batch.spec_info
         if batch.seq_lens.is_cuda:  # produced on another stream under overlap
             batch.seq_lens.record_stream(torch.cuda.current_stream(batch.seq_lens.device))
-        bs, n = len(batch.seq_lens), self.verify_width
+        bs = len(batch.seq_lens)
+        n = self._choose_width(bs)  # this round's verify width (the server's, unless the budget is auto)
         self._round += 1
         prefix = batch.seq_lens
 
         # 1) the slots the verify writes (read from req_to_token before any graph of this round), draft → tree
         req_to_token = sgl.req_to_token()
-        slots = req_to_token[batch.req_pool_indices.unsqueeze(1), prefix.unsqueeze(1) + self._node_offsets]
+        slots = req_to_token[batch.req_pool_indices.unsqueeze(1), prefix.unsqueeze(1) + self._node_offsets[:n]]
         slots = slots.to(torch.int64)  # [bs, n]
         window = sgl.plan_window(batch, draft_input, slots)
-        tree = self._tree(batch, draft_input, slots, window, bs)
+        tree, from_graph = self._tree(batch, draft_input, slots, window, bs)
+        if self.auto is not None:
+            self.auto.publish(self.head.predicted(tree, from_graph))
+            if n < self.verify_width:
+                tree = truncate(tree, n - 1)
 
         # 2) target verify of the tree: n slots per request at req_to_token[row, prefix : prefix + n]
         host_lens = None if batch.seq_lens_cpu is not None else sgl.draft_kv_lens(draft_input)[0]
@@ -147,7 +210,10 @@ class DecodeRound:
             custom_mask = None
         else:
             custom_mask = full_tree_mask(tree.tree_mask, prefix, host_bound.total)
-        target_out = sgl.verify_forward(batch, tree.tokens, tree.positions, custom_mask, slots, host_bound, n, window)
+        runner = self.verify_runners.get(n) if n != self.verify_width else None
+        with sgl.verify_with(runner) if runner is not None else contextlib.nullcontext():
+            target_out = sgl.verify_forward(batch, tree.tokens, tree.positions, custom_mask, slots, host_bound, n,
+                                            window)
         logits_output = target_out.logits_output
 
         # 3) accept + commit plan (round.py): one op

@@ -5,6 +5,8 @@ top-k + log-normaliser and the best-first build. As a capture-tail hook of the d
 the draft CUDA graph: the roots (the block's first input id) and positions (prefix + depth) come from the
 graph's own static inputs, so the replayed graph leaves the finished tree in static buffers and the round
 reads it with no extra op. Eagerly (`build`), the same functions run on the hidden states directly.
+With a `predict` function (budget.AutoWidth.predict, the served auto budget) the graph also leaves each
+request's predicted tokens at every candidate width next to the tree.
 Nothing here reads SGLang's request tables (they may be rewritten once a graph's pre-replay read barrier
 has passed).
 """
@@ -19,7 +21,7 @@ from sglang_ddtree.tree import TreeBatch
 
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
-                 ops: RoundOps, tree_in_graph: bool, anchor=None, depth_temperature=None):
+                 ops: RoundOps, tree_in_graph: bool, anchor=None, depth_temperature=None, predict=None):
         self.weight, self.num_org = weight, int(num_org)
         self.anchor = anchor  # tree.build_tree_from_topk's anchor: None (the paper's tree) or 'chain'
         # calibration: depth d's logits times 1 / T_d before stage 1 (a static tensor, so it rides in the graph)
@@ -32,7 +34,8 @@ class DraftTreeHead:
         self.stage1 = "cuda" if ops.backend == "cuda" else "cpu"
         self.tree_in_graph = tree_in_graph and ops.backend == "cuda"
         self.max_bs = int(max_bs)
-        self.static_tree = None
+        self.predict = predict
+        self.static_tree = self.static_predicted = None
         if self.tree_in_graph:
             dev = weight.device
             lp = torch.zeros(1, self.L, self.k, dtype=torch.float32, device=dev)
@@ -40,6 +43,9 @@ class DraftTreeHead:
                               torch.zeros(1, dtype=torch.int64, device=dev), torch.zeros(1, dtype=torch.int64, device=dev))
             self.static_tree = {name: torch.zeros((self.max_bs, *t.shape[1:]), dtype=t.dtype, device=dev)
                                 for name, t in probe.tensors().items()}
+            if predict is not None:
+                self.static_predicted = torch.zeros((self.max_bs, predict(probe).shape[1]), dtype=torch.float32,
+                                                    device=dev)
         self.graph_ready = False
 
     def logits(self, hidden: torch.Tensor, bs: int) -> torch.Tensor:
@@ -63,9 +69,17 @@ class DraftTreeHead:
         tree = self.build(out.hidden_states, bs, roots, forward_batch.seq_lens[:bs])
         for name, t in tree.tensors().items():
             self.static_tree[name][:bs].copy_(t)
+        if self.static_predicted is not None:
+            self.static_predicted[:bs].copy_(self.predict(tree))
         self.graph_ready = True
 
     def from_graph(self, bs: int) -> TreeBatch:
         """The tree the last draft-graph replay left in the static buffers (views, no op)."""
         f = {name: buf[:bs] for name, buf in self.static_tree.items()}
         return TreeBatch(**f, budget=self.budget, depth_limit=self.L, topk=self.k)
+
+    def predicted(self, tree: TreeBatch, from_graph: bool) -> torch.Tensor:
+        """[bs, K] predicted tokens per candidate width for this round's tree (the graph's, when it ran)."""
+        if from_graph and self.static_predicted is not None:
+            return self.static_predicted[: tree.batch_size]
+        return self.predict(tree)

@@ -1,6 +1,8 @@
 """`python -m sglang_ddtree.launch_server`: SGLang's launch_server plus DDTree's own flags.
 
-  --speculative-ddtree-budget B   tree budget (sets --speculative-num-draft-tokens B+1 via SGLANG_DDTREE_BUDGET)
+  --speculative-ddtree-budget B   tree budget (sets --speculative-num-draft-tokens B+1 via SGLANG_DDTREE_BUDGET),
+                                  or auto: chosen every round among SGLANG_DDTREE_AUTO_BUDGETS (default the
+                                  chain's block-1 and 15, 31, 63) from the tree's prediction and measured cost
   --speculative-ddtree-topk K     per-depth candidate cap (SGLANG_DDTREE_TOPK; default min(B, vocab))
   --speculative-ddtree-anchor A   chain (default: the drafter's greedy chain always in the tree) or none (the
                                   paper's tree) (SGLANG_DDTREE_ANCHOR)
@@ -19,15 +21,23 @@ import sys
 
 from .._cli import Parser, fail, positive_int
 
+
+def budget_arg(text: str):
+    """A tree budget (positive integer) or 'auto'."""
+    return "auto" if text.strip().lower() == "auto" else positive_int(text)
+
+
+
 PROG = "python -m sglang_ddtree.launch_server"
 
 
 def parser() -> argparse.ArgumentParser:
-    from .args import ANCHORS, ENV_ANCHOR, ENV_BUDGET, ENV_TOPK, MAX_BUDGET
+    from .args import ANCHORS, ENV_ANCHOR, ENV_AUTO_BUDGETS, ENV_BUDGET, ENV_TOPK, MAX_BUDGET
 
     p = Parser(prog=PROG, add_help=False, description="DDTree's flags (every other flag goes to SGLang):")
-    p.add_argument("--speculative-ddtree-budget", type=positive_int, default=None, metavar="B",
-                   help=f"tree budget, 1..{MAX_BUDGET} (sets {ENV_BUDGET}; verify width B + 1)")
+    p.add_argument("--speculative-ddtree-budget", type=budget_arg, default=None, metavar="B",
+                   help=f"tree budget, 1..{MAX_BUDGET} (sets {ENV_BUDGET}; verify width B + 1), or auto: chosen "
+                        f"every round among {ENV_AUTO_BUDGETS} (default the chain's block-1 and 15, 31, 63)")
     p.add_argument("--speculative-ddtree-topk", type=positive_int, default=None, metavar="K",
                    help=f"per-depth candidate cap (sets {ENV_TOPK}; default min(B, vocab))")
     p.add_argument("--speculative-ddtree-anchor", choices=tuple(ANCHORS), default=None,
@@ -41,7 +51,7 @@ def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
     p = parser()
     ours, rest = p.parse_known_args(argv)
-    if ours.speculative_ddtree_budget is not None and ours.speculative_ddtree_budget > MAX_BUDGET:
+    if ours.speculative_ddtree_budget not in (None, "auto") and ours.speculative_ddtree_budget > MAX_BUDGET:
         p.error(f"argument --speculative-ddtree-budget: at most {MAX_BUDGET} (the CUDA tree builder's limit), "
                 f"got {ours.speculative_ddtree_budget}")
     if not any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in rest):

@@ -13,7 +13,9 @@ it has, except TARGET_VERIFY, which becomes:
       ancestor bitset (TreeBatch.mask_bits, loaded by the worker into a static buffer) in one online softmax.
 
 No FULL_MASK is built or read, the graph captured at any prefix length replays at every other one, and the
-page size does not matter (slots are token-level). Shapes the kernel does not take are refused up front
+page size does not matter (slots are token-level). One instance serves every verify width the worker
+captures graphs for (the served auto budget): a forward's width is its rows per request, and each width has
+its own static mask buffer. Shapes the kernel does not take are refused up front
 (`unsupported`), and the worker falls back to SGLang's FULL_MASK path with the reason logged.
 """
 from __future__ import annotations
@@ -60,32 +62,50 @@ def unsupported(model_runner) -> str | None:
 class TreeVerifyAttention:
     """The static buffers and the patched methods of one target backend (module docstring)."""
 
-    def __init__(self, model_runner, *, n: int, max_bs: int):
+    def __init__(self, model_runner, *, n: int, max_bs: int, widths=()):
         self.runner = model_runner
         self.backend = model_runner.attn_backend
         self.pool = model_runner.token_to_kv_pool
         self.req_to_token = model_runner.req_to_token_pool.req_to_token
-        self.n = int(n)
+        self.n = int(n)  # the widest verify (the server's --speculative-num-draft-tokens)
+        self.widths = sorted({int(w) for w in widths} | {self.n})
+        if self.widths[-1] != self.n or self.widths[0] < 1:
+            raise ValueError(f"verify widths must lie in [1, {self.n}], got {widths!r}")
         self.context = int(self.req_to_token.shape[1])
         dev = self.req_to_token.device
         self.device = dev
         ops.ensure_backend("cuda" if dev.type == "cuda" else "cpu")
         self.sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
-        self.mask_bits = torch.zeros(int(max_bs), self.n, ops.mask_words(self.n), dtype=torch.int32, device=dev)
+        self.masks = {w: torch.zeros(int(max_bs), w, ops.mask_words(w), dtype=torch.int32, device=dev)
+                      for w in self.widths}
         self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
         self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
+        self._graph_state = None  # (max_bs, max_num_tokens) the backend's own graph buffers were sized for
         self._orig = {}
+
+    @property
+    def mask_bits(self) -> torch.Tensor:
+        """The widest verify's mask buffer (the draft graph's own bitsets can be it: no copy per round)."""
+        return self.masks[self.n]
+
+    @mask_bits.setter
+    def mask_bits(self, static: torch.Tensor) -> None:
+        if tuple(static.shape[1:]) != tuple(self.masks[self.n].shape[1:]):
+            raise ValueError(f"mask buffer must be [bs, {self.n}, {ops.mask_words(self.n)}], got {tuple(static.shape)}")
+        self.masks[self.n] = static
 
     # --- what the worker calls ---------------------------------------------------------------------------
     def load_mask(self, mask_bits: torch.Tensor) -> None:
-        """The round's ancestor bitsets int32 [bs, n, W] into the static buffer the kernels read."""
-        bs = mask_bits.shape[0]
-        if bs > self.mask_bits.shape[0]:
+        """The round's ancestor bitsets int32 [bs, w, W] into the static buffer of width w the kernels read."""
+        bs, w = mask_bits.shape[0], mask_bits.shape[1]
+        if w not in self.masks:
+            raise ValueError(f"no verify width {w} here (widths {self.widths})")
+        if bs > self.masks[w].shape[0]:
             self._grow(bs)
-        if mask_bits.data_ptr() != self.mask_bits.data_ptr():
-            self.mask_bits[:bs].copy_(mask_bits)
+        if mask_bits.data_ptr() != self.masks[w].data_ptr():
+            self.masks[w][:bs].copy_(mask_bits)
 
     def install(self) -> None:
         """Patch the backend instance (its class and every other mode are untouched)."""
@@ -94,14 +114,16 @@ class TreeVerifyAttention:
             self._orig[name] = getattr(self.backend, name)
             setattr(self.backend, name, getattr(self, "_" + name))
         self.backend.ddtree_tree_attention = self
-        logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK), verify width %d",
-                    type(self.backend).__name__, self.n)
+        logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK), verify width%s %s",
+                    type(self.backend).__name__, "s" if len(self.widths) > 1 else "", self.widths)
 
     # --- buffers -----------------------------------------------------------------------------------------
     def _grow(self, bs: int) -> None:
-        mask = torch.zeros(bs, *self.mask_bits.shape[1:], dtype=torch.int32, device=self.device)
-        mask[: self.mask_bits.shape[0]].copy_(self.mask_bits)
-        self.mask_bits = mask
+        """An eager batch above every graph's (graphs keep the buffers they captured: they never grow)."""
+        for w, old in self.masks.items():
+            mask = torch.zeros(bs, *old.shape[1:], dtype=torch.int32, device=self.device)
+            mask[: old.shape[0]].copy_(old)
+            self.masks[w] = mask
         self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
 
     def _ensure_indices(self, bs: int) -> None:
@@ -111,7 +133,7 @@ class TreeVerifyAttention:
 
     def _metadata(self, forward_batch) -> None:
         bs = int(forward_batch.batch_size)
-        if bs > self.mask_bits.shape[0]:
+        if bs > self.masks[self.n].shape[0]:
             self._grow(bs)
         self._ensure_indices(bs)
         ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
@@ -120,8 +142,13 @@ class TreeVerifyAttention:
 
     # --- the patched backend methods ------------------------------------------------------------------------
     def _init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
-        self._orig["init_cuda_graph_state"](max_bs, max_num_tokens, *args, **kwargs)
-        if int(max_bs) > self.mask_bits.shape[0]:
+        """Each verify graph runner (one per width) calls this; the backend's own buffers serve its other modes,
+        so they are sized once, for the widest runner (the first), and never re-made under captured graphs."""
+        size = (int(max_bs), int(max_num_tokens))
+        if self._graph_state is None or size[0] > self._graph_state[0] or size[1] > self._graph_state[1]:
+            self._orig["init_cuda_graph_state"](max_bs, max_num_tokens, *args, **kwargs)
+            self._graph_state = size
+        if int(max_bs) > self.masks[self.n].shape[0]:
             self._grow(int(max_bs))
         self._ensure_indices(int(max_bs))  # graphs capture these addresses: allocate before any capture
 
@@ -153,9 +180,14 @@ class TreeVerifyAttention:
         if save_kv_cache:
             self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, v3)
         bs = self.bs
-        splits = native.ragged_splits(bs, self.n, hq // hkv, hkv, self.sms)
+        rows = q.shape[0]
+        if bs <= 0 or rows % bs or rows // bs not in self.masks:
+            raise RuntimeError(f"DDTREE tree verify: {rows} query rows for {bs} requests is no verify width of "
+                               f"{self.widths}")
+        n = rows // bs
+        splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
         o, _ = native.attend_ragged(q.view(-1, hq, d), None, self.pool.get_key_buffer(layer.layer_id),
                                     self.pool.get_value_buffer(layer.layer_id), self.kv_indptr[: bs + 1],
-                                    self.kv_indices, k3, v3, self.mask_bits[:bs], layer.scaling, splits)
+                                    self.kv_indices, k3, v3, self.masks[n][:bs], layer.scaling, splits)
         self.calls += 1
         return o.view(q.shape[0], hq * layer.v_head_dim)

@@ -32,6 +32,12 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
         super().init_attention_backends()
         self.ddtree.choose_verify_attention()
 
+    def init_cuda_graphs(self):
+        """The scheduler calls this after the target's graphs are captured: DFlash captures the draft graphs,
+        then (SGLANG_DDTREE_BUDGET=auto) the verify graphs at the other widths and the start-up cost table."""
+        super().init_cuda_graphs()
+        self.ddtree.capture_widths()
+
     def _maybe_build_draft_sampler(self):
         """Called by DFlashWorkerV2.init_cuda_graphs before the draft graphs are captured."""
         head = self.ddtree.head
@@ -41,6 +47,7 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+            self.ddtree.interrupt()
             return self.dflash_forward(batch, on_publish, grammar_barrier, pp_proxy_tensors)
         if getattr(batch, "return_logprob", False):
             raise ValueError("DDTREE speculative decoding does not support return_logprob yet.")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sglang_ddtree import accept_tree, build_tree_from_topk
+from sglang_ddtree import accept_tree, build_tree, build_tree_from_topk
 from sglang_ddtree.budget import budget_table, choose_budget, expected_commit, truncate
 
 from test_tree_native import MODES
@@ -131,3 +131,104 @@ def test_lagged_choice_takes_the_newest_landed_copy_never_waits_never_goes_back(
     assert lag.current() == 31  # 63 not landed; 15's old record is gone, 31 stays
     events[2].done = True
     assert lag.current() == 63
+
+
+def test_lagged_value_carries_a_vector():
+    from sglang_ddtree.budget import LaggedValue
+
+    lag = LaggedValue(torch.zeros(3), "cpu")
+    assert not lag.landed() and lag.current().tolist() == [0, 0, 0]
+    lag.publish(torch.tensor([1.0, 2.0, 3.0]))
+    assert lag.landed() and lag.current().tolist() == [1, 2, 3]
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _run(auto, clock, period, rounds, bs=1, predicted=(6.0, 7.0, 8.0)):
+    """`rounds` decode rounds of batch bs; each lasts period[width] seconds (the host's period between launches)."""
+    chosen = []
+    for _ in range(rounds):
+        w = auto.choose(bs)
+        chosen.append(w)
+        auto.publish(torch.tensor([predicted]))
+        clock.t += period[w]
+    return chosen
+
+
+def test_auto_width_starts_at_the_chain_and_ranks_by_predicted_tokens_per_second():
+    from sglang_ddtree.budget import AutoWidth
+
+    clock = _Clock()
+    flat = AutoWidth([64, 16, 32], [1, 4], {(1, 16): 1.0, (1, 32): 1.0, (1, 64): 1.0}, clock=clock)
+    assert flat.widths == [16, 32, 64]
+    assert flat.choose(1) == 16  # nothing predicted yet: the chain's width
+    flat.publish(torch.tensor([[6.0, 7.0, 8.0], [6.0, 7.0, 8.0]]))
+    assert flat.choose(1) == 64  # equal costs: the most predicted tokens
+    steep = AutoWidth([16, 32, 64], [1], {(1, 16): 1.0, (1, 32): 2.0, (1, 64): 4.0}, clock=clock)
+    steep.publish(torch.tensor([[6.0, 7.0, 8.0]]))
+    assert steep.choose(1) == 16  # 6/1 > 7/2 > 8/4
+    assert steep.bucket(1) == 1 and steep.bucket(3) == 1 and flat.bucket(3) == 4 and flat.bucket(9) == 4
+    with pytest.raises(ValueError, match="predicted"):
+        steep.publish(torch.tensor([6.0, 7.0, 8.0]))
+
+
+def test_auto_width_learns_the_real_round_cost_and_settles_on_the_best_width():
+    """Start-up costs are lower bounds (graph replays, no host work). The host's period between launches is the
+    truth: a round that is host-bound costs the same at every width, so the widest wins; one whose cost grows with
+    the width settles where predicted tokens per second peak."""
+    from sglang_ddtree.budget import AutoWidth
+
+    prior = {(1, 16): 0.3, (1, 32): 0.35, (1, 64): 0.5}
+    clock = _Clock()
+    host_bound = AutoWidth([16, 32, 64], [1], prior, clock=clock)
+    chosen = _run(host_bound, clock, {16: 1.0, 32: 1.0, 64: 1.0}, 40)
+    assert chosen[-10:] == [64] * 10 and host_bound.cost(1, 64) == pytest.approx(1.0)
+    clock = _Clock()
+    gpu_bound = AutoWidth([16, 32, 64], [1], prior, clock=clock)
+    chosen = _run(gpu_bound, clock, {16: 1.0, 32: 1.1, 64: 2.0}, 60)  # 6/1.0 < 7/1.1 > 8/2.0
+    assert chosen[-10:] == [32] * 10
+    assert gpu_bound.summary()[1][32]["rounds"] >= 10
+
+
+def test_auto_width_ignores_interrupted_periods_and_forgets_stale_costs():
+    from sglang_ddtree.budget import AutoWidth
+
+    clock = _Clock()
+    auto = AutoWidth([16, 64], [1], {(1, 16): 1.0, (1, 64): 1.0}, clock=clock, refresh=10)
+    auto.publish(torch.tensor([[6.0, 8.0]]))
+    for _ in range(3):
+        auto.choose(1)
+        auto.interrupt()  # a prefill between every two rounds: no clean period
+        clock.t += 100.0
+    assert auto.cost(1, 64) == 1.0  # still the start-up cost
+    _run(auto, clock, {16: 1.0, 64: 3.0}, 8, predicted=(6.0, 8.0))
+    assert auto.cost(1, 64) > 2.0  # measured; now 16 is chosen and 64's estimate ages
+    chosen = _run(auto, clock, {16: 1.0, 64: 3.0}, 16, predicted=(6.0, 8.0))
+    # not measured for `refresh` rounds, 64's estimate fell back to the start-up cost: tried again, found slow
+    assert chosen[0] == 16 and 64 in chosen[5:] and chosen[-1] == 16
+
+
+def test_auto_width_refuses_bad_arguments():
+    from sglang_ddtree.budget import AutoWidth
+
+    with pytest.raises(ValueError, match="widths"):
+        AutoWidth([], [1])
+    with pytest.raises(ValueError, match="prior"):
+        AutoWidth([16], [1], {(1, 16): -1.0})
+    with pytest.raises(ValueError, match="alpha"):
+        AutoWidth([16], [1], alpha=0.0)
+
+
+def test_auto_width_prediction_is_expected_commit_at_each_width():
+    from sglang_ddtree.budget import AutoWidth, expected_commit
+
+    tree = build_tree(torch.randn(2, 5, 50, generator=torch.Generator().manual_seed(1)), 12, backend="cpu")
+    auto = AutoWidth([5, 9, 13], [1])
+    want = expected_commit(tree)[:, [4, 8, 12]].float()
+    assert torch.equal(auto.predict(tree), want)

@@ -21,6 +21,32 @@ def test_budget_from_environment(resolve, monkeypatch):
     assert resolve().speculative_num_draft_tokens == 21
 
 
+def test_auto_budget_reserves_the_widest_candidate(resolve, monkeypatch):
+    """SGLANG_DDTREE_BUDGET=auto: the server verifies (and reserves KV for) the largest candidate; the default
+    candidates are the chain's budget (block − 1 = 7 for the test drafter's block 8) and 15, 31, 63."""
+    from sglang_ddtree.sglang.args import Knobs, auto_budgets
+
+    monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "auto")
+    assert auto_budgets(Knobs.from_env(), 8) == (7, 15, 31, 63)
+    assert auto_budgets(Knobs.from_env(), 16) == (15, 31, 63)
+    assert resolve().speculative_num_draft_tokens == 64
+    monkeypatch.setenv("SGLANG_DDTREE_AUTO_BUDGETS", "20,10")
+    assert auto_budgets(Knobs.from_env(), 8) == (7, 10, 20)  # the chain's budget always among them
+    assert resolve().speculative_num_draft_tokens == 21
+    assert resolve("--speculative-num-draft-tokens", "21").speculative_num_draft_tokens == 21
+    with pytest.raises(ValueError, match="largest auto budget"):
+        resolve("--speculative-num-draft-tokens", "17")
+    monkeypatch.setenv("SGLANG_DDTREE_AUTO_BUDGETS", "3,31")
+    with pytest.raises(ValueError, match="below the drafter block size"):
+        resolve()
+    monkeypatch.setenv("SGLANG_DDTREE_AUTO_BUDGETS", "15,lots")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_AUTO_BUDGETS"):
+        resolve()
+    monkeypatch.setenv("SGLANG_DDTREE_AUTO_BUDGETS", "15,2000")
+    with pytest.raises(ValueError, match="at most"):
+        resolve()
+
+
 def test_default_budget(resolve):
     from sglang_ddtree.sglang.args import DEFAULT_BUDGET
 
@@ -151,6 +177,8 @@ def test_launch_wrapper_splits_its_flags():
     assert ours.speculative_ddtree_topk == 4 and rest == ["--speculative-algorithm", "ddtree"]
     ours, _ = split_args(["--speculative-ddtree-anchor", "none"])
     assert ours.speculative_ddtree_anchor == "none"
+    ours, _ = split_args(["--speculative-ddtree-budget", "Auto"])
+    assert ours.speculative_ddtree_budget == "auto"
     with pytest.raises(SystemExit):
         split_args(["--speculative-ddtree-budget", "0"])
     with pytest.raises(SystemExit):

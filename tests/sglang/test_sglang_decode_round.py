@@ -158,7 +158,7 @@ def fake_model_adapter(release, world, host, captured):
             return verify_input
 
         def run_verify(self, verify_input):
-            bs, n = len(world.seq_lens), world.n
+            bs, n = len(world.seq_lens), int(verify_input.draft_token_num)  # the round's width (auto: any)
             tokens = verify_input.draft_token.view(bs, n)
             positions = verify_input.positions.view(bs, n)
             ancestors = captured["ancestors"] = ancestors_from_mask(captured, verify_input, world)
@@ -184,7 +184,7 @@ def fake_model_adapter(release, world, host, captured):
 def ancestors_from_mask(captured, verify_input, world):
     """Ancestor-or-self sets per node, decoded from what the attention reads: the tree kernel's bitsets, or
     SGLang's FULL_MASK layout (per request n rows of prefix + n columns, requests concatenated)."""
-    bs, n = len(world.seq_lens), world.n
+    bs, n = len(world.seq_lens), int(verify_input.draft_token_num)
     tree_attn = captured["tree_attn"]
     if tree_attn is not None:
         bits = tree_attn.loaded[-1]
@@ -220,10 +220,12 @@ def release(sglang_release):
             yield mod
 
 
-def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention):
+def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention, auto_budgets=()):
     from sglang_ddtree.sglang.args import Knobs
     from sglang_ddtree.sglang.decode_round import DecodeRound
 
+    if auto_budgets:
+        budget = max(auto_budgets)
     world = World(budget, seq_lens, prefix_tokens)
     host = FakeDFlashHost(world, release, ranks)
     captured = {}
@@ -231,7 +233,7 @@ def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_atte
     server_args = types.SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_dflash_block_size=block,
                                         speculative_draft_model_path=None, random_seed=0, max_running_requests=8)
     knobs = Knobs(budget=None, topk=None, ops_backend="cpu", draft_graph_head=False, verify_attention="auto",
-                  anchor=None, calibration="off")
+                  anchor=None, calibration="off", auto=bool(auto_budgets), auto_budgets=tuple(auto_budgets))
     rnd = DecodeRound(sgl, server_args, knobs)
     rnd.tree_attn = captured["tree_attn"] = FakeTreeAttention() if tree_attention else None
     batch = types.SimpleNamespace(
@@ -404,3 +406,56 @@ def test_start_up_refuses_what_the_round_cannot_serve(release):
     host.draft_model_runner.kv_index_translator.is_translating = True
     with pytest.raises(ValueError, match="draft runner's pool translates"):
         rnd.choose_verify_attention()
+
+
+@pytest.mark.parametrize("tree_attention", [True, False], ids=["tree_kernel", "full_mask_rejected"])
+def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(release, tree_attention):
+    """SGLANG_DDTREE_BUDGET=auto: the drafter builds the widest tree, the round verifies its first w nodes
+    through width w's verify graphs. Whatever width the chooser picks, the round must be exactly the round of a
+    server with the fixed budget w − 1 (the same tokens, lengths, KV moves and drafter context), verified at w
+    slots; the first round verifies the chain's width, and every round publishes its prediction."""
+    from sglang_ddtree.budget import AutoWidth
+
+    block, cands, ranks = 4, (3, 7, 12), [1, 0, 1]
+    seq_lens = torch.tensor([5, 9, 12])
+    g = torch.Generator().manual_seed(3)
+    prefix_tokens = [torch.randint(0, V - 1, (int(L),), generator=g).tolist() for L in seq_lens]
+    if not tree_attention:  # the auto budget verifies through the tree kernel only: refused, naming the knob
+        rnd, _, host, _, _ = make_round(release, 0, block, seq_lens, prefix_tokens, ranks, False, auto_budgets=cands)
+        runner = host.model_runner  # a backend the tree kernel does not take: the FULL_MASK path would serve
+        runner.attn_backend, rnd.sgl.target_runner = object(), lambda: runner
+        with pytest.raises(ValueError, match="SGLANG_DDTREE_BUDGET=auto"):
+            rnd.choose_verify_attention()
+        return
+    for width in (4, 8, 13):
+        rnd, world, host, captured, batch = make_round(release, 0, block, seq_lens, prefix_tokens, ranks, True,
+                                                       auto_budgets=cands)
+        assert isinstance(rnd.auto, AutoWidth) and rnd.auto.widths == [4, 8, 13] and rnd.verify_width == 13
+        used = []
+        rnd.verify_runners = {w: f"runner{w}" for w in rnd.auto.widths}
+
+        @contextlib.contextmanager
+        def verify_with(runner):
+            used.append(runner)
+            yield
+
+        rnd.sgl.verify_with = verify_with
+        if width == 4:
+            assert rnd._choose_width(3) == 4  # nothing predicted yet: the chain's width
+            rnd.auto.round -= 1
+        rnd.auto.choose = lambda bs, w=width: w
+        got = rnd.decode(batch, None)
+        assert rnd.auto._expected.landed()  # this round's prediction is on its way to a later round's choice
+        assert used == ([] if width == 13 else [f"runner{width}"])  # the widest is the server's own runner
+        assert captured["verify"].draft_token_num == width
+        assert torch.equal(captured["verify_out_cache_loc"].view(3, width), world.slots()[:, :width])
+        assert captured["tree_attn"].loaded[-1].shape[1] == width
+
+        ref, world_f, host_f, captured_f, batch_f = make_round(release, width - 1, block, seq_lens, prefix_tokens,
+                                                               ranks, True)
+        want = ref.decode(batch_f, None)
+        assert torch.equal(got.next_token_ids, want.next_token_ids) and torch.equal(got.accept_lens, want.accept_lens)
+        assert torch.equal(captured["tokens"], captured_f["tokens"])
+        assert torch.equal(world.kv.node, world_f.kv.node) and torch.equal(world.kv.token, world_f.kv.token)
+        for key in ("target_hidden", "cache_loc_2d", "positions", "commit_lens"):
+            assert torch.equal(host.appended[0][key], host_f.appended[0][key]), key

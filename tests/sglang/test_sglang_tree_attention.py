@@ -164,3 +164,48 @@ def test_gather_prefix_slots_rejects_short_buffers(plugins_loaded):
     with pytest.raises(RuntimeError, match="outside"):
         ops.op("gather_prefix_slots")(table, torch.tensor([0, 1]), torch.tensor([3, 9]),
                                       torch.zeros(3, dtype=torch.int32), torch.zeros(16, dtype=torch.int32))
+
+
+def test_one_backend_serves_every_verify_width_of_the_auto_budget(plugins_loaded, monkeypatch):
+    """SGLANG_DDTREE_BUDGET=auto captures verify graphs at several widths on one target backend: each runner's
+    init_cuda_graph_state reaches the backend's own once (the widest, first), each width reads its own mask
+    buffer, and a forward's width is its query rows per request."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    runner = make_runner()
+    base = runner.attn_backend
+    ta = TA.TreeVerifyAttention(runner, n=9, max_bs=4, widths=(5, 9))
+    assert ta.widths == [5, 9] and sorted(ta.masks) == [5, 9]
+    ta.install()
+    base.init_cuda_graph_state(4, 36)
+    base.init_cuda_graph_state(4, 20)  # the narrower runner: the backend's buffers stay those of the widest
+    assert [c for c in base.calls if c[0] == "graph_state"] == [("graph_state", 4, 36)]
+    with pytest.raises(ValueError, match="verify width 7"):
+        ta.load_mask(torch.zeros(2, 7, 1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="widths"):
+        TA.TreeVerifyAttention(runner, n=9, max_bs=4, widths=(5, 12))
+
+    seen = []
+
+    def fake_kernel(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
+        seen.append(mask_bits.clone())
+        return torch.zeros(q.shape[0], q.shape[1], vc.shape[-1], dtype=q.dtype), None
+
+    monkeypatch.setattr(TA.native, "attend_ragged", fake_kernel)
+    hq, hkv, d = 8, 2, 128
+    layer = types.SimpleNamespace(tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=d, layer_id=0,
+                                  scaling=0.125, logit_cap=0.0)
+    rows, lens = torch.tensor([4, 0, 2]), torch.tensor([7, 0, 33])
+    for n in (5, 9):
+        fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=3, req_pool_indices=rows,
+                                   seq_lens=lens, out_cache_loc=torch.arange(100, 100 + 3 * n))
+        base.init_forward_metadata(fb)
+        mask = torch.randint(0, 2**n, (3, n, 1), dtype=torch.int32)
+        ta.load_mask(mask)
+        qkv = [torch.randn(3 * n, h * d, dtype=torch.bfloat16) for h in (hq, hkv, hkv)]
+        assert base.forward_extend(*qkv, layer, fb).shape == (3 * n, hq * d)
+        assert torch.equal(seen[-1], mask)
+    fb.out_cache_loc = torch.arange(100, 100 + 21)
+    qkv = [torch.randn(21, h * d, dtype=torch.bfloat16) for h in (hq, hkv, hkv)]
+    with pytest.raises(RuntimeError, match="no verify width"):
+        base.forward_extend(*qkv, layer, fb)

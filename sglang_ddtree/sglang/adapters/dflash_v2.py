@@ -9,6 +9,9 @@ against every `host.<name>` in the adapters and against the installed release.
 """
 from __future__ import annotations
 
+import contextlib
+import statistics
+
 import torch
 
 from .. import hooks
@@ -30,6 +33,7 @@ class DFlashV2Adapter:
     DRAFT_INPUT = VERIFY_INPUT = BATCH_RESULT = None
     PREPARE_DRAFT_BLOCK = LOGITS_ADJUSTMENTS = BLOCK_POS_OFFSETS = BLOCK_SPEC_INFO = None
     DRAFT_KV_LENS = ("", "")  # DFlashDraftInputV2's host-side next-round KV lengths (cpu [bs], int sum)
+    DECODE_GRAPH_RUNNER = FULL_GRAPH_BACKEND = None  # verify graphs at more widths; timing their replays
     _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
 
     def __init__(self, host):
@@ -200,6 +204,64 @@ class DFlashV2Adapter:
             next_draft_input=self.host._make_next_draft_input_decode(bonus_tokens=plan.bonus,
                                                                      new_seq_lens=plan.new_seq_lens),
             speculative_num_draft_tokens=block, new_seq_lens=plan.new_seq_lens, **self.result_extras(target_out))
+
+    # --- verify graphs at several widths (the served auto budget, decode_round.py) ----------------------
+    def verify_graph_runner(self):
+        """The target's own verify graph runner (None: the target runs without CUDA graphs)."""
+        return self.target_runner().decode_cuda_graph_runner
+
+    def capture_verify_widths(self, widths) -> dict:
+        """{width: verify graph runner}: the server's runner at its own width (the widest), and one more
+        DecodeCudaGraphRunner per other width, capturing the same batch buckets into SGLang's graph memory pool
+        (widest first, so narrower graphs reuse its memory). {} when the target runs without CUDA graphs."""
+        main = self.verify_graph_runner()
+        if main is None:
+            return {}
+        runners = {int(main.captured_req_width): main}
+        for w in sorted({int(w) for w in widths}, reverse=True):
+            if w not in runners:
+                runners[w] = self.DECODE_GRAPH_RUNNER(self.target_runner(), speculative_num_draft_tokens=w)
+        return runners
+
+    @contextlib.contextmanager
+    def verify_with(self, runner):
+        """Run the round's verify through `runner` (its width's graphs); the server's own runner is back after."""
+        mr = self.target_runner()
+        saved = mr.decode_cuda_graph_runner
+        mr.decode_cuda_graph_runner = runner
+        try:
+            yield
+        finally:
+            mr.decode_cuda_graph_runner = saved
+
+    def graph_buckets(self) -> list:
+        """The batch sizes the target's verify graphs were captured for ([] without graphs)."""
+        main = self.verify_graph_runner()
+        return [] if main is None else sorted(int(b) for b in main.capture_bs)
+
+    def draft_graph_runner(self):
+        return self.host.draft_model_runner.decode_cuda_graph_runner
+
+    def time_graph(self, runner, bs: int, reps: int = 5):
+        """Median replay time (s) of `runner`'s graph for batch bucket bs, by CUDA events after two warm
+        replays; None where the runner has no such graph or its graphs cannot replay outside a forward (only
+        whole-forward graphs can). The static inputs are the capture's: padding slots, prefix length 1."""
+        backend = getattr(runner, "backend", None)
+        if runner is None or not isinstance(backend, self.FULL_GRAPH_BACKEND):
+            return None
+        key = runner._make_graph_key(int(bs))
+        if not backend.can_run(None, key):
+            return None
+        times = []
+        for i in range(reps + 2):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            backend.replay(key, None)
+            end.record()
+            end.synchronize()
+            if i >= 2:
+                times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
 
     # --- run-time fixes (hooks.py), on the SGLang objects the release module resolved --------------------
     def install_verify_mask_policy(self) -> None:
