@@ -120,7 +120,10 @@ ATTN = BENCH + "attention-h200-2026-12-02-run1-eager.json"
 CPU_TREE = BENCH + "tree-cpu.json"
 LOSSLESS = BENCH + "sglang-h200-2026-12-03-run3-lossless.json"
 AB = BENCH + "sglang-h200-2026-12-03-run3-ab.json"
-AB_RUN2 = BENCH + "sglang-h200-2026-12-03-run2-ab.json"
+AB_RUN4 = BENCH + "sglang-h200-2026-12-03-run4-ab.json"
+AB_RUN5 = BENCH + "sglang-h200-2026-12-03-run5-ab.json"
+LOSSLESS_RUN5 = BENCH + "sglang-h200-2026-12-03-run5-lossless.json"
+AUTO_LOG = BENCH + "sglang-h200-2026-12-03-run5-auto-log.txt"
 ROUND = BENCH + "round-cost-h200-2026-12-03.json"
 ROUND_MD = BENCH + "sglang-h200-2026-12-03-run2.md"
 PREFIX = BENCH + "round-cost-h200-2026-12-03-run3-prefix.json"
@@ -156,6 +159,30 @@ def _kernel_us(doc, profile: str, kernel: str) -> float:
     return rows[0]["us"]
 
 
+def _auto_summary(text: str) -> dict:
+    """The last 'auto budget after N rounds' table of an auto-budget server's log: {bucket: {width: {...}}}."""
+    import ast
+
+    lines = [ln for ln in text.splitlines() if "auto budget after" in ln]
+    return ast.literal_eval(lines[-1].split("{bucket: {width: rounds, cost ms}} ", 1)[1])
+
+
+def _auto_costs(text: str, bucket: int) -> tuple:
+    """(min, max) over widths of the measured round period (ms) in one batch bucket."""
+    costs = [v["cost_ms"] for v in _auto_summary(text)[bucket].values()]
+    return min(costs), max(costs)
+
+
+def _graph_costs(text: str, bucket: int) -> tuple:
+    """(min, max) start-up graph replay time (ms) of one batch bucket over every width and server in the log."""
+    import ast
+
+    tables = [ast.literal_eval(ln.split("start-up round cost (ms) ", 1)[1]) for ln in text.splitlines()
+              if "start-up round cost (ms) {1" in ln]
+    costs = [c for t in tables for c in t[bucket].values()]
+    return min(costs), max(costs)
+
+
 per_request = lambda key: (lambda r: r[key[0]][key[1]] / r["batch"])
 
 CLAIMS = [
@@ -176,16 +203,25 @@ CLAIMS = [
                 d["servers"]["dflash"]["accept_len"]), None),
     ("budget 64: **{}× / {}× / {}× / {}×** DFLASH's output tok/s at concurrency 1 / 4 / 16 / 32", AB,
      lambda d: tuple(_vs_dflash(d, "ddtree_b64", c) for c in (1, 4, 16, 32)), None),
-    ("(run 2, one pass: {}× / {}× / {}× / {}×)", AB_RUN2,
-     lambda d: tuple(_vs_dflash(d, "ddtree_b64", c) for c in (1, 4, 16, 32)), None),
-    ("budget 16: {}× / **{}×** / {}× / {}× (it loses at 1 and 4 here, at 16 in run 2)", AB,
-     lambda d: tuple(_vs_dflash(d, "ddtree_b16", c) for c in (1, 4, 16, 32)), None),
-    ("a pass differs from its row's median by up to {}%", AB,
-     lambda d: 100 * max(abs(x / r["output_throughput"] - 1) for r in d["rows"] for x in r["passes_output_throughput"]),
-     None),
-    ("(lowest {}×), budget 16 lost somewhere in each ({}× at c=4 in run 3, {}× at c=16 in run 2)", (AB, AB_RUN2),
-     lambda d, d2: (min(min(_vs_dflash(x, "ddtree_b64", c) for c in (1, 4, 16, 32)) for x in (d, d2)),
-                    _vs_dflash(d, "ddtree_b16", 4), _vs_dflash(d2, "ddtree_b16", 16)), None),
+    ("in run 3, {}× / {}× / {}× / {}× in run 4, {}× / {}× / {}× / {}× in run 5", (AB_RUN4, AB_RUN5),
+     lambda d4, d5: tuple(_vs_dflash(d, "ddtree_b64", c) for d in (d4, d5) for c in (1, 4, 16, 32)), None),
+    ("the auto budget (run 5) **{}× / {}× / {}× / {}×**", AB_RUN5,
+     lambda d: tuple(_vs_dflash(d, "ddtree_auto", c) for c in (1, 4, 16, 32)), None),
+    ("Accept length {}–{} against DFLASH's {}–{} in every run", (AB, AB_RUN4, AB_RUN5),
+     lambda *docs: (min(r["accept_length"] for d in docs for r in d["rows"] if r["server"] in ("ddtree_b64", "ddtree_auto")),
+                    max(r["accept_length"] for d in docs for r in d["rows"] if r["server"] in ("ddtree_b64", "ddtree_auto")),
+                    min(r["accept_length"] for d in docs for r in d["rows"] if r["server"] == "dflash"),
+                    max(r["accept_length"] for d in docs for r in d["rows"] if r["server"] == "dflash")), None),
+    ("({}–{} ms between round launches at batch 1 for {}–{} ms of CUDA graphs)", AUTO_LOG,
+     lambda t: _auto_costs(t, 1) + _graph_costs(t, 1), None),
+    ("a pass differs from its row's median by up to {}%", (AB, AB_RUN4, AB_RUN5),
+     lambda *docs: 100 * max(abs(x / r["output_throughput"] - 1) for d in docs for r in d["rows"]
+                             for x in r["passes_output_throughput"]), 0.03),
+    ("(budget 64 at c=16: {}× in run 3, {}× in run 4, {}× in run 5)", (AB, AB_RUN4, AB_RUN5),
+     lambda *docs: tuple(_vs_dflash(d, "ddtree_b64", 16) for d in docs), None),
+    ("the auto budget **{}/{}** with and without CUDA graphs (run 5, accept length {})", LOSSLESS_RUN5,
+     lambda d: (min(d["servers"][k]["identical"] for k in ("ddauto", "ddauto_nograph")), d["prompts"],
+                d["servers"]["ddauto"]["accept_len"]), None),
     ("**{} ms vs {} ms** at 32k (run 3)", PREFIX,
      lambda d: (_tpot(d, "ddtree_b15", 32768, 1), _tpot(d, "dflash", 32768, 1)), None),
     ("a budget-63 round costs {}× a budget-15 round at batch 4, {}× at 8", BATCH,

@@ -144,8 +144,9 @@ class AutoWidth:
       the replay time of the round's CUDA graphs measured at start-up (draft graph + verify graph of that
       width), a lower bound of a round, which leaves out the host's work. Once a width has run two rounds in
       a row in a bucket, the host's own period between round launches (the round's real cost under overlap,
-      host work included) replaces it, smoothed by an EMA; an estimate not refreshed for `refresh` rounds
-      falls back to the prior. The lower-bound start makes every width that could be best get tried.
+      host work included) replaces it, smoothed by an EMA (outliers capped); an estimate not refreshed for
+      `refresh` rounds falls back to the prior. The lower-bound start makes every width that could be best
+      get tried.
     Rounds separated by another forward (a prefill) give no period (`interrupt`)."""
 
     def __init__(self, widths, buckets=(), prior=None, device="cpu", *, alpha: float = 0.25, refresh: int = 2000,
@@ -196,11 +197,7 @@ class AutoWidth:
         if self._last is not None:
             t, b, w = self._last
             if (b, w) == self._prev_key:  # two rounds in a row at one (bucket, width): a clean period
-                old = self._est.get((b, w))
-                sample = now - t
-                est = sample if old is None or self.round - old[1] > self.refresh else \
-                    old[0] + self.alpha * (min(sample, 4 * old[0]) - old[0])
-                self._est[(b, w)] = (est, self.round)
+                self._measure(b, w, now - t)
             self._prev_key = (b, w)
         if not self._expected.landed():
             width = self.widths[0]
@@ -211,6 +208,18 @@ class AutoWidth:
         self._last = (now, bucket, width)
         self.rounds[(bucket, width)] = self.rounds.get((bucket, width), 0) + 1
         return width
+
+    def _measure(self, bucket: int, width: int, sample: float) -> None:
+        """One round's period into the EMA. A sample is capped at 4x the estimate it updates or, for a width's
+        first, 4x the cheapest width measured in its bucket: one stalled round (a pause of the whole server)
+        must not shut a width out until its estimate goes stale."""
+        fresh = {w: e for (b, w), (e, r) in self._est.items() if b == bucket and self.round - r <= self.refresh}
+        if width in fresh:
+            sample = min(sample, 4 * fresh[width])
+            est = fresh[width] + self.alpha * (sample - fresh[width])
+        else:
+            est = min(sample, 4 * min(fresh.values())) if fresh else sample
+        self._est[(bucket, width)] = (est, self.round)
 
     def interrupt(self) -> None:
         """Another forward ran since the last decode round: the next interval is not a round's period."""

@@ -6,8 +6,9 @@
 # c=1 and c=16. One server is up at a time (RC_START_ALL=1 starts them together with the memory split: on
 # 2026-12-03 the DFLASH server then found too little free memory for its KV cache and exited).
 # env: RC_WORKLOADS ("1024@1,16,32 8192@1"; add 32768@1 when the call has time), RC_BUDGETS ("15 63"),
-# RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_START_ALL (0: one server up at a time;
-# 1: all start together, memory split)
+# RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_AUTO (1: also SGLANG_DDTREE_BUDGET=auto,
+# candidates 15/31/63), RC_FULLMASK (1: also the first budget through SGLang's FULL_MASK verify, the path the tree
+# kernel replaced: the "before" profile), RC_START_ALL (0: one server up at a time; 1: all start together, memory split)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/round_cost}; mkdir -p "$OUTD"
@@ -18,7 +19,7 @@ cp examples/qwen3-8b-shaped/target-config.json $T/config.json
 cp examples/qwen3-8b-shaped/dflash-b16-config.json $D/config.json
 python3 scripts/mk_wordlevel_tokenizer.py $T 151936 && cp $T/tokenizer*.json $D/
 BUDGETS=${RC_BUDGETS:-15 63}
-ALL=""; n=1; [ "${RC_START_ALL:-0}" = 1 ] && { ALL=--start-all; n=$(( 2 + $(echo $BUDGETS | wc -w) )); }
+ALL=""; n=1; [ "${RC_START_ALL:-0}" = 1 ] && { ALL=--start-all; n=$(( 4 + $(echo $BUDGETS | wc -w) )); }
 FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
 COMMON="--model-path $T --load-format dummy --speculative-draft-load-format dummy --dtype bfloat16
  --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static $FRAC
@@ -31,7 +32,10 @@ done
 # the tree kernel inside FlashInfer's target backend (head dim 128; the tiny pair's 32 has no FlashInfer prefill)
 b0=${BUDGETS%% *}
 [ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
-echo "servers: dflash ddtree {$BUDGETS}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
+DD="--speculative-algorithm DDTREE --speculative-draft-model-path $D"
+[ "${RC_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DD")
+[ "${RC_FULLMASK:-0}" = 1 ] && S+=(--server "ddtree_b${b0}_fullmask=SGLANG_DDTREE_VERIFY_ATTENTION=full_mask $DD --speculative-num-draft-tokens $((b0 + 1))")
+echo "servers: dflash ddtree {$BUDGETS} auto=${RC_AUTO:-1} fullmask=${RC_FULLMASK:-0}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
 timeout ${RC_TIMEOUT:-560} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts 8 --prompts-per-conc 4 \
   --output-len 64 --profile-concurrency 1 16 --profile-steps 10 --start-timeout 400 $ALL

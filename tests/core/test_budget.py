@@ -232,3 +232,17 @@ def test_auto_width_prediction_is_expected_commit_at_each_width():
     auto = AutoWidth([5, 9, 13], [1])
     want = expected_commit(tree)[:, [4, 8, 12]].float()
     assert torch.equal(auto.predict(tree), want)
+
+
+def test_auto_width_caps_a_stalled_round():
+    """One round stalled 100x (the whole server paused) must not shut its width out: a first sample is capped at
+    4x the cheapest width measured in the bucket, a later one at 4x its own estimate."""
+    from sglang_ddtree.budget import AutoWidth
+
+    clock = _Clock()
+    auto = AutoWidth([16, 64], [1], {(1, 16): 1.0, (1, 64): 1.0}, clock=clock)
+    auto._measure(1, 16, 1.0)
+    auto._measure(1, 64, 100.0)
+    assert auto.cost(1, 64) == 4.0
+    auto._measure(1, 16, 100.0)
+    assert auto.cost(1, 16) == pytest.approx(1.0 + 0.25 * 3.0)

@@ -459,3 +459,41 @@ def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(releas
         assert torch.equal(world.kv.node, world_f.kv.node) and torch.equal(world.kv.token, world_f.kv.token)
         for key in ("target_hidden", "cache_loc_2d", "positions", "commit_lens"):
             assert torch.equal(host.appended[0][key], host_f.appended[0][key]), key
+
+
+def test_default_verify_path_builds_no_full_mask(release, monkeypatch):
+    """With defaults (SGLANG_DDTREE_VERIFY_ATTENTION=auto) on a target the tree kernel serves, the round's verify
+    goes through the tree kernel: SGLang's FULL_MASK is never built (the writer would raise here), no custom
+    mask reaches the verify input, and SGLang's mask policy is left alone."""
+    from sglang_ddtree.sglang import decode_round, tree_attention
+
+    rnd, world, host, captured, batch = make_round(release, 6, 4, torch.tensor([3, 5]), [[1, 2, 3], [4, 5, 6, 7, 8]],
+                                                   [0, 1, 0], False)
+    made = []
+
+    class RecordingTreeAttention(FakeTreeAttention):
+        def __init__(self, runner, *, n, max_bs, widths=()):
+            super().__init__()
+            made.append((runner, n, max_bs))
+
+        def install(self):
+            made.append("installed")
+
+    monkeypatch.setattr(tree_attention, "unsupported", lambda runner: None)  # a target the kernel serves
+    monkeypatch.setattr(tree_attention, "TreeVerifyAttention", RecordingTreeAttention)
+    monkeypatch.setattr(rnd.sgl, "install_verify_mask_policy", lambda: made.append("FULL_MASK policy"))
+    monkeypatch.setattr(rnd.round, "backend", "cuda")  # what the choice asks of the ops (the CPU ops run the round)
+    rnd.choose_verify_attention()
+    monkeypatch.setattr(rnd.round, "backend", "cpu")
+    assert made == [(host.model_runner, 7, rnd._max_bs), "installed"]
+
+    def no_full_mask(*a, **k):
+        raise AssertionError("the default verify path built a FULL_MASK")
+
+    monkeypatch.setattr(decode_round, "full_tree_mask", no_full_mask)
+    captured["tree_attn"] = rnd.tree_attn
+    res = rnd.decode(batch, None)
+    assert captured["verify"].custom_mask is None and len(rnd.tree_attn.loaded) == 1
+    for b in range(2):
+        L = int(res.accept_lens[b])
+        assert res.next_token_ids.view(2, 4)[b, :L].tolist() == world.want(b, L)

@@ -17,6 +17,18 @@ import torch
 from .. import hooks
 
 
+def need_graph_runners(need) -> tuple:
+    """(DecodeCudaGraphRunner, FullCudaGraphBackend) through a release's `need`: the verify graphs at more
+    widths of the auto budget, and timing their replays. Both releases name and call them alike."""
+    runner = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
+    backend = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
+    need(runner, "DecodeCudaGraphRunner.__init__", ("self", "model_runner", "speculative_num_draft_tokens"))
+    need(runner, "DecodeCudaGraphRunner._make_graph_key", ("self", "size"))
+    need(backend, "FullCudaGraphBackend.can_run", ("self", "forward_batch", "shape_key"))
+    need(backend, "FullCudaGraphBackend.replay", ("self", "shape_key", "static_forward_batch"))
+    return need(runner, "DecodeCudaGraphRunner"), need(backend, "FullCudaGraphBackend")
+
+
 class DFlashV2Adapter:
     RELEASE = ""
     # DFlashWorkerV2 methods / properties the adapters call, and those the DDTree worker overrides

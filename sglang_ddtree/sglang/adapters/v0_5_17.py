@@ -5,7 +5,7 @@ and the constructor, whose `ps: ParallelState` argument 0.5.23 dropped.
 """
 from __future__ import annotations
 
-from .dflash_v2 import DFlashV2Adapter
+from .dflash_v2 import DFlashV2Adapter, need_graph_runners
 from .need import Needs
 
 need = Needs("0.5.17")
@@ -20,8 +20,6 @@ need(_WORKER, "DFlashWorkerV2._ensure_draft_block_buffers", ("self", "bs"))
 _FB = "sglang.srt.model_executor.forward_batch_info"
 _UTILS = "sglang.srt.speculative.dflash_utils"
 _COMMON = "sglang.srt.speculative.draft_worker_common"
-_RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
-_GRAPH_BACKEND = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
 
 
 class Adapter(DFlashV2Adapter):
@@ -44,12 +42,7 @@ class Adapter(DFlashV2Adapter):
                                            ("next_token_logits", "sampling_info", "draft_token_num")))
     BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
-    DECODE_GRAPH_RUNNER = need(_RUNNER, "DecodeCudaGraphRunner")
-    need(_RUNNER, "DecodeCudaGraphRunner.__init__", ("self", "model_runner", "speculative_num_draft_tokens"))
-    need(_RUNNER, "DecodeCudaGraphRunner._make_graph_key", ("self", "size"))
-    FULL_GRAPH_BACKEND = need(_GRAPH_BACKEND, "FullCudaGraphBackend")
-    need(_GRAPH_BACKEND, "FullCudaGraphBackend.can_run", ("self", "forward_batch", "shape_key"))
-    need(_GRAPH_BACKEND, "FullCudaGraphBackend.replay", ("self", "shape_key", "static_forward_batch"))
+    DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter
+from .dflash_v2 import DFlashV2Adapter, need_graph_runners
 from .need import Needs
 
 need = Needs("0.5.23")
@@ -37,8 +37,6 @@ need(_WORKER, "DFlashWorkerV2.prewarm_sampling", ("self",))
 _FB = "sglang.srt.model_executor.forward_batch_info"
 _UTILS = "sglang.srt.speculative.dflash_utils"
 _COMMON = "sglang.srt.speculative.draft_worker_common"
-_RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
-_GRAPH_BACKEND = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
 _PLAN = "sglang.srt.mem_cache.kv_loc_plan"
 
 
@@ -81,12 +79,7 @@ class Adapter(DFlashV2Adapter):
     need(_PLAN, "KVLocPlan.write_ids", ("self", "reader", "cols"))
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.is_deferred_shard", ("self", "logits"))
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.finish_deferred_gather", ("self", "logits"))
-    DECODE_GRAPH_RUNNER = need(_RUNNER, "DecodeCudaGraphRunner")
-    need(_RUNNER, "DecodeCudaGraphRunner.__init__", ("self", "model_runner", "speculative_num_draft_tokens"))
-    need(_RUNNER, "DecodeCudaGraphRunner._make_graph_key", ("self", "size"))
-    FULL_GRAPH_BACKEND = need(_GRAPH_BACKEND, "FullCudaGraphBackend")
-    need(_GRAPH_BACKEND, "FullCudaGraphBackend.can_run", ("self", "forward_batch", "shape_key"))
-    need(_GRAPH_BACKEND, "FullCudaGraphBackend.replay", ("self", "shape_key", "static_forward_batch"))
+    DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
