@@ -24,3 +24,53 @@ TINY_COMMON="--model-path $TARGET --attention-backend triton --sampling-backend 
 DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
 DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"  # with SGLANG_DDTREE_BUDGET=auto
 ddtree_args() { echo "--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER --speculative-num-draft-tokens $(( $1 + 1 ))"; }
+
+# serve_compare OUTD COMMON REF: start every server named in the ARGS / ENVS arrays together (COMMON flags, then
+# its own; ENVS: its environment), wait until each is ready or has exited, compare every other server greedily
+# with REF on the held-out prompts (scripts/sglang_lossless.py: identity, near-ties explained), stop them all.
+# Correctness only: the servers run in parallel. SG_ONLY keeps the named servers; SG_WAIT, SG_PROMPTS, SG_TOKENS.
+serve_compare() {
+  local OUTD=$1 COMMON=$2 REF=$3 name p
+  if [ -n "${SG_ONLY:-}" ]; then
+    for name in "${!ARGS[@]}"; do printf '%s\n' $SG_ONLY | grep -qx "$name" || unset "ARGS[$name]"; done
+  fi
+  declare -A PORT PID
+  p=${SG_PORT0:-31000}
+  for name in "${!ARGS[@]}"; do
+    PORT[$name]=$p
+    env ${ENVS[$name]:-} setsid python3 -m sglang.launch_server $COMMON --host 127.0.0.1 --port $p ${ARGS[$name]} \
+      > "$OUTD/server_$name.log" 2>&1 &
+    PID[$name]=$!; p=$((p+1))
+  done
+  log "launched ${#ARGS[@]} servers"
+  local T=(); for name in "${!ARGS[@]}"; do T+=("$name:${PORT[$name]}:${PID[$name]}"); done
+  python3 - "${SG_WAIT:-420}" "${T[@]}" > "$OUTD/ready.txt" <<'PY'
+import os, sys, time, urllib.request
+wait, t0 = float(sys.argv[1]), time.time()
+left = {n: (p, int(pid)) for n, p, pid in (a.split(":") for a in sys.argv[2:])}
+while left and time.time() - t0 < wait:
+    for n, (p, pid) in list(left.items()):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{p}/health_generate", timeout=5); print(n, "READY", round(time.time() - t0)); left.pop(n)
+        except Exception:
+            try:
+                os.kill(pid, 0)
+            except OSError:  # the server exited: no point waiting for it
+                print(n, "NOT_READY exited", round(time.time() - t0)); left.pop(n)
+    time.sleep(2)
+for n in left: print(n, "NOT_READY")
+PY
+  log "ready: $(grep -c "^[^ ]* READY" "$OUTD/ready.txt") / ${#ARGS[@]}; $(grep NOT_READY "$OUTD/ready.txt" | tr '\n' ' ')"
+  local S=""; for name in "${!ARGS[@]}"; do [ $name != $REF ] && grep -q "^$name READY" "$OUTD/ready.txt" && S="$S --server $name=http://127.0.0.1:${PORT[$name]}"; done
+  if grep -q "^$REF READY" "$OUTD/ready.txt"; then
+    timeout ${SG_LOSSLESS_TIMEOUT:-240} python3 scripts/sglang_lossless.py --ref $REF=http://127.0.0.1:${PORT[$REF]} $S \
+      --prompts-file "$HELDOUT" --num-prompts "${SG_PROMPTS:-64}" --max-new-tokens "${SG_TOKENS:-64}" \
+      --out "$OUTD/lossless.json" > "$OUTD/lossless.txt" 2>&1
+    log "lossless rc=$?"; cat "$OUTD/lossless.txt"
+  fi
+  for name in "${!PID[@]}"; do kill -- -"${PID[$name]}" 2>/dev/null; done
+  for name in "${!ARGS[@]}"; do
+    grep -E "Traceback|Error|error:|DDTREE|sglang-ddtree|FULL_MASK|tree kernel" "$OUTD/server_$name.log" \
+      | grep -v "DeprecationWarning\|FutureWarning" | tail -60 > "$OUTD/server_$name.errors"
+  done
+}

@@ -10,8 +10,9 @@ Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
   It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
 
 Refused with the fix in the message: rejection sampling / block verification (DDTree's sampled accept is
-already exact), pipeline or tensor parallelism, DP attention, page size > 1, compact draft windows, and any
-attention backend that cannot apply a tree mask in TARGET_VERIFY. The default backend is fixed *before*
+already exact), pipeline or tensor parallelism, DP attention, page size > 1 with the FULL_MASK fallback,
+compact draft windows, any attention backend that cannot apply a tree mask in TARGET_VERIFY, and for MLA
+targets any backend but triton / flashmla / flashinfer (the tree kernel verifies them; there is no fallback). The default backend is fixed *before*
 SGLang picks one (its Hopper default, fa3 in causal mode, would silently drop the tree mask).
 """
 from __future__ import annotations
@@ -43,8 +44,11 @@ MAX_BUDGET = 1023
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 # Backends whose TARGET_VERIFY applies an arbitrary FULL_MASK tree mask, eagerly and under CUDA graphs
-# (with hooks.py's mask policy): what this release serves.
+# (with hooks.py's mask policy), and where the tree kernel takes TARGET_VERIFY over: what this release serves.
 TREE_MASK_BACKENDS = ("triton", "flashinfer")
+# MLA targets (DeepSeek-V2/V3, Kimi): only through the tree kernel (tree_attention.py), on these backends
+MLA_BACKENDS = ("triton", "flashmla", "flashinfer")
+MLA_DIMS = (512, 64)  # latent rank, rope dim: what kernels/verify_attn.cu's MLA layout takes
 DEFAULT_ATTENTION_BACKEND = "triton"
 
 ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
@@ -167,14 +171,20 @@ def _hf_config(path, view, revision=None):
     return get_config(path, trust_remote_code=bool(getattr(view, "trust_remote_code", False)), revision=revision)
 
 
-def target_is_mla(view) -> bool:
-    """MLA targets (DeepSeek-V2/V3, Kimi): the HF config carries a latent KV rank."""
+def mla_dims(view) -> tuple | None:
+    """(latent KV rank, rope head dim) of an MLA target (DeepSeek-V2/V3, Kimi: the HF config carries a latent
+    KV rank), else None."""
     try:
         cfg = _hf_config(view.model_path, view, getattr(view, "revision", None))
     except Exception:  # unreadable config: SGLang reports it itself, later and better
-        return False
+        return None
     text = getattr(cfg, "text_config", None) or cfg
-    return getattr(text, "kv_lora_rank", None) is not None
+    rank = getattr(text, "kv_lora_rank", None)
+    return None if rank is None else (int(rank), int(getattr(text, "qk_rope_head_dim", 0) or 0))
+
+
+def target_is_mla(view) -> bool:
+    return mla_dims(view) is not None
 
 
 def draft_block_size(view) -> int:
@@ -239,9 +249,7 @@ def choose_attention_backend(view) -> str | None:
     if any(getattr(view, f, None) for f in ("attention_backend", "prefill_attention_backend",
                                             "decode_attention_backend")):
         return None
-    if target_is_mla(view):
-        return None  # nothing in-tree serves an MLA tree verify here; validate() says so
-    return DEFAULT_ATTENTION_BACKEND
+    return DEFAULT_ATTENTION_BACKEND  # MLA targets too: the tree kernel verifies, triton runs the other modes
 
 
 def _reject(what: str, fix: str) -> None:
@@ -274,21 +282,28 @@ def validate_server_args(server_args) -> None:
         _reject("DP attention", "drop --enable-dp-attention")
     if getattr(view, "speculative_draft_window_size", None) is not None:
         _reject("--speculative-draft-window-size (compact draft KV)", "drop the flag")
+    dims = mla_dims(view)
+    mla = dims is not None
+    if mla and dims != MLA_DIMS:
+        _reject(f"an MLA target with latent rank {dims[0]} and rope dim {dims[1]} (the tree kernel verifies "
+                f"MLA with latent {MLA_DIMS[0]} + rope {MLA_DIMS[1]}: DeepSeek-V3 / Kimi-K2 shapes)",
+                "serve a target of those shapes, or an MHA/GQA target")
     for field in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
         backend = getattr(view, field, None)
+        flag = f"--{field.replace('_', '-')}"
+        if mla:
+            if backend is not None and backend not in MLA_BACKENDS:
+                _reject(f"{flag} {backend} for an MLA target (the tree kernel verifies MLA trees inside "
+                        f"{', '.join(MLA_BACKENDS)} only)", f"pass {flag} triton (or flashmla / flashinfer)")
+            continue
         if backend is None or backend in TREE_MASK_BACKENDS:
             continue
-        if target_is_mla(view):
-            _reject(f"--{field.replace('_', '-')} {backend} for an MLA target",
-                    "MLA targets can verify a tree only through fa3's cascade mode on Hopper, which this "
-                    "release does not drive yet; serve an MHA/GQA target (e.g. Qwen3) with "
-                    "--attention-backend triton or flashinfer")
         why = ("fa3 verifies a tree only in cascade mode (topk > 1), which this release does not enable"
                if backend in ("fa3", "fa4") else f"{backend} cannot apply a tree mask in TARGET_VERIFY")
-        _reject(f"--{field.replace('_', '-')} {backend} ({why})",
-                f"pass --{field.replace('_', '-')} triton (or flashinfer)")
-    if target_is_mla(view):
-        _reject("MLA targets in this release", "serve an MHA/GQA target with --attention-backend triton")
+        _reject(f"{flag} {backend} ({why})", f"pass {flag} triton (or flashinfer)")
+    if mla and knobs.verify_attention == "full_mask":
+        _reject(f"{ENV_VERIFY_ATTENTION}=full_mask for an MLA target (SGLang's MLA backends cannot apply a tree mask)",
+                f"leave {ENV_VERIFY_ATTENTION} unset: the tree kernel verifies MLA trees")
     page = getattr(view, "page_size", None)
     if page is not None and int(page) != 1 and knobs.verify_attention == "full_mask":
         # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1

@@ -96,15 +96,16 @@ class DecodeRound:
         if choice == "tree" and why is not None:
             raise ValueError(f"SGLANG_DDTREE_VERIFY_ATTENTION=tree, but the tree kernel cannot serve {why}")
         if choice == "full_mask" or why is not None:
-            if self.auto is not None:
-                raise ValueError(f"DDTREE: {ENV_BUDGET}=auto verifies through the tree kernel, which cannot serve "
-                                 f"{why or 'this server (SGLANG_DDTREE_VERIFY_ATTENTION=full_mask)'}; "
-                                 f"set a fixed budget")
             page = int(getattr(runner, "page_size", 1) or 1)
-            if page != 1:
-                raise ValueError(f"DDTREE: --page-size {page} needs the tree kernel, which cannot serve "
-                                 f"{why or 'this server (SGLANG_DDTREE_VERIFY_ATTENTION=full_mask)'}; "
-                                 f"SGLang's FULL_MASK verify assumes page size 1. Fix: use --page-size 1")
+            for needs, fix in ((self.auto is not None and f"{ENV_BUDGET}=auto", "set a fixed budget"),
+                               (page != 1 and f"--page-size {page}",
+                                "use --page-size 1 (SGLang's FULL_MASK verify assumes page size 1)"),
+                               (tree_attention.is_mla(runner) and "an MLA target",
+                                "SGLang's MLA backends cannot verify a tree; serve it with the CUDA ops on "
+                                f"{' / '.join(tree_attention.BACKENDS['MLATokenToKVPool'])}")):
+                if needs:
+                    raise ValueError(f"DDTREE: {needs} needs the tree kernel, which is not in use here ("
+                                     f"{why or 'SGLANG_DDTREE_VERIFY_ATTENTION=full_mask'}). Fix: {fix}")
             if why is not None:
                 logger.warning("sglang-ddtree: tree verify through SGLang's FULL_MASK path (slower) because of %s", why)
             self.sgl.install_verify_mask_policy()

@@ -2,8 +2,9 @@
 
 SGLang verifies a tree through its dense FULL_MASK path: per request an n x (prefix + n) bool mask, written
 every round and read by the masked (slower) attention kernel in every layer, growing with context and
-batch. Here the target runner's attention backend (triton or flashinfer; MHA/GQA) keeps every forward mode
-it has, except TARGET_VERIFY, which becomes:
+batch. Here the target runner's attention backend (triton or flashinfer for MHA/GQA; triton, flashmla or
+flashinfer for MLA, absorbed: the queries and one latent KV head of 576, values its first 512) keeps every
+forward mode it has, except TARGET_VERIFY, which becomes:
 
   metadata (before the forward, also at CUDA-graph replay):  gather_prefix_slots — kv_indptr and the prefix
       KV slots from req_to_token into static buffers, one small kernel (the same replay-time reads of
@@ -15,8 +16,9 @@ it has, except TARGET_VERIFY, which becomes:
 No FULL_MASK is built or read, the graph captured at any prefix length replays at every other one, and the
 page size does not matter (slots are token-level). One instance serves every verify width the worker
 captures graphs for (the served auto budget): a forward's width is its rows per request, and each width has
-its own static mask buffer. Shapes the kernel does not take are refused up front
-(`unsupported`), and the worker falls back to SGLang's FULL_MASK path with the reason logged.
+its own static mask buffer. Shapes the kernel does not take are refused up front (`unsupported`), and the
+worker falls back to SGLang's FULL_MASK path with the reason logged (MHA/GQA; an MLA target has no fallback:
+SGLang's MLA backends cannot verify a tree).
 """
 from __future__ import annotations
 
@@ -29,25 +31,37 @@ from sglang_ddtree.attention import native
 
 logger = logging.getLogger("sglang_ddtree")
 
-BACKENDS = ("TritonAttnBackend", "FlashInferAttnBackend")  # MHA backends whose other modes stay untouched
-POOLS = ("MHATokenToKVPool",)
+# backends whose other modes stay untouched: MHA/GQA, and MLA (absorbed: one latent KV head of 576, values its
+# first 512) — the tree kernel does the whole verify attention, so the backend's own kernels never see a tree
+BACKENDS = {"MHATokenToKVPool": ("TritonAttnBackend", "FlashInferAttnBackend"),
+            "MLATokenToKVPool": ("TritonAttnBackend", "FlashMLABackend", "FlashInferMLAAttnBackend")}
+MLA_LATENT, MLA_ROPE = 512, 64
+
+
+def is_mla(model_runner) -> bool:
+    arch = getattr(getattr(model_runner, "model_config", None), "attention_arch", None)
+    return arch is not None and str(arch).endswith("MLA")
 
 
 def unsupported(model_runner) -> str | None:
     """Why the tree kernel cannot serve this target runner's TARGET_VERIFY (None: it can)."""
-    backend = model_runner.attn_backend
-    name = type(backend).__name__
-    if name not in BACKENDS:
-        return f"attention backend {name} (the tree kernel is wired for {', '.join(BACKENDS)})"
     pool = model_runner.token_to_kv_pool
-    if type(pool).__name__ not in POOLS or getattr(pool, "use_hnd", False):
-        return f"KV pool {type(pool).__name__} (plain {', '.join(POOLS)} only: no SWA, hybrid or head-major pools)"
-    cfg = model_runner.model_config
-    if getattr(cfg, "attention_arch", None) is not None and str(cfg.attention_arch).endswith("MLA"):
-        return "an MLA target"
-    k = pool.get_key_buffer(0)
-    head_dim, v_dim = int(k.shape[-1]), int(pool.get_value_buffer(0).shape[-1])
-    if not native.supports_shape("cuda", k.dtype, "gqa", head_dim, v_dim):
+    pool_name = type(pool).__name__
+    if pool_name not in BACKENDS or getattr(pool, "use_hnd", False):
+        return (f"KV pool {pool_name} (plain {', '.join(BACKENDS)} only: no SWA, hybrid, quantized-latent or "
+                f"head-major pools)")
+    name = type(model_runner.attn_backend).__name__
+    if name not in BACKENDS[pool_name]:
+        return f"attention backend {name} (the tree kernel is wired for {', '.join(BACKENDS[pool_name])} on {pool_name})"
+    if (pool_name == "MLATokenToKVPool") != is_mla(model_runner):
+        return f"KV pool {pool_name} for {'an MLA' if is_mla(model_runner) else 'a non-MLA'} target"
+    k, v = pool.get_key_buffer(0), pool.get_value_buffer(0)
+    head_dim, v_dim = int(k.shape[-1]), int(v.shape[-1])
+    if pool_name == "MLATokenToKVPool":
+        if not native.supports_shape("cuda", k.dtype, "mla", head_dim, v_dim, v_dim) or v.data_ptr() != k.data_ptr():
+            return (f"MLA KV cache {k.dtype} of {head_dim} (values {v_dim}) (the kernel takes bf16/fp16 latent "
+                    f"{MLA_LATENT} + rope {MLA_ROPE}, values the latent part of the keys)")
+    elif not native.supports_shape("cuda", k.dtype, "gqa", head_dim, v_dim):
         return (f"KV cache {k.dtype} with head dims {head_dim}/{v_dim} (the kernel takes bf16/fp16, equal key and "
                 f"value head dims in {native.GQA_HEAD_DIMS})")
     if getattr(model_runner, "sliding_window_size", None):
@@ -72,6 +86,7 @@ class TreeVerifyAttention:
         if self.widths[-1] != self.n or self.widths[0] < 1:
             raise ValueError(f"verify widths must lie in [1, {self.n}], got {widths!r}")
         self.context = int(self.req_to_token.shape[1])
+        self.mla = type(self.pool).__name__ == "MLATokenToKVPool"
         dev = self.req_to_token.device
         self.device = dev
         ops.ensure_backend("cuda" if dev.type == "cuda" else "cpu")
@@ -176,9 +191,15 @@ class TreeVerifyAttention:
             raise RuntimeError(f"DDTREE tree verify: layer {layer.layer_id} uses logit capping / sinks / score_mod, "
                                f"which the tree kernel does not implement")
         hq, hkv, d = layer.tp_q_head_num, layer.tp_k_head_num, layer.qk_head_dim
-        k3, v3 = k.view(-1, hkv, d), v.view(-1, hkv, layer.v_head_dim)
-        if save_kv_cache:
-            self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, v3)
+        q_pe = None
+        if self.mla:  # queries and the tree's keys as the kernel's MLA layout takes them (latent ‖ rope)
+            q, q_pe, k3, v3 = self._mla_inputs(q, k, kwargs.get("q_rope"), kwargs.get("k_rope"), hq, layer,
+                                               forward_batch, save_kv_cache)
+        else:
+            k3, v3 = k.view(-1, hkv, d), v.view(-1, hkv, layer.v_head_dim)
+            if save_kv_cache:
+                self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, v3)
+            q = q.view(-1, hq, d)
         bs = self.bs
         rows = q.shape[0]
         if bs <= 0 or rows % bs or rows // bs not in self.masks:
@@ -186,8 +207,26 @@ class TreeVerifyAttention:
                                f"{self.widths}")
         n = rows // bs
         splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
-        o, _ = native.attend_ragged(q.view(-1, hq, d), None, self.pool.get_key_buffer(layer.layer_id),
+        o, _ = native.attend_ragged(q, q_pe, self.pool.get_key_buffer(layer.layer_id),
                                     self.pool.get_value_buffer(layer.layer_id), self.kv_indptr[: bs + 1],
                                     self.kv_indices, k3, v3, self.masks[n][:bs], layer.scaling, splits)
         self.calls += 1
-        return o.view(q.shape[0], hq * layer.v_head_dim)
+        return o.view(rows, hq * layer.v_head_dim)
+
+    def _mla_inputs(self, q, k, q_rope, k_rope, hq, layer, forward_batch, save_kv_cache):
+        """MLA (absorbed): SGLang hands the latent queries and keys either concatenated (triton, flashmla:
+        q [T, H, 576], k [T, 1, 576]) or split (flashinfer: q [T, H, 512] + q_rope [T, H, 64], k [T, 1, 512]
+        + k_rope [T, 1, 64]). Stores the tree's latent KV at out_cache_loc, returns (q latent, q rope, tree keys
+        [T, 1, 576], tree values = their latent part, a view)."""
+        rows = q.shape[0]
+        if q_rope is None:
+            q3 = q.reshape(rows, hq, MLA_LATENT + MLA_ROPE)
+            q_a, q_b = q3[..., :MLA_LATENT], q3[..., MLA_LATENT:]
+            k3 = k.reshape(rows, 1, MLA_LATENT + MLA_ROPE)
+        else:
+            q_a, q_b = q.reshape(rows, hq, MLA_LATENT), q_rope.reshape(rows, hq, MLA_ROPE)
+            k3 = torch.cat([k.reshape(rows, 1, MLA_LATENT), k_rope.reshape(rows, 1, MLA_ROPE)], dim=-1)
+        if save_kv_cache:
+            self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, k3[..., :MLA_LATENT])
+        q_a, q_b = (t if t.stride(-1) == 1 else t.contiguous() for t in (q_a, q_b))
+        return q_a, q_b, k3, k3[..., :MLA_LATENT]

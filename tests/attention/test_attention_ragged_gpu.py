@@ -101,3 +101,35 @@ def test_bad_ragged_arguments_raise():
         native.attend_ragged(r[0][..., :96].contiguous(), None, r[1][..., :96].contiguous(),
                              r[2][..., :96].contiguous(), *r[3:5], r[5][..., :96].contiguous(),
                              r[6][..., :96].contiguous(), r[7], r[8], num_splits=2)
+
+
+MLA_CASES = [  # B, budget, prefix lengths, page size, heads: the MLA layout SGLang's MLA pool hands the served verify
+    (1, 15, [1000], 1, 16),
+    (4, 31, [3000, 0, 10, 8192], 64, 16),
+    (8, 63, [5, 2000, 0, 64, 65, 4096, 1, 300], 1, 64),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", MLA_CASES, ids=lambda c: f"B{c[0]}-b{c[1]}-ps{c[3]}-H{c[4]}")
+def test_ragged_mla_matches_reference(case, dtype):
+    """The served MLA verify (tree_attention.TreeVerifyAttention on an MLA pool): latent queries + rope part,
+    one latent KV head of 576 per slot with the values its first 512 (a view), the tree's keys likewise."""
+    B, budget, lens, ps, h = case
+    args, _ = A.make_case("mla", B, budget, lens, page_size=ps, dtype=dtype, device="cuda", heads=h,
+                          seed=B + budget, depth=16)
+    ref_o, ref_l = reference_tree_attention(*args, dtype=torch.float32, device="cuda")
+    (q_a, q_b), cache, table, plens, tree_kv, mask, scale = args
+    slots = [table[b, torch.arange(int(L), device="cuda") // ps].to(torch.int64) * ps +
+             torch.arange(int(L), device="cuda") % ps for b, L in enumerate(plens.tolist())]
+    indptr = torch.zeros(B + 1, dtype=torch.int32, device="cuda")
+    indptr[1:] = torch.cumsum(plens.to(torch.int64), 0).to(torch.int32)
+    indices = torch.cat(slots).to(torch.int32) if sum(map(len, slots)) else torch.zeros(1, dtype=torch.int32, device="cuda")
+    k_cache = cache.reshape(-1, 1, cache.shape[-1])
+    k_tree = tree_kv.reshape(-1, 1, tree_kv.shape[-1])
+    for splits in (1, native.ragged_splits(B, budget + 1, h, 1, 132), 16):
+        o, lse = native.attend_ragged(q_a, q_b, k_cache, k_cache[..., :512], indptr, indices, k_tree,
+                                      k_tree[..., :512], mask, scale, splits)
+        torch.cuda.synchronize()
+        err_o, err_l = A.rel_err(o, ref_o), A.rel_err(lse, ref_l)
+        assert err_o <= TOL[dtype] and err_l <= TOL[dtype], f"splits {splits}: O {err_o:.2e} LSE {err_l:.2e}"

@@ -116,9 +116,24 @@ def test_rejects_missing_drafter(resolve):
         resolve(drafter=None)
 
 
-def test_rejects_mla_target(resolve):
-    with pytest.raises(ValueError, match="MLA"):
-        resolve("--attention-backend", "flashmla", target="tiny_mla_target")
+SHIPPED_MLA = os.path.join(os.path.dirname(__file__), "..", "..", "sglang_ddtree", "engine", "models", "tiny-mla-target")
+
+
+def test_mla_target_serves_on_the_tree_kernel_backends(resolve, monkeypatch):
+    """An MLA target of DeepSeek-V3 shapes (latent 512 + rope 64: the shipped tiny pair's) resolves with the
+    default backend (triton) and with flashmla / flashinfer; any other backend, SGLang's FULL_MASK verify and
+    other latent shapes are refused naming the fix (the tree kernel is the only MLA tree verify)."""
+    target = os.path.abspath(SHIPPED_MLA)
+    assert resolve(target=target).attention_backend == "triton"
+    for backend in ("flashmla", "flashinfer"):
+        assert resolve("--attention-backend", backend, target=target).attention_backend == backend
+    with pytest.raises(ValueError, match="MLA target.*Fix: pass --attention-backend triton"):
+        resolve("--attention-backend", "fa3", target=target)
+    with pytest.raises(ValueError, match="latent rank 64 and rope dim 16"):
+        resolve(target="tiny_mla_target")  # the small fixture's shapes
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
+    with pytest.raises(ValueError, match="full_mask for an MLA target"):
+        resolve(target=target)
 
 
 def test_budget_env_and_flag_must_agree(resolve, monkeypatch):

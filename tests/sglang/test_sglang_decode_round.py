@@ -497,3 +497,12 @@ def test_default_verify_path_builds_no_full_mask(release, monkeypatch):
     for b in range(2):
         L = int(res.accept_lens[b])
         assert res.next_token_ids.view(2, 4)[b, :L].tolist() == world.want(b, L)
+
+
+def test_an_mla_target_has_no_full_mask_fallback(release):
+    """SGLang's MLA backends cannot verify a tree: where the tree kernel cannot serve an MLA target (here: the
+    CPU ops), the round refuses to start, naming the cause and the fix, instead of falling back."""
+    rnd, world, host, captured, batch = make_round(release, 6, 4, torch.tensor([3]), [[1, 2, 3]], [0, 0, 0], False)
+    host.model_runner.model_config = types.SimpleNamespace(attention_arch="AttentionArch.MLA")
+    with pytest.raises(ValueError, match=r"an MLA target needs the tree kernel, which is not in use here \(the CUDA ops are unavailable\)"):
+        rnd.choose_verify_attention()

@@ -209,3 +209,87 @@ def test_one_backend_serves_every_verify_width_of_the_auto_budget(plugins_loaded
     qkv = [torch.randn(21, h * d, dtype=torch.bfloat16) for h in (hq, hkv, hkv)]
     with pytest.raises(RuntimeError, match="no verify width"):
         base.forward_extend(*qkv, layer, fb)
+
+
+class MLATokenToKVPool:
+    """SGLang's MLA pool: one latent KV head of 576 per slot; the values are a view of its first 512."""
+
+    def __init__(self, slots, latent=512, rope=64):
+        self.kv = torch.randn(slots, 1, latent + rope, dtype=torch.bfloat16)
+        self.latent, self.events = latent, []
+
+    def get_key_buffer(self, layer_id):
+        self.events.append("read")
+        return self.kv
+
+    def get_value_buffer(self, layer_id):
+        return self.kv[..., : self.latent]
+
+    def set_kv_buffer(self, layer, loc, cache_k, cache_v):  # stores the keys only, like SGLang's
+        self.events.append("store")
+        self.kv[loc] = cache_k
+
+
+def make_mla_runner(backend="FlashMLABackend", ctx=64, rows=6, latent=512):
+    runner = make_runner(ctx, rows)
+    runner.attn_backend = type(backend, (TritonAttnBackend,), {})()
+    runner.token_to_kv_pool = MLATokenToKVPool(rows * ctx, latent)
+    runner.model_config = types.SimpleNamespace(attention_arch="AttentionArch.MLA")
+    return runner
+
+
+@pytest.mark.parametrize("convention", ["concat", "rope_split"])
+def test_mla_verify_hands_the_kernel_the_latent_layout(plugins_loaded, monkeypatch, convention):
+    """MLA (absorbed) targets: SGLang's triton / flashmla backends get q [T, H·576] and k [T, 1, 576] (latent ‖
+    rope), flashinfer's get the latent parts with q_rope / k_rope apart. Either way the tree's latent keys are
+    stored at out_cache_loc before the kernel reads the cache, and the kernel gets the latent queries, their
+    rope part, the pool's keys with the values as their latent view, and the tree's keys with their latent
+    view as values (kernels/verify_attn.cu's MLA layout)."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    runner = make_mla_runner("FlashInferMLAAttnBackend" if convention == "rope_split" else "FlashMLABackend")
+    base, pool = runner.attn_backend, runner.token_to_kv_pool
+    ta = TA.TreeVerifyAttention(runner, n=5, max_bs=4)
+    assert ta.mla
+    ta.install()
+    bs, n, h = 2, 5, 16
+    fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=torch.tensor([1, 3]),
+                               seq_lens=torch.tensor([4, 9]), out_cache_loc=torch.arange(200, 200 + bs * n))
+    base.init_forward_metadata(fb)
+    ta.load_mask(torch.randint(0, 2**5, (bs, n, 1), dtype=torch.int32))
+    seen = {}
+
+    def fake_kernel(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
+        seen.update(q=q.clone(), q_pe=q_pe.clone(), kc=kc, vc=vc, kt=kt.clone(), vt_is_view=vt.data_ptr() == kt.data_ptr(),
+                    vt_shape=tuple(vt.shape), events=list(pool.events))
+        return torch.zeros(q.shape[0], q.shape[1], 512, dtype=q.dtype), None
+
+    monkeypatch.setattr(TA.native, "attend_ragged", fake_kernel)
+    layer = types.SimpleNamespace(tp_q_head_num=h, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512, layer_id=0,
+                                  scaling=0.1, logit_cap=0.0)
+    q_full = torch.randn(bs * n, h, 576, dtype=torch.bfloat16)
+    k_full = torch.randn(bs * n, 1, 576, dtype=torch.bfloat16)
+    if convention == "concat":
+        out = base.forward_extend(q_full.view(bs * n, h * 576), k_full, k_full[..., :512].clone(), layer, fb)
+    else:
+        out = base.forward_extend(q_full[..., :512].contiguous(), k_full[..., :512].contiguous(),
+                                  k_full[..., :512].contiguous(), layer, fb, q_rope=q_full[..., 512:].contiguous(),
+                                  k_rope=k_full[..., 512:].contiguous())
+    assert out.shape == (bs * n, h * 512)
+    assert seen["events"][:2] == ["store", "read"]
+    assert torch.equal(pool.kv[fb.out_cache_loc], k_full)
+    assert torch.equal(seen["q"], q_full[..., :512]) and torch.equal(seen["q_pe"], q_full[..., 512:])
+    assert seen["kc"] is pool.kv and seen["vc"].data_ptr() == pool.kv.data_ptr() and seen["vc"].shape[-1] == 512
+    assert torch.equal(seen["kt"], k_full) and seen["vt_is_view"] and seen["vt_shape"] == (bs * n, 1, 512)
+
+
+def test_mla_targets_are_served_only_in_the_shapes_the_kernel_takes(plugins_loaded):
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    for backend in TA.BACKENDS["MLATokenToKVPool"]:
+        assert TA.unsupported(make_mla_runner(backend)) == "a KV cache on cpu (the kernel runs on CUDA)"
+    assert "FlashInferAttnBackend" in TA.unsupported(make_mla_runner("FlashInferAttnBackend"))
+    assert "latent 512 + rope 64" in TA.unsupported(make_mla_runner(latent=256))
+    r = make_runner()
+    r.model_config = types.SimpleNamespace(attention_arch="AttentionArch.MLA")
+    assert "for an MLA target" in TA.unsupported(r)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# SGLang 0.5.17 with the trained tiny MLA pair (DeepSeek-V3 shapes: latent 512 + rope 64, 16 heads; held-out
+# prompts): DDTree's TARGET_VERIFY through the tree kernel's MLA layout on the triton (default), flashmla (page
+# size 64) and flashinfer MLA backends, with CUDA graphs and without, and stock DFLASH on triton, each
+# greedy-compared with the server without speculation on triton (correctness, servers in parallel); then the
+# A/B with SGLang's own client at c = 1 and 16, one server measured at a time (the others up and idle).
+# env: as 60_sglang (SG_*) and MLA_AB_CONC ("1 16"), MLA_AB_TIMEOUT (240 s; 0: no A/B)
+set -u
+cd "$(dirname "$0")/../.."
+OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang_mla}; mkdir -p "$OUTD"
+source scripts/gpu/sglang_env.sh
+t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
+MLA_TARGET=$PWD/sglang_ddtree/engine/models/tiny-mla-target
+MLA_DRAFTER=$PWD/sglang_ddtree/engine/models/tiny-mla-dflash
+MLA_COMMON="--model-path $MLA_TARGET --attention-backend triton --sampling-backend pytorch --grammar-backend none
+ --mem-fraction-static 0.75 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
+ --max-running-requests 32 --random-seed 0"
+DD="--speculative-algorithm DDTREE --speculative-draft-model-path $MLA_DRAFTER --speculative-num-draft-tokens 17"
+declare -A ARGS ENVS
+ARGS[base]=""
+ARGS[dflash]="--speculative-algorithm DFLASH --speculative-draft-model-path $MLA_DRAFTER"
+ARGS[dd16]="$DD"
+ARGS[dd16_nograph]="$DD --disable-cuda-graph"
+ARGS[dd16_flashmla]="$DD --attention-backend flashmla --page-size 64"
+ARGS[dd16_flashinfer]="$DD --attention-backend flashinfer"
+SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
+if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
+  timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \
+    --server "base=" --server "dflash=${ARGS[dflash]}" --server "ddtree_b16=$DD" \
+    --prompts-file "$HELDOUT" --concurrency ${MLA_AB_CONC:-1 16} --num-prompts 64 --prompts-per-conc 8 \
+    --output-len 64 --repeats 3 --start-all --port 32100
+  log "ab rc=$?"
+fi
+log "done"
+tar -C "$OUTD" -czf "$OUTD.tar.gz" . && find "$OUTD" -name 'server_*.log' -delete -o -name 'bs_*.jsonl' -delete
