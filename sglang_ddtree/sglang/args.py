@@ -12,8 +12,8 @@ Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
 Refused with the fix in the message: rejection sampling / block verification (DDTree's sampled accept is
 already exact), pipeline or tensor parallelism, DP attention, page size > 1 with the FULL_MASK fallback,
 compact draft windows, any attention backend that cannot apply a tree mask in TARGET_VERIFY, and for MLA
-targets any backend but triton / flashmla / flashinfer (the tree kernel verifies them; there is no fallback). The default backend is fixed *before*
-SGLang picks one (its Hopper default, fa3 in causal mode, would silently drop the tree mask).
+targets any backend but triton / flashmla / flashinfer (the tree kernel verifies them; there is no
+fallback). The default backend is fixed *before* SGLang picks one (its Hopper default, fa3 in causal mode, would silently drop the tree mask).
 """
 from __future__ import annotations
 
@@ -109,7 +109,8 @@ class Knobs:
         auto = os.environ.get(ENV_BUDGET, "").strip().lower() == "auto"
         return cls(budget=None if auto else _env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1),
                    ops_backend=backend, draft_graph_head=head == "1", verify_attention=verify,
-                   anchor=ANCHORS[anchor], calibration=calibration, auto=auto, auto_budgets=_env_int_list(ENV_AUTO_BUDGETS))
+                   anchor=ANCHORS[anchor], calibration=calibration, auto=auto,
+                   auto_budgets=_env_int_list(ENV_AUTO_BUDGETS))
 
 
 def _env_int_list(name: str) -> tuple:

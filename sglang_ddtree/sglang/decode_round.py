@@ -11,9 +11,10 @@ same on every release. With SGLANG_DDTREE_BUDGET=auto (budget.AutoWidth) each ro
 width w on the host among the candidates, from an earlier round's predicted tokens and the measured cost of
 a round at each width in this batch's graph bucket; the drafter still builds the widest tree, the round
 verifies its first w nodes (budget.truncate: exactly the tree of budget w − 1) through that width's verify
-graphs, and this round's prediction is published for a later round's choice. Widths: the verify writes n slots per request, the drafter and the committed output
-use the drafter's block size (accepted path ≤ depth limit + 1 = block). Nothing is read on the host: sizes
-come from the host-side lengths the scheduler already keeps, and every per-request step is a tensor op.
+graphs, and this round's prediction is published for a later round's choice. Widths: the verify writes n
+slots per request, the drafter and the committed output use the drafter's block size (accepted path ≤ depth
+limit + 1 = block). Nothing is read on the host: sizes come from the host-side lengths the scheduler already
+keeps, and every per-request step is a tensor op.
 """
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ def unsupported(model_runner) -> str | None:
                 f"head-major pools)")
     name = type(model_runner.attn_backend).__name__
     if name not in BACKENDS[pool_name]:
-        return f"attention backend {name} (the tree kernel is wired for {', '.join(BACKENDS[pool_name])} on {pool_name})"
+        return (f"attention backend {name} (the tree kernel is wired for {', '.join(BACKENDS[pool_name])} "
+                f"on {pool_name})")
     if (pool_name == "MLATokenToKVPool") != is_mla(model_runner):
         return f"KV pool {pool_name} for {'an MLA' if is_mla(model_runner) else 'a non-MLA'} target"
     k, v = pool.get_key_buffer(0), pool.get_value_buffer(0)

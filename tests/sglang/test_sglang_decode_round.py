@@ -504,5 +504,6 @@ def test_an_mla_target_has_no_full_mask_fallback(release):
     CPU ops), the round refuses to start, naming the cause and the fix, instead of falling back."""
     rnd, world, host, captured, batch = make_round(release, 6, 4, torch.tensor([3]), [[1, 2, 3]], [0, 0, 0], False)
     host.model_runner.model_config = types.SimpleNamespace(attention_arch="AttentionArch.MLA")
-    with pytest.raises(ValueError, match=r"an MLA target needs the tree kernel, which is not in use here \(the CUDA ops are unavailable\)"):
+    why = r"an MLA target needs the tree kernel, which is not in use here \(the CUDA ops are unavailable\)"
+    with pytest.raises(ValueError, match=why):
         rnd.choose_verify_attention()

@@ -260,8 +260,8 @@ def test_mla_verify_hands_the_kernel_the_latent_layout(plugins_loaded, monkeypat
     seen = {}
 
     def fake_kernel(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
-        seen.update(q=q.clone(), q_pe=q_pe.clone(), kc=kc, vc=vc, kt=kt.clone(), vt_is_view=vt.data_ptr() == kt.data_ptr(),
-                    vt_shape=tuple(vt.shape), events=list(pool.events))
+        seen.update(q=q.clone(), q_pe=q_pe.clone(), kc=kc, vc=vc, kt=kt.clone(),
+                    vt_is_view=vt.data_ptr() == kt.data_ptr(), vt_shape=tuple(vt.shape), events=list(pool.events))
         return torch.zeros(q.shape[0], q.shape[1], 512, dtype=q.dtype), None
 
     monkeypatch.setattr(TA.native, "attend_ragged", fake_kernel)
