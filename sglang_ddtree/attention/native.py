@@ -24,12 +24,15 @@ DTYPES = (torch.bfloat16, torch.float16)
 GQA_HEAD_DIMS = (32, 64, 128, 256)
 
 
+MLA_LATENT, MLA_ROPE = 512, 64  # the MLA layout kernels/verify_attn.cu takes (DeepSeek-V3 / Kimi-K2)
+
+
 def supports_shape(device, dtype, layout: str, qk_dim: int, v_dim: int, latent: int | None = None) -> bool:
     """What kernels/verify_attn.cu takes: CUDA bf16/fp16; MLA 512 + 64 -> 512, GQA head dims 32-256."""
     if torch.device(device).type != "cuda" or dtype not in DTYPES:
         return False
     if layout == "mla":
-        return latent == 512 and qk_dim == 576 and v_dim == 512
+        return latent == MLA_LATENT and qk_dim == MLA_LATENT + MLA_ROPE and v_dim == MLA_LATENT
     return qk_dim == v_dim and qk_dim in GQA_HEAD_DIMS
 
 

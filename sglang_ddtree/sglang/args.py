@@ -48,7 +48,6 @@ DEFAULT_MAX_RUNNING_REQUESTS = 48
 TREE_MASK_BACKENDS = ("triton", "flashinfer")
 # MLA targets (DeepSeek-V2/V3, Kimi): only through the tree kernel (tree_attention.py), on these backends
 MLA_BACKENDS = ("triton", "flashmla", "flashinfer")
-MLA_DIMS = (512, 64)  # latent rank, rope dim: what kernels/verify_attn.cu's MLA layout takes
 DEFAULT_ATTENTION_BACKEND = "triton"
 
 ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
@@ -184,9 +183,6 @@ def mla_dims(view) -> tuple | None:
     return None if rank is None else (int(rank), int(getattr(text, "qk_rope_head_dim", 0) or 0))
 
 
-def target_is_mla(view) -> bool:
-    return mla_dims(view) is not None
-
 
 def draft_block_size(view) -> int:
     """--speculative-dflash-block-size, else the drafter config's block_size, else 16."""
@@ -283,11 +279,13 @@ def validate_server_args(server_args) -> None:
         _reject("DP attention", "drop --enable-dp-attention")
     if getattr(view, "speculative_draft_window_size", None) is not None:
         _reject("--speculative-draft-window-size (compact draft KV)", "drop the flag")
+    from sglang_ddtree.attention.native import MLA_LATENT, MLA_ROPE
+
     dims = mla_dims(view)
     mla = dims is not None
-    if mla and dims != MLA_DIMS:
+    if mla and dims != (MLA_LATENT, MLA_ROPE):
         _reject(f"an MLA target with latent rank {dims[0]} and rope dim {dims[1]} (the tree kernel verifies "
-                f"MLA with latent {MLA_DIMS[0]} + rope {MLA_DIMS[1]}: DeepSeek-V3 / Kimi-K2 shapes)",
+                f"MLA with latent {MLA_LATENT} + rope {MLA_ROPE}: DeepSeek-V3 / Kimi-K2 shapes)",
                 "serve a target of those shapes, or an MHA/GQA target")
     for field in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
         backend = getattr(view, field, None)

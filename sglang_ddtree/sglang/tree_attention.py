@@ -35,7 +35,7 @@ logger = logging.getLogger("sglang_ddtree")
 # first 512) — the tree kernel does the whole verify attention, so the backend's own kernels never see a tree
 BACKENDS = {"MHATokenToKVPool": ("TritonAttnBackend", "FlashInferAttnBackend"),
             "MLATokenToKVPool": ("TritonAttnBackend", "FlashMLABackend", "FlashInferMLAAttnBackend")}
-MLA_LATENT, MLA_ROPE = 512, 64
+MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
 
 
 def is_mla(model_runner) -> bool:
