@@ -21,8 +21,10 @@ ARGS[base]=""
 ARGS[dflash]="--speculative-algorithm DFLASH --speculative-draft-model-path $MLA_DRAFTER"
 ARGS[dd16]="$DD"
 ARGS[dd16_nograph]="$DD --disable-cuda-graph"
-ARGS[dd16_flashmla]="$DD --attention-backend flashmla --page-size 64"
-ARGS[dd16_flashinfer]="$DD --attention-backend flashinfer"
+# the tiny drafter's head dim 32 is below what FlashInfer's prefill and FlashMLA take: it drafts on triton
+DRAFT_TRITON="--speculative-draft-attention-backend triton"
+ARGS[dd16_flashmla]="$DD --attention-backend flashmla --page-size 64 $DRAFT_TRITON"
+ARGS[dd16_flashinfer]="$DD --attention-backend flashinfer $DRAFT_TRITON"
 SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
 if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
   timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \

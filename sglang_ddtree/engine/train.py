@@ -259,7 +259,9 @@ def main(argv=None):
         seqs = torch.cat(seqs)
         log(f"generated {seqs.shape[0]} x {seqs.shape[1]} target continuations ({time.time() - t0:.0f}s)")
         drafter = train_drafter(target, arch["draft"], seqs, a.drafter_steps, 32, 16, g, log)
-        save_model(drafter, ddir)
+        # SGLang's --dtype auto serves each model in its declared dtype, and DFLASH's fc projects the target's
+        # hidden states: the drafter declares the target's (its weights stay fp32; SGLang casts them)
+        save_model(drafter, ddir, {"torch_dtype": arch["extra"]["torch_dtype"]})
         write_tokenizer(ddir)  # SGLang may load a tokenizer from the drafter path too
     with open(os.path.join(a.out, arch["log"].format(a.stage)), "w") as f:
         f.write("\n".join(logs) + f"\ntotal {time.time() - t0:.0f}s, torch {torch.__version__}, "

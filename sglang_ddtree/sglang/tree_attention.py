@@ -39,8 +39,10 @@ MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
 
 
 def is_mla(model_runner) -> bool:
+    """SGLang's ModelConfig.attention_arch is an IntEnum (AttentionArch.MLA): its str() is a number, so read
+    its name."""
     arch = getattr(getattr(model_runner, "model_config", None), "attention_arch", None)
-    return arch is not None and str(arch).endswith("MLA")
+    return getattr(arch, "name", None) == "MLA"
 
 
 def unsupported(model_runner) -> str | None:

@@ -151,3 +151,16 @@ def test_bad_mla_configs_are_refused():
     ids = torch.zeros(1, 2, dtype=torch.long)
     with pytest.raises(ValueError, match="mask"):
         m(ids, None, None, m.new_cache(1, 8, torch.float64, "cpu"), torch.arange(2)[None])
+
+
+@pytest.mark.parametrize("pair", ["qwen3", "mla"])
+def test_shipped_pair_declares_one_serving_dtype(pair):
+    """SGLang's --dtype auto serves each model in its config's torch_dtype (fp32 as fp16) and DFLASH's fc
+    multiplies the target's hidden states by the drafter's weights: a pair declaring two dtypes crashes at the
+    first decode round (bf16 x fp16), which the MLA pair once did."""
+    target_dir, drafter_dir = (os.path.join(data.MODELS_DIR, d) for d in data.PAIRS[pair])
+    dtypes = []
+    for d in (target_dir, drafter_dir):
+        with open(os.path.join(d, "config.json")) as f:
+            dtypes.append(json.load(f)["torch_dtype"])
+    assert dtypes[0] == dtypes[1], f"{pair}: target {dtypes[0]}, drafter {dtypes[1]}"

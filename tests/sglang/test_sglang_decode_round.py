@@ -22,6 +22,7 @@ import types
 
 import pytest
 import torch
+from sglang.srt.configs.model_config import AttentionArch  # an IntEnum: str() is a number
 
 V, H, MASK = 40, 6, 39
 SLOTS_PER_REQ = 64
@@ -503,7 +504,7 @@ def test_an_mla_target_has_no_full_mask_fallback(release):
     """SGLang's MLA backends cannot verify a tree: where the tree kernel cannot serve an MLA target (here: the
     CPU ops), the round refuses to start, naming the cause and the fix, instead of falling back."""
     rnd, world, host, captured, batch = make_round(release, 6, 4, torch.tensor([3]), [[1, 2, 3]], [0, 0, 0], False)
-    host.model_runner.model_config = types.SimpleNamespace(attention_arch="AttentionArch.MLA")
+    host.model_runner.model_config = types.SimpleNamespace(attention_arch=AttentionArch.MLA)
     why = r"an MLA target needs the tree kernel, which is not in use here \(the CUDA ops are unavailable\)"
     with pytest.raises(ValueError, match=why):
         rnd.choose_verify_attention()

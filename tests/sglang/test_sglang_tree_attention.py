@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+from sglang.srt.configs.model_config import AttentionArch  # an IntEnum: str() is a number
 
 from sglang_ddtree import ops
 
@@ -67,7 +68,7 @@ def make_runner(ctx=64, rows=6, hkv=2, d=128):
     return types.SimpleNamespace(
         attn_backend=TritonAttnBackend(), token_to_kv_pool=MHATokenToKVPool(rows * ctx, hkv, d),
         req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token), sliding_window_size=None,
-        model_config=types.SimpleNamespace(attention_arch="AttentionArch.MHA"),
+        model_config=types.SimpleNamespace(attention_arch=AttentionArch.MHA),
         server_args=types.SimpleNamespace(dcp_size=1))
 
 
@@ -234,7 +235,7 @@ def make_mla_runner(backend="FlashMLABackend", ctx=64, rows=6, latent=512):
     runner = make_runner(ctx, rows)
     runner.attn_backend = type(backend, (TritonAttnBackend,), {})()
     runner.token_to_kv_pool = MLATokenToKVPool(rows * ctx, latent)
-    runner.model_config = types.SimpleNamespace(attention_arch="AttentionArch.MLA")
+    runner.model_config = types.SimpleNamespace(attention_arch=AttentionArch.MLA)
     return runner
 
 
@@ -291,5 +292,5 @@ def test_mla_targets_are_served_only_in_the_shapes_the_kernel_takes(plugins_load
     assert "FlashInferAttnBackend" in TA.unsupported(make_mla_runner("FlashInferAttnBackend"))
     assert "latent 512 + rope 64" in TA.unsupported(make_mla_runner(latent=256))
     r = make_runner()
-    r.model_config = types.SimpleNamespace(attention_arch="AttentionArch.MLA")
+    r.model_config = types.SimpleNamespace(attention_arch=AttentionArch.MLA)
     assert "for an MLA target" in TA.unsupported(r)
