@@ -131,11 +131,22 @@ BATCH = BENCH + "round-cost-h200-2026-12-03-run3-batch.json"
 ANCHOR = BENCH + "anchor-cpu-2026-12-03.json"
 CALIB = BENCH + "calibration-cpu-2026-12-03.json"
 MLA = BENCH + "engine-mla-cpu-2026-12-03.json"
+MLA_SERVED = BENCH + "sglang-mla-h200-2026-12-04-lossless-flashmla-flashinfer.json"
+MLA_SERVED_TRITON = BENCH + "sglang-mla-h200-2026-12-04-lossless-triton.json"
+MLA_AB = BENCH + "sglang-mla-h200-2026-12-04-ab.json"
 
 
 def _tpot(doc, server: str, input_len, conc: int) -> float:
     """Median TPOT (ms) of one ab_bench row."""
     return pick("rows", "median_tpot_ms", server=server, input_len=input_len, concurrency=conc)(doc)
+
+
+def _has_no_unexplained(docs) -> tuple:
+    """A claim without a number: every divergence of every server in the lossless reports is explained."""
+    bad = [n for d in docs for n, v in d["servers"].items() if v["unexplained"]]
+    if bad:
+        raise LookupError(f"unexplained divergences on {bad}")
+    return ()
 
 
 def _vs_dflash(doc, server: str, conc: int) -> float:
@@ -256,6 +267,21 @@ CLAIMS = [
                 at("lossless.float32.prompts")(d))
      + tuple(at(f"lossless.float32.runs.{k}.tau")(d) for k in ("ddtree64_anchored", "ddtree32_anchored", "chain",
                                                                "ddtree64")), None),
+    # the MLA pair served by SGLang 0.5.17, 2026-12-04
+    ("**FlashInfer-MLA**: **{}/{}** identical to the non-speculative server on FlashMLA and FlashInfer, {}/{} on "
+     "triton (with and without CUDA graphs) as stock DFLASH", (MLA_SERVED, MLA_SERVED_TRITON),
+     lambda f, t: (min(v["identical"] for v in f["servers"].values()), f["prompts"],
+                   min(v["identical"] for v in t["servers"].values()), t["prompts"]), None),
+    ("every divergence a near-tie", (MLA_SERVED, MLA_SERVED_TRITON),
+     lambda *docs: _has_no_unexplained(docs), None),
+    ("accept length **{}** vs DFLASH's {} at c=1; output tok/s {} vs {} (c=1), {} vs {} (c=16)", MLA_AB,
+     lambda d: (pick("rows", "accept_length", server="ddtree_b16", concurrency=1)(d),
+                pick("rows", "accept_length", server="dflash", concurrency=1)(d))
+     + tuple(pick("rows", "output_throughput", server=s, concurrency=c)(d)
+             for c in (1, 16) for s in ("ddtree_b16", "dflash")), None),
+    ("within this host-bound pair's pass-to-pass spread (up to {}%)", MLA_AB,
+     lambda d: 100 * max((max(r["passes_output_throughput"]) - min(r["passes_output_throughput"]))
+                         / min(r["passes_output_throughput"]) for r in d["rows"]), 0.03),
     # drafter calibration on the CPU engine (held-out test prompts)
     ("calibration error **{}–{} → {}–{}** per depth; anchored τ {} → **{}** at budget 64 ({} → {} at 32)", CALIB,
      lambda d: (min(r["raw"]["ece"] for r in d["reliability_test"]), max(r["raw"]["ece"] for r in d["reliability_test"]),

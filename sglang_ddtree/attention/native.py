@@ -47,12 +47,28 @@ def ragged_splits(batch: int, n: int, group: int, kv_heads: int, num_sms: int, c
     return max(1, min(cap, -(-2 * num_sms // max(1, ctas))))
 
 
+def _check_ragged_dims(q, q_pe, k_cache, v_cache) -> None:
+    """Head dims the kernel has no instance for are refused here, naming the argument (the op checks them too,
+    but its formatted error for them crashed the process on the H200 on 2026-12-04: docs/benchmarks/
+    sglang-mla-h200-2026-12-04.md)."""
+    d, dk, dv = int(q.shape[-1]), int(k_cache.shape[-1]), int(v_cache.shape[-1])
+    if q_pe is not None:
+        if (d, int(q_pe.shape[-1]), dk, dv) != (MLA_LATENT, MLA_ROPE, MLA_LATENT + MLA_ROPE, MLA_LATENT):
+            raise ValueError(f"attend_ragged (MLA): q / q_pe / k_cache / v_cache head dims must be {MLA_LATENT} / "
+                             f"{MLA_ROPE} / {MLA_LATENT + MLA_ROPE} / {MLA_LATENT}, got {d} / "
+                             f"{int(q_pe.shape[-1])} / {dk} / {dv}")
+    elif d not in GQA_HEAD_DIMS or dk != d or dv != d:
+        raise ValueError(f"attend_ragged: q / k_cache / v_cache head dims must be equal and one of "
+                         f"{GQA_HEAD_DIMS}, got {d} / {dk} / {dv}")
+
+
 def attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree, mask_bits, sm_scale: float,
                   num_splits: int):
     """The kernel with SGLang's prefix addressing (ops.py: verify_attn_ragged): request b's prefix KV slots
     are kv_indices[kv_indptr[b]:kv_indptr[b+1]]; no host read of any length, so it captures in a CUDA graph
     that any later prefix lengths replay. q [T, Hq, D] (MLA: q = c_kv part 512, q_pe 64); caches [slots,
     Hkv, D]; tree K/V [T, Hkv, D]; mask_bits int32 [B, n, W]. Returns (O [T, Hq, Dv], natural-log LSE)."""
+    _check_ragged_dims(q, q_pe, k_cache, v_cache)
     if q.is_cuda:  # the op exists only once the CUDA library is loaded (a cached check after the first call)
         ops.ensure_backend("cuda")
     return ops.op("verify_attn_ragged")(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree,

@@ -290,3 +290,18 @@ def test_page_size_zero_and_short_max_prefix_len_are_rejected():
         tree_verify_attention(*args, max_prefix_len=2)
     with pytest.raises(ValueError, match="max_prefix_len"):
         tree_verify_attention(*args, max_prefix_len=-1)
+
+
+def test_attend_ragged_refuses_head_dims_without_a_kernel_instance():
+    """Checked in Python before the op is reached (no CUDA needed to refuse), naming the arguments."""
+    from sglang_ddtree.attention import native
+
+    q, k = torch.zeros(4, 8, 96), torch.zeros(10, 2, 96)
+    with pytest.raises(ValueError, match=r"q / k_cache / v_cache head dims .* got 96 / 96 / 96"):
+        native.attend_ragged(q, None, k, k, None, None, None, None, None, 1.0, 1)
+    with pytest.raises(ValueError, match=r"got 128 / 128 / 64"):
+        native.attend_ragged(torch.zeros(4, 8, 128), None, torch.zeros(10, 2, 128), torch.zeros(10, 2, 64),
+                             None, None, None, None, None, 1.0, 1)
+    q, pe, kc = torch.zeros(4, 16, 512), torch.zeros(4, 16, 64), torch.zeros(10, 1, 576)
+    with pytest.raises(ValueError, match=r"\(MLA\).* got 512 / 32 / 576 / 512"):
+        native.attend_ragged(q, pe[..., :32], kc, kc[..., :512], None, None, None, None, None, 1.0, 1)

@@ -3,6 +3,9 @@ equal splits decided on the device): against the dense reference for bf16 and fp
 int32 and int64 slot lists, many split counts, and under CUDA-graph replay with new lengths, slots and masks
 written in place (what a served verify does every round). Outputs start over NaN-poisoned memory."""
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -97,10 +100,35 @@ def test_bad_ragged_arguments_raise():
         native.attend_ragged(r[0], None, *r[1:3], r[3].to(torch.int64), *r[4:], num_splits=2)
     with pytest.raises(RuntimeError, match="num_splits"):
         native.attend_ragged(r[0], None, *r[1:], num_splits=0)
-    with pytest.raises(RuntimeError, match="head dim"):
+    with pytest.raises(ValueError, match="head dims must be equal and one of"):
         native.attend_ragged(r[0][..., :96].contiguous(), None, r[1][..., :96].contiguous(),
                              r[2][..., :96].contiguous(), *r[3:5], r[5][..., :96].contiguous(),
                              r[6][..., :96].contiguous(), r[7], r[8], num_splits=2)
+
+
+def test_op_refuses_a_head_dim_it_has_no_instance_for_without_crashing():
+    """The raw op, head dim 96 (in a child process: on 2026-12-04 this call crashed the process with SIGSEGV
+    on the H200 while the op's literal-message checks raised cleanly; attend_ragged refuses it in Python)."""
+    code = """
+import sys, torch
+sys.path.insert(0, "tests/attention")
+import attn_cases as A
+from sglang_ddtree import ops
+ops.ensure_backend("cuda")
+args, _ = A.make_case("gqa", 2, 7, [10, 20], dtype=torch.bfloat16, device="cuda", heads=8, kv_heads=2,
+                      head_dim=128, seed=3, depth=8)
+q, (kc, vc), table, lens, (kt, vt), mask, scale = args
+c = lambda t: t.reshape(-1, *t.shape[-2:])[..., :96].contiguous()
+indptr = torch.tensor([0, 10, 30], dtype=torch.int32, device="cuda")
+try:
+    ops.op("verify_attn_ragged")(c(q), None, c(kc), c(vc), indptr, torch.arange(30, dtype=torch.int32,
+                                 device="cuda"), c(kt), c(vt), mask, scale, 2)
+except RuntimeError as e:
+    print("RAISED", "head dim" in str(e))
+"""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "RAISED True" in r.stdout, f"rc {r.returncode}: {(r.stdout + r.stderr)[-800:]}"
 
 
 MLA_CASES = [  # B, budget, prefix lengths, page size, heads: the MLA layout SGLang's MLA pool hands the served verify
