@@ -231,4 +231,4 @@ class DecodeRound:
             raise RuntimeError("DDTREE verify requires the target's captured hidden states")
         sgl.append_draft_context(hidden, plan, window)
         logits_output.hidden_states = None
-        return sgl.result(target_out, plan, self.block_size)
+        return sgl.result(target_out, plan, self.block_size, n)

@@ -266,6 +266,7 @@ def test_decode_round_commits_the_targets_greedy_tokens(release, budget, block, 
     from sglang.srt.managers.scheduler import GenerationBatchResult
 
     assert isinstance(res, GenerationBatchResult) and res.speculative_num_draft_tokens == block
+    assert res.cap_lens.tolist() == [budget + 1] * bs  # the verify width, SGLang's per-request cap (meta_info)
     commit = res.accept_lens
     out = res.next_token_ids.view(bs, block)
     nodes_of = []
@@ -456,6 +457,7 @@ def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(releas
                                                                ranks, True)
         want = ref.decode(batch_f, None)
         assert torch.equal(got.next_token_ids, want.next_token_ids) and torch.equal(got.accept_lens, want.accept_lens)
+        assert got.cap_lens.tolist() == [width] * 3  # what meta_info's spec_cap_length averages
         assert torch.equal(captured["tokens"], captured_f["tokens"])
         assert torch.equal(world.kv.node, world_f.kv.node) and torch.equal(world.kv.token, world_f.kv.token)
         for key in ("target_hidden", "cache_loc_2d", "positions", "commit_lens"):

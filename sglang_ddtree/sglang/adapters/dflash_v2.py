@@ -209,13 +209,20 @@ class DFlashV2Adapter:
     def result_extras(self, target_out) -> dict:
         return {}
 
-    def result(self, target_out, plan, block: int):
+    def result(self, target_out, plan, block: int, width: int):
+        """`block`: the committed tokens' stride per request; `width`: the round's verify width, reported as
+        SGLang's per-request verify cap (`cap_lens`, a host tensor: no device work), which SGLang already turns
+        into the response's meta_info `spec_cap_length` (mean verify width over the request's rounds) and
+        `spec_cap_lens_histogram` (rounds per width) and into the decode log's `cap len`: what a user needs
+        to see the auto budget choose."""
         return self.BATCH_RESULT(
             logits_output=target_out.logits_output, next_token_ids=plan.tokens.reshape(-1),
             accept_lens=plan.commit_lens, can_run_cuda_graph=target_out.can_run_cuda_graph,
             next_draft_input=self.host._make_next_draft_input_decode(bonus_tokens=plan.bonus,
                                                                      new_seq_lens=plan.new_seq_lens),
-            speculative_num_draft_tokens=block, new_seq_lens=plan.new_seq_lens, **self.result_extras(target_out))
+            speculative_num_draft_tokens=block, new_seq_lens=plan.new_seq_lens,
+            cap_lens=torch.full((int(plan.commit_lens.shape[0]),), int(width), dtype=torch.int32),
+            **self.result_extras(target_out))
 
     # --- verify graphs at several widths (the served auto budget, decode_round.py) ----------------------
     def verify_graph_runner(self):

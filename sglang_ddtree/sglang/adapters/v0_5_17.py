@@ -34,6 +34,7 @@ class Adapter(DFlashV2Adapter):
     need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify",
          ("self", "batch", "target_worker"))
     BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
+    need("sglang.srt.managers.scheduler", "GenerationBatchResult.__init__", ("cap_lens",))
     PREPARE_DRAFT_BLOCK = staticmethod(need(
         "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
         ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",

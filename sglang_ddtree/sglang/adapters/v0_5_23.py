@@ -60,7 +60,7 @@ class Adapter(DFlashV2Adapter):
          ("self", "batch", "target_worker", "defer_metadata_init"))
     BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
     need("sglang.srt.managers.scheduler", "GenerationBatchResult.__init__",
-         ("routed_experts_output", "indexer_topk_output"))
+         ("routed_experts_output", "indexer_topk_output", "cap_lens"))
     PREPARE_DRAFT_BLOCK = staticmethod(need(
         "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
         ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
