@@ -10,7 +10,8 @@ Each server is launched, measured at every concurrency and stopped before the ne
 server is on the GPU while it is measured. Before every run the server's cache and its speculative counters
 are reset (/flush_cache), so the accept length bench_serving reports belongs to that run, and an unrecorded
 warm pass at the same concurrency (`--warmup-passes`) keeps first-use costs of a batch size out of the row;
-`--repeats N` measures N passes and reports their median (each pass's tok/s kept in the row). Prompts: a JSON
+`--repeats N` measures N passes and reports their median (each pass's tok/s kept in the row); with
+`--start-all --interleave` the servers take turns pass by pass (drift falls on all alike). Prompts: a JSON
 list (or {"prompts": [...]}) of texts written as a ShareGPT-format file (`--prompts-file`), or random token
 ids of a fixed length (`--random-input-len`, needs `--tokenizer`). `--url NAME=URL` measures an already
 running server instead. `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode
@@ -187,6 +188,13 @@ def measured(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str
     return median_row([bench_serving(base, conc, a, dataset, out_dir, f"{tag}_r{i}") for i in range(a.repeats)])
 
 
+def turns(names: list[str], repeats: int) -> list[list[str]]:
+    """--interleave's order of passes: pass r of every server, the order rotated by r, before pass r + 1 of any,
+    so drift during the run (other processes, clocks, the host's load) falls on every server alike and no
+    server is always measured first."""
+    return [names[r % len(names):] + names[:r % len(names)] for r in range(repeats)]
+
+
 def with_output_len(dataset: list[str], n: int) -> list[str]:
     """The dataset arguments with every output-length flag set to n."""
     out = list(dataset)
@@ -302,7 +310,13 @@ def main(argv=None) -> int:
     ap.add_argument("--start-timeout", type=float, default=600)
     ap.add_argument("--run-timeout", type=float, default=600)
     ap.add_argument("--start-all", action="store_true",
-                    help="start every --server at once (saves start-up time); each is still measured alone")
+                    help="start every --server at once (saves start-up time); each is still measured alone, "
+                         "and every server gets --sleep-on-idle (an idle SGLang scheduler otherwise busy-polls "
+                         "a CPU core, which a host-bound server under test competes with)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="with --start-all: at each concurrency the servers take turns, one pass each, "
+                         "--repeats times (rotating who goes first), instead of all of one server's passes in "
+                         "a row; each pass still has one server under load")
     ap.add_argument("--profile-concurrency", type=int, nargs="*", default=[])
     ap.add_argument("--profile-steps", type=int, default=20)
     ap.add_argument("--profile-delay", type=float, default=1.0,
@@ -326,6 +340,10 @@ def main(argv=None) -> int:
         ap.error("give at least one --server or --url")
     if a.repeats < 1:
         ap.error(f"--repeats must be >= 1, got {a.repeats}")
+    if a.interleave and not a.start_all:
+        ap.error("--interleave needs --start-all (the servers take turns, so all must be up)")
+    if a.start_all:
+        a.common = f"{a.common} --sleep-on-idle"
     if (a.prompts_file is None) == (a.random_input_len is None):
         ap.error("give exactly one of --prompts-file and --random-input-len")
     os.makedirs(a.out, exist_ok=True)
@@ -367,40 +385,92 @@ def main(argv=None) -> int:
     if a.start_all:
         early = {name: launch(i, name, spec) for i, (name, spec, running) in enumerate(targets) if not running}
         report["one_server_at_a_time"] = "measured one at a time; the other servers were up and idle"
+    def tag_of(name, length):
+        return name if length is None else f"{name}_in{length}"
+
+    def add_row(name, length, c, row):
+        report["rows"].append({"server": name, "input_len": length, "concurrency": c, **row})
+        print(f"[ab] {tag_of(name, length)} c={c}: {row['output_throughput']:.1f} tok/s, TPOT "
+              f"{row['median_tpot_ms']:.3f} ms, accept {row['accept_length']}", flush=True)
+
+    def warm_up(base, tag, c, dataset):
+        warm = argparse.Namespace(**{**vars(a), "num_prompts": 2 * c, "prompts_per_conc": 2})
+        for w in range(a.warmup_passes):  # a batch size's first use (graphs, JIT) stays out
+            bench_serving(base, c, warm, dataset, a.out, f"{tag}_warm{w}")
+
+    def profiles(name, base):
+        length, dataset, _ = workloads[0]
+        for c in a.profile_concurrency:
+            ttft = [r["p99_ttft_ms"] or 0 for r in report["rows"]
+                    if r["server"] == name and r["input_len"] == length and r["concurrency"] == c]
+            report["profiles"][f"{name}_c{c}"] = profile(base, c, a, dataset, a.out, f"{name}_c{c}",
+                                                          os.path.join(prof_root, name),
+                                                          ttft_s=(ttft[0] if ttft else 0) / 1e3)
+
+    def failed(name, e):  # one server failing must not lose the others' rows: recorded, reported
+        report["servers"].setdefault(name, {})["error"] = f"{type(e).__name__}: {e}"
+        print(f"[ab] {name} FAILED: {e}", flush=True)
+
+    def ready(name, spec, running, srv):
+        if running:
+            report["servers"][name] = {"url": spec.rstrip("/")}
+            return spec.rstrip("/")
+        t = wait_ready(srv.base, srv.proc, a.start_timeout)
+        report["servers"][name] = {"args": spec, "start_s": round(t, 1)}
+        print(f"[ab] {name} ready", flush=True)
+        return srv.base
+
     try:
-        for i, (name, spec, running) in enumerate(targets):
+        if a.interleave:
+            report["one_server_at_a_time"] += "; the servers took turns, one pass each (--interleave)"
+            bases = {}
+            for name, spec, running in targets:
+                try:
+                    bases[name] = ready(name, spec, running, early.get(name))
+                except Exception as e:
+                    failed(name, e)
+            for length, dataset, concs in workloads:
+                for c in concs:
+                    passes = {}
+                    for name in list(bases):
+                        try:
+                            warm_up(bases[name], tag_of(name, length), c, dataset)
+                            passes[name] = []
+                        except Exception as e:
+                            failed(name, e)
+                            bases.pop(name)
+                    for r, order in enumerate(turns(list(passes), a.repeats)):
+                        for name in order:
+                            if name not in bases:
+                                continue
+                            try:
+                                passes[name].append(bench_serving(bases[name], c, a, dataset, a.out,
+                                                                  f"{tag_of(name, length)}_r{r}"))
+                            except Exception as e:
+                                failed(name, e)
+                                bases.pop(name)
+                    for name, runs in passes.items():
+                        if name in bases:
+                            add_row(name, length, c, runs[0] if a.repeats == 1 else median_row(runs))
+                    json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
+            for name, base in bases.items():
+                try:
+                    profiles(name, base)
+                except Exception as e:
+                    failed(name, e)
+            json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
+        for i, (name, spec, running) in enumerate([] if a.interleave else targets):
             srv = None
             try:
-                if running:
-                    base = spec.rstrip("/")
-                    report["servers"][name] = {"url": base}
-                else:
-                    srv = early.get(name) or launch(i, name, spec)
-                    base = srv.base
-                    t = wait_ready(base, srv.proc, a.start_timeout)
-                    report["servers"][name] = {"args": spec, "start_s": round(t, 1)}
-                print(f"[ab] {name} ready", flush=True)
+                srv = None if running else early.get(name) or launch(i, name, spec)
+                base = ready(name, spec, running, srv)
                 for length, dataset, concs in workloads:
-                    tag = name if length is None else f"{name}_in{length}"
                     for c in concs:
-                        warm = argparse.Namespace(**{**vars(a), "num_prompts": 2 * c, "prompts_per_conc": 2})
-                        for w in range(a.warmup_passes):  # a batch size's first use (graphs, JIT) stays out
-                            bench_serving(base, c, warm, dataset, a.out, f"{tag}_warm{w}")
-                        row = {"server": name, "input_len": length, "concurrency": c,
-                               **measured(base, c, a, dataset, a.out, tag)}
-                        report["rows"].append(row)
-                        print(f"[ab] {tag} c={c}: {row['output_throughput']:.1f} tok/s, TPOT {row['median_tpot_ms']:.3f} "
-                              f"ms, accept {row['accept_length']}", flush=True)
-                length, dataset, _ = workloads[0]
-                for c in a.profile_concurrency:
-                    ttft = [r["p99_ttft_ms"] or 0 for r in report["rows"]
-                            if r["server"] == name and r["input_len"] == length and r["concurrency"] == c]
-                    report["profiles"][f"{name}_c{c}"] = profile(base, c, a, dataset, a.out, f"{name}_c{c}",
-                                                                  os.path.join(prof_root, name),
-                                                                  ttft_s=(ttft[0] if ttft else 0) / 1e3)
-            except Exception as e:  # one server failing must not lose the others' rows: recorded, reported
-                report["servers"].setdefault(name, {})["error"] = f"{type(e).__name__}: {e}"
-                print(f"[ab] {name} FAILED: {e}", flush=True)
+                        warm_up(base, tag_of(name, length), c, dataset)
+                        add_row(name, length, c, measured(base, c, a, dataset, a.out, tag_of(name, length)))
+                profiles(name, base)
+            except Exception as e:
+                failed(name, e)
             finally:
                 if srv is not None:
                     srv.stop()

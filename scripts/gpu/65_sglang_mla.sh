@@ -30,7 +30,7 @@ if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
   timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \
     --server "base=" --server "dflash=${ARGS[dflash]}" --server "ddtree_b16=$DD" \
     --prompts-file "$HELDOUT" --concurrency ${MLA_AB_CONC:-1 16} --num-prompts 64 --prompts-per-conc 8 \
-    --output-len 64 --repeats 3 --start-all --port 32100
+    --output-len 64 --repeats 3 --start-all --interleave --port 32100
   log "ab rc=$?"
 fi
 log "done"

@@ -88,3 +88,50 @@ def test_plot_draws_with_a_partial_ipython_importable(tmp_path, monkeypatch):
             for s in ("dflash", "ddtree") for c in (1, 4)]
     assert ab.plot(rows, str(tmp_path / "p.png")) == str(tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_interleaved_passes_take_turns_and_each_server_gets_its_median(tmp_path, monkeypatch):
+    """--start-all --interleave: at each concurrency the servers are warmed, then pass r of every server (the
+    order rotated by r) before pass r + 1 of any; a row is the median of that server's own passes; every
+    launched server gets --sleep-on-idle (idle schedulers otherwise busy-poll a core)."""
+    ab = _load()
+    calls, launched = [], []
+
+    class FakeServer:
+        def __init__(self, name, args, common, port, log_dir, profile_dir):
+            self.name, self.base, self.proc = name, f"http://{name}", None
+            launched.append(common)
+
+        def stop(self):
+            pass
+
+    speed = {"a": [100.0, 300.0, 200.0], "b": [10.0, 30.0, 20.0]}
+
+    def fake_bench(base, conc, a, dataset, out_dir, tag, warmup=2):
+        calls.append(tag)
+        name = base.split("//")[1]
+        r = int(tag.rsplit("_r", 1)[1]) if "_r" in tag else 0
+        return {"output_throughput": speed[name][r] * conc, "median_tpot_ms": 1.0, "accept_length": None}
+
+    monkeypatch.setattr(ab, "Server", FakeServer)
+    monkeypatch.setattr(ab, "wait_ready", lambda base, proc, timeout: 0.0)
+    monkeypatch.setattr(ab, "bench_serving", fake_bench)
+    monkeypatch.setattr(ab, "plot", lambda rows, path: None)
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps(["x = 1"]))
+    rc = ab.main(["--out", str(tmp_path / "o"), "--server", "a=", "--server", "b=", "--prompts-file", str(prompts),
+                  "--concurrency", "1", "4", "--repeats", "3", "--start-all", "--interleave"])
+    assert rc == 0 and all(c.endswith("--sleep-on-idle") for c in launched) and len(launched) == 2
+    assert calls[:8] == ["a_warm0", "b_warm0", "a_r0", "b_r0", "b_r1", "a_r1", "a_r2", "b_r2"]
+    report = json.loads((tmp_path / "o" / "ab.json").read_text())
+    rows = {(r["server"], r["concurrency"]): r for r in report["rows"]}
+    assert rows[("a", 4)]["output_throughput"] == 800.0 and rows[("b", 1)]["output_throughput"] == 20.0
+    assert rows[("a", 1)]["passes_output_throughput"] == [100.0, 300.0, 200.0]
+    assert "took turns" in report["one_server_at_a_time"]
+
+
+def test_interleave_needs_start_all(tmp_path):
+    import pytest
+    ab = _load()
+    with pytest.raises(SystemExit):
+        ab.main(["--out", str(tmp_path), "--server", "a=", "--prompts-file", "p.json", "--interleave"])
