@@ -1,6 +1,6 @@
 """The dummy-weight round-cost pairs (examples/*-shaped/, served by scripts/gpu/80_round_cost.sh) are configs
-SGLang's own ModelConfig reads as the intended architecture, and each drafter fits its target (hidden size,
-vocabulary, captured layer ids)."""
+SGLang's own ModelConfig reads as the intended architecture, each drafter fits its target (hidden size,
+vocabulary, captured layer ids), and every DDTree server the script starts on the MLA pair passes start-up."""
 import json
 import os
 import shutil
@@ -30,3 +30,38 @@ def test_shaped_pair_is_read_by_sglang_as_intended(pair, tmp_path):
     if PAIRS[pair] == "MLA":  # the shapes the tree kernel's MLA layout takes, dense MLP (no MoE to load)
         assert (target.kv_lora_rank, target.qk_rope_head_dim) == (512, 64)
         assert hf.first_k_dense_replace >= hf.num_hidden_layers
+
+
+@pytest.fixture
+def kimi_pair(tmp_path):
+    src = os.path.join(ROOT, "examples", "kimi-k2-shaped")
+    dirs = {}
+    for role, name in (("target", "target-config.json"), ("drafter", "dflash-b16-config.json")):
+        d = tmp_path / role
+        d.mkdir()
+        shutil.copy(os.path.join(src, name), d / "config.json")
+        dirs[role] = str(d)
+    return dirs
+
+
+@pytest.mark.parametrize("extra", [
+    ["--speculative-num-draft-tokens", "16"],
+    ["--speculative-num-draft-tokens", "64"],
+    ["--speculative-num-draft-tokens", "16", "--attention-backend", "flashinfer"],
+    ["--speculative-num-draft-tokens", "16", "--attention-backend", "flashmla", "--page-size", "64",
+     "--speculative-draft-attention-backend", "triton"],
+], ids=["b15", "b63", "flashinfer", "flashmla-page64"])
+def test_round_cost_servers_of_the_mla_pair_start(resolve, kimi_pair, extra):
+    """Every DDTree server 80_round_cost.sh starts on the Kimi-K2-shaped pair passes the plugin's start-up checks
+    through SGLang's real argument path (a refusal there would cost a GPU call to find)."""
+    sa = resolve("--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--dtype", "bfloat16",
+                 *extra, target=kimi_pair["target"], drafter=kimi_pair["drafter"])
+    assert sa.speculative_num_draft_tokens == int(extra[1])
+    assert sa.attention_backend == (extra[3] if len(extra) > 2 else "triton")
+
+
+def test_auto_budget_server_of_the_mla_pair_starts(resolve, kimi_pair, monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "auto")
+    sa = resolve("--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--dtype", "bfloat16",
+                 target=kimi_pair["target"], drafter=kimi_pair["drafter"])
+    assert sa.speculative_num_draft_tokens == 64  # the widest default candidate (budget 63) + 1
