@@ -185,7 +185,12 @@ def measured(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str
     """--repeats measured passes at one concurrency (after the warm pass), as one median row."""
     if a.repeats == 1:
         return bench_serving(base, conc, a, dataset, out_dir, tag)
-    return median_row([bench_serving(base, conc, a, dataset, out_dir, f"{tag}_r{i}") for i in range(a.repeats)])
+    return row_of([bench_serving(base, conc, a, dataset, out_dir, f"{tag}_r{i}") for i in range(a.repeats)])
+
+
+def row_of(runs: list[dict]) -> dict:
+    """One pass as it is; several as their median row."""
+    return runs[0] if len(runs) == 1 else median_row(runs)
 
 
 def turns(names: list[str], repeats: int) -> list[list[str]]:
@@ -451,7 +456,7 @@ def main(argv=None) -> int:
                                 bases.pop(name)
                     for name, runs in passes.items():
                         if name in bases:
-                            add_row(name, length, c, runs[0] if a.repeats == 1 else median_row(runs))
+                            add_row(name, length, c, row_of(runs))
                     json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
             for name, base in bases.items():
                 try:

@@ -27,13 +27,16 @@ GQA_HEAD_DIMS = (32, 64, 128, 256)
 MLA_LATENT, MLA_ROPE = 512, 64  # the MLA layout kernels/verify_attn.cu takes (DeepSeek-V3 / Kimi-K2)
 
 
-def supports_shape(device, dtype, layout: str, qk_dim: int, v_dim: int, latent: int | None = None) -> bool:
-    """What kernels/verify_attn.cu takes: CUDA bf16/fp16; MLA 512 + 64 -> 512, GQA head dims 32-256."""
-    if torch.device(device).type != "cuda" or dtype not in DTYPES:
-        return False
+def shape_ok(layout: str, qk_dim: int, v_dim: int, latent: int | None = None) -> bool:
+    """The head dims kernels/verify_attn.cu has instances for: MLA 512 + 64 -> 512, GQA 32-256 (keys = values)."""
     if layout == "mla":
         return latent == MLA_LATENT and qk_dim == MLA_LATENT + MLA_ROPE and v_dim == MLA_LATENT
     return qk_dim == v_dim and qk_dim in GQA_HEAD_DIMS
+
+
+def supports_shape(device, dtype, layout: str, qk_dim: int, v_dim: int, latent: int | None = None) -> bool:
+    """What kernels/verify_attn.cu takes: CUDA bf16/fp16 in a shape of `shape_ok`."""
+    return torch.device(device).type == "cuda" and dtype in DTYPES and shape_ok(layout, qk_dim, v_dim, latent)
 
 
 def supports(prob: Problem) -> bool:
@@ -53,11 +56,11 @@ def _check_ragged_dims(q, q_pe, k_cache, v_cache) -> None:
     sglang-mla-h200-2026-12-04.md)."""
     d, dk, dv = int(q.shape[-1]), int(k_cache.shape[-1]), int(v_cache.shape[-1])
     if q_pe is not None:
-        if (d, int(q_pe.shape[-1]), dk, dv) != (MLA_LATENT, MLA_ROPE, MLA_LATENT + MLA_ROPE, MLA_LATENT):
+        if not shape_ok("mla", dk, dv, latent=d) or int(q_pe.shape[-1]) != dk - d:
             raise ValueError(f"attend_ragged (MLA): q / q_pe / k_cache / v_cache head dims must be {MLA_LATENT} / "
                              f"{MLA_ROPE} / {MLA_LATENT + MLA_ROPE} / {MLA_LATENT}, got {d} / "
                              f"{int(q_pe.shape[-1])} / {dk} / {dv}")
-    elif d not in GQA_HEAD_DIMS or dk != d or dv != d:
+    elif not shape_ok("gqa", d, dv) or dk != d:
         raise ValueError(f"attend_ragged: q / k_cache / v_cache head dims must be equal and one of "
                          f"{GQA_HEAD_DIMS}, got {d} / {dk} / {dv}")
 
