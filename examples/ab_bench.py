@@ -112,6 +112,13 @@ class Server:
 _CLIENT_LOCK = threading.Lock()
 
 
+def on_sigterm(*_):
+    """`timeout` sends SIGTERM: unwind so every launched server is stopped (a server left running keeps its port
+    and GPU memory and breaks the next run). KeyboardInterrupt, not SystemExit: run_client turns a SystemExit
+    (argparse's) into a return code and would go on to the next run, so the timeout would never end the bench."""
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def _client_main():
     """SGLang's own bench_serving entry point (`python -m sglang.bench_serving` runs this cli_main), or None
     where this SGLang has no importable one (then each run is a subprocess)."""
@@ -383,9 +390,7 @@ def main(argv=None) -> int:
         os.makedirs(prof_dir, exist_ok=True)
         return Server(name, spec, a.common, a.port + i, a.out, prof_dir if a.profile_concurrency else None)
 
-    # `timeout` sends SIGTERM: turn it into an exit so every launched server is stopped (a server left
-    # running keeps its port and GPU memory and breaks the next run)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, on_sigterm)
     early = {}  # --start-all: every server starts now (in parallel); each is still measured alone, the rest idle
     if a.start_all:
         early = {name: launch(i, name, spec) for i, (name, spec, running) in enumerate(targets) if not running}

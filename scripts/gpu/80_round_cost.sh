@@ -13,7 +13,8 @@
 # RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_FLASHMLA (kimi-k2-shaped only, 1 by default
 # there), RC_AUTO (1: also SGLANG_DDTREE_BUDGET=auto, candidates 15/31/63), RC_FULLMASK (1: also the first budget
 # through SGLang's FULL_MASK verify, the path the tree kernel replaced: the "before" profile; GQA only),
-# RC_START_ALL (0: one server up at a time; 1: all start together, memory split)
+# RC_START_ALL (0: one server up at a time; 1: all start together, memory split), RC_TRITON (0: leave out the DFLASH
+# and DDTree servers on triton, e.g. to measure only the FlashMLA pair in one call)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/round_cost}; mkdir -p "$OUTD"
@@ -33,10 +34,13 @@ COMMON="--model-path $T --load-format dummy --speculative-draft-load-format dumm
  --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static $FRAC
  --max-total-tokens 131072 --context-length 40960 --chunked-prefill-size 8192 --cuda-graph-bs 1 2 4 8 16 32
  --disable-prefill-cuda-graph --max-running-requests 32 --random-seed 0"
-S=(--server "dflash=--speculative-algorithm DFLASH --speculative-draft-model-path $D")
-for b in $BUDGETS; do
-  S+=(--server "ddtree_b$b=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b + 1))")
-done
+S=()
+if [ "${RC_TRITON:-1}" = 1 ]; then
+  for b in $BUDGETS; do
+    S+=(--server "ddtree_b$b=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b + 1))")
+  done
+  S+=(--server "dflash=--speculative-algorithm DFLASH --speculative-draft-model-path $D")
+fi
 # the tree kernel inside FlashInfer's target backend (head dim 128; the tiny pair's 32 has no FlashInfer prefill)
 b0=${BUDGETS%% *}
 [ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
@@ -47,7 +51,8 @@ if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
   S+=(--server "dflash_flashmla=--speculative-algorithm DFLASH --speculative-draft-model-path $D $FM")
   S+=(--server "ddtree_b${b0}_flashmla=$DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
 fi
-[ $MLA = 0 ] && [ "${RC_FULLMASK:-0}" = 1 ] && S+=(--server "ddtree_b${b0}_fullmask=SGLANG_DDTREE_VERIFY_ATTENTION=full_mask $DD --speculative-num-draft-tokens $((b0 + 1))")
+# first, next to the first budget on the tree kernel: a call cut short keeps the before/after pair
+[ $MLA = 0 ] && [ "${RC_FULLMASK:-0}" = 1 ] && S=(--server "ddtree_b${b0}_fullmask=SGLANG_DDTREE_VERIFY_ATTENTION=full_mask $DD --speculative-num-draft-tokens $((b0 + 1))" "${S[@]}")
 echo "$PAIR servers: ${S[*]}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
 timeout ${RC_TIMEOUT:-560} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts 8 --prompts-per-conc 4 \

@@ -49,10 +49,13 @@ class DraftTreeHead:
         self.graph_ready = False
 
     def logits(self, hidden: torch.Tensor, bs: int) -> torch.Tensor:
-        hs = hidden.view(bs, self.block, -1)[:, 1:, :]
+        """[bs, L, V] in one 2-D GEMM that reads the lm_head once. The strided [bs, L, H] view of the depth
+        rows would make matmul a batched GEMM reading the whole head once per request: measured on the H200
+        at 16 requests, 9 ms a round on a 163840 x 7168 head where DFLASH's one GEMM took 0.75 ms."""
+        hs = hidden.view(bs, self.block, -1)[:, 1:, :].reshape(bs * self.L, -1)  # a contiguous copy (small)
         if hs.dtype != self.weight.dtype:
             hs = hs.to(self.weight.dtype)
-        logits = torch.matmul(hs, self.weight[: self.num_org].T)  # [bs, L, V]
+        logits = torch.matmul(hs, self.weight[: self.num_org].T).view(bs, self.L, -1)
         return logits if self.depth_scale is None else logits * self.depth_scale
 
     def build(self, hidden, bs: int, roots, prefix) -> TreeBatch:

@@ -5,7 +5,10 @@ A capture whose window saw requests arrive mixed prefill GEMMs into the per-roun
 import importlib.util
 import json
 import pathlib
+import sys
 import types
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -135,3 +138,16 @@ def test_interleave_needs_start_all(tmp_path):
     ab = _load()
     with pytest.raises(SystemExit):
         ab.main(["--out", str(tmp_path), "--server", "a=", "--prompts-file", "p.json", "--interleave"])
+
+
+def test_sigterm_during_a_client_run_ends_the_bench_instead_of_being_taken_for_the_clients_exit(tmp_path,
+                                                                                                   monkeypatch):
+    """`timeout` must end the bench: the client runs in process and run_client turns its SystemExit into a return
+    code, so the SIGTERM handler must raise something run_client lets through."""
+    ab = _load()
+    monkeypatch.setattr(ab, "_client_main", lambda: ab.on_sigterm)  # the signal lands while the client runs
+    a = types.SimpleNamespace(client="inproc", run_timeout=5)
+    with pytest.raises(KeyboardInterrupt):
+        ab.run_client(["--help"], str(tmp_path / "bs.log"), a)
+    monkeypatch.setattr(ab, "_client_main", lambda: lambda: sys.exit(2))  # argparse's own exit stays a code
+    assert ab.run_client(["--bad"], str(tmp_path / "bs.log"), a) == 2

@@ -8,6 +8,13 @@ from sglang_ddtree import build_tree, build_tree_from_topk
 from sglang_ddtree.round import RoundOps
 
 
+def rows_logits(hidden, weight, bs, block):
+    """The depth rows' logits [bs, block - 1, V], summed as one 2-D GEMM (as the head does: a batched GEMM
+    may differ in the last ulp, which moves log-weights)."""
+    H = weight.shape[1]
+    return (hidden.view(bs, block, H)[:, 1:].reshape(-1, H) @ weight.T).view(bs, block - 1, -1)
+
+
 @pytest.mark.parametrize("anchor", [None, "chain"])
 def test_head_build_matches_build_tree(plugins_loaded, anchor):
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
@@ -21,7 +28,7 @@ def test_head_build_matches_build_tree(plugins_loaded, anchor):
     hidden = torch.randn(bs * block, H, generator=g)
     roots, prefix = torch.tensor([7, 8, 9]), torch.tensor([3, 0, 11])
     got = head.build(hidden, bs, roots, prefix)
-    logits = (hidden.view(bs, block, H)[:, 1:] @ weight.T)
+    logits = rows_logits(hidden, weight, bs, block)
     ref = build_tree(logits, budget, root_tokens=roots, seq_lens=prefix, backend="cpu", anchor=anchor)
     for name, t in ref.tensors().items():
         assert torch.equal(getattr(got, name), t), name
@@ -38,7 +45,7 @@ def test_head_ranks_by_the_calibrated_logits(plugins_loaded):
     hidden = torch.randn(bs * block, H, generator=g)
     roots, prefix = torch.tensor([1, 2]), torch.tensor([5, 6])
     got = head.build(hidden, bs, roots, prefix)
-    logits = (hidden.view(bs, block, H)[:, 1:] @ weight.T) * torch.tensor([1 / t for t in temps])[:, None]
+    logits = rows_logits(hidden, weight, bs, block) * torch.tensor([1 / t for t in temps])[:, None]
     ref = build_tree(logits, budget, root_tokens=roots, seq_lens=prefix, backend="cpu", anchor="chain")
     for name, t in ref.tensors().items():
         assert torch.equal(getattr(got, name), t), name
@@ -83,7 +90,7 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, 
         graph.replay()
         got = head.from_graph(bs)
         # the oracle fed the CUDA stage 1's (lp, ids) of the same logits (stage-1 backends differ by ulps)
-        logits = hidden.view(bs, block, H)[:, 1:] @ weight.T
+        logits = rows_logits(hidden, weight, bs, block)
         if temps is not None:  # the head's calibration: depth d's logits times 1 / T_d, in the logits' dtype
             logits = logits * head.depth_scale
         lp, ids = torch.ops.sglang_ddtree.topk_lse(logits.reshape(bs * (block - 1), V), head.k)
@@ -92,3 +99,23 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, 
                                    backend="reference", anchor=anchor)
         for name, t in ref.tensors().items():
             assert torch.equal(getattr(got, name).cpu(), t), (trial, name)
+
+
+def test_head_reads_the_lm_head_in_one_2d_gemm(plugins_loaded, monkeypatch):
+    """A strided [bs, L, H] operand makes matmul a batched GEMM that reads the whole lm_head once per request
+    (9 ms a round at 16 requests on a 163840-row head, H200): the head must hand matmul one contiguous 2-D
+    operand, whatever the batch."""
+    from sglang_ddtree.sglang import draft_head as mod
+
+    seen, real = [], torch.matmul
+    monkeypatch.setattr(mod.torch, "matmul", lambda a, b: (seen.append((a.dim(), a.is_contiguous())), real(a, b))[1])
+    g = torch.Generator().manual_seed(5)
+    V, H, block, bs = 40, 8, 5, 6
+    weight = torch.randn(V, H, generator=g)
+    head = mod.DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=6, topk=None, max_bs=8,
+                             ops=RoundOps("cpu"), tree_in_graph=False)
+    hidden = torch.randn(bs * block, H, generator=g)
+    logits = head.logits(hidden, bs)
+    assert seen == [(2, True)]
+    assert logits.shape == (bs, block - 1, V)
+    torch.testing.assert_close(logits, hidden.view(bs, block, H)[:, 1:] @ weight.T)
