@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <tuple>
 
@@ -62,8 +63,16 @@ Launch prepare(const at::Tensor& q_a, const std::optional<at::Tensor>& q_b, cons
                 "verify_attn MLA: values must be the latent part (a view) of the keys");
     TORCH_CHECK(q_b->size(0) == T && q_b->size(1) == Hq, "q_b must match q_a in T and heads");
   } else {
-    TORCH_CHECK(ddtree::verify_attn_gqa_head_dim(static_cast<int>(Da)) && Dv == Da && k_cache.size(2) == Da,
-                "verify_attn GQA takes head dim 32, 64, 128 or 256 with equal key and value dims, got ", Da);
+    if (!(ddtree::verify_attn_gqa_head_dim(static_cast<int>(Da)) && Dv == Da && k_cache.size(2) == Da)) {
+      // Formatted here into one C string: with the number passed to TORCH_CHECK (c10::str's ostream path) this
+      // check crashed the process on the H200 instead of raising, while one-literal checks raise
+      // (docs/benchmarks/ragged-op-segv-h200-2026-12-04.txt); test_attention_ragged_gpu.py decides whether
+      // this form raises.
+      char msg[160];
+      std::snprintf(msg, sizeof msg, "verify_attn GQA takes head dim 32, 64, 128 or 256 with equal key and value "
+                    "dims, got %lld", static_cast<long long>(Da));
+      TORCH_CHECK(false, static_cast<const char*>(msg));
+    }
   }
   TORCH_CHECK(Hkv >= 1 && Hq % Hkv == 0, "query heads must be a multiple of KV heads");
   TORCH_CHECK(v_cache.size(1) == Hkv && k_tree.size(1) == Hkv && v_tree.size(1) == Hkv, "KV head counts differ");
