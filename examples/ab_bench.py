@@ -216,14 +216,42 @@ def with_output_len(dataset: list[str], n: int) -> list[str]:
     return out
 
 
+def running_and_waiting(base: str) -> tuple[int, int] | None:
+    """(requests decoding, requests waiting) from SGLang's /v1/loads (core section), or None where the server
+    has no such endpoint."""
+    try:
+        loads = json.loads(urllib.request.urlopen(base + "/v1/loads?include=core", timeout=5).read())["loads"]
+        return sum(int(r["num_running_reqs"]) for r in loads), sum(int(r["num_waiting_reqs"]) for r in loads)
+    except Exception:
+        return None
+
+
+def wait_for_wave(base: str, conc: int, timeout: float, poll: float = 0.05) -> float | None:
+    """Seconds until all `conc` requests of a profile wave are decoding (none waiting, none in prefill), so a
+    capture started now holds decode rounds only; None when the server cannot say or the wave never got there
+    (the caller then falls back to a delay). A delay from the load's start was not enough: on 2026-12-04 the
+    in-process client spent over a second before sending, and the 8B-shaped capture at 16 requests held the
+    whole wave's prefill."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        state = running_and_waiting(base)
+        if state is None:
+            return None
+        if state[0] >= conc and state[1] == 0:
+            return time.monotonic() - t0
+        time.sleep(poll)
+    return None
+
+
 def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str, prof_dir: str,
             ttft_s: float = 0.0) -> dict:
     """Capture --profile-steps decode rounds at `conc` and summarise the trace.
 
     The load is one wave of `conc` requests with --profile-output-len tokens each and no client warm-up, and
-    the capture starts once that wave has been prefilled (--profile-delay, at least twice the measured P99
-    TTFT at this concurrency): no request arrives or finishes inside the window, so every captured step is
-    a decode round (a window with arrivals mixes prefill GEMMs into the per-round kernel list).
+    the capture starts once that wave has been prefilled (SGLang's /v1/loads says all `conc` are decoding,
+    then --profile-margin; where it cannot say, --profile-delay, at least twice the measured P99 TTFT at this
+    concurrency): no request arrives or finishes inside the window, so every captured step is a decode round
+    (a window with arrivals mixes prefill GEMMs into the per-round kernel list).
     SGLang answers /start_profile with num_steps only once those steps ran and the trace is written, so
     stacks are off (their export takes minutes), and a capture that has not returned when the load ends
     is stopped explicitly: never a hang."""
@@ -234,7 +262,8 @@ def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str,
     long = with_output_len(dataset, a.profile_output_len)
     load = threading.Thread(target=lambda: bench_serving(base, conc, wave, long, out_dir, f"{tag}_prof", warmup=0))
     load.start()
-    delay = max(a.profile_delay, 2 * ttft_s + 0.5)
+    waited = wait_for_wave(base, conc, a.profile_timeout)
+    delay = max(a.profile_delay, 2 * ttft_s + 0.5) if waited is None else a.profile_margin
     time.sleep(delay)
     err = None
     try:
@@ -253,8 +282,9 @@ def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str,
     if not new:
         return {"error": err or "no trace written"}
     summary = summarize_trace(new[-1], steps=a.profile_steps)
-    summary.update(trace=os.path.basename(new[-1]), load=f"{conc} requests x {a.profile_output_len} tokens, "
-                   f"capture after {delay:.1f} s")
+    when = (f"capture {delay:.1f} s after all {conc} were decoding ({waited:.1f} s after the load began)"
+            if waited is not None else f"capture after {delay:.1f} s")
+    summary.update(trace=os.path.basename(new[-1]), load=f"{conc} requests x {a.profile_output_len} tokens, {when}")
     if err:
         summary["warning"] = err
     return summary
@@ -331,8 +361,11 @@ def main(argv=None) -> int:
                          "a row; each pass still has one server under load")
     ap.add_argument("--profile-concurrency", type=int, nargs="*", default=[])
     ap.add_argument("--profile-steps", type=int, default=20)
+    ap.add_argument("--profile-margin", type=float, default=0.2,
+                    help="seconds between the whole profile wave decoding (SGLang's /v1/loads) and the capture")
     ap.add_argument("--profile-delay", type=float, default=1.0,
-                    help="seconds before the capture starts (at least 2x the measured P99 TTFT + 0.5 s)")
+                    help="where the server has no /v1/loads: seconds from the load's start to the capture (at "
+                         "least 2x the measured P99 TTFT + 0.5 s)")
     ap.add_argument("--profile-output-len", type=int, default=512,
                     help="tokens per request of the profile load (its wave must outlast the capture)")
     ap.add_argument("--profile-timeout", type=float, default=120)

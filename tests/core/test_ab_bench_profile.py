@@ -43,19 +43,52 @@ def test_profile_load_is_one_long_wave_captured_after_its_prefill(tmp_path, monk
         if url.endswith("/start_profile"):
             ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0.0, "dur": 5.0},
                   {"ph": "X", "cat": "kernel", "name": "k", "ts": 10.0, "dur": 5.0}]
-            (tmp_path / "t.trace.json").write_text(json.dumps({"traceEvents": ev}))
+            (tmp_path / f"t{len(list(tmp_path.glob('t*.trace.json')))}.trace.json").write_text(
+                json.dumps({"traceEvents": ev}))
         return b"{}"
 
     monkeypatch.setattr(ab, "bench_serving", fake_bench)
     monkeypatch.setattr(ab, "_post", fake_post)
     monkeypatch.setattr(ab.time, "sleep", slept.append)
+    monkeypatch.setattr(ab, "running_and_waiting", lambda base: None)  # a server without /v1/loads
     a = types.SimpleNamespace(num_prompts=64, prompts_per_conc=8, profile_output_len=512, profile_delay=1.0,
-                              profile_steps=2, profile_timeout=5, run_timeout=5)
+                              profile_margin=0.2, profile_steps=2, profile_timeout=5, run_timeout=5)
     out = ab.profile("http://x", 16, a, ["--sharegpt-output-len", "64"], str(tmp_path), "s_c16",
                      str(tmp_path), ttft_s=0.8)
     assert seen == {"n": 16, "dataset": ["--sharegpt-output-len", "512"], "warmup": 0}
     assert slept == [2.1]  # 2 x P99 TTFT + 0.5 s, above --profile-delay
     assert out["kernels_per_round"][0]["count"] == 1.0 and "16 requests x 512 tokens" in out["load"]
+
+    # a server that reports its load: the capture waits until the whole wave decodes, then the margin
+    states = iter([(0, 16), (9, 7), (15, 0), (16, 0)])  # waiting, half prefilled, one in prefill, all decoding
+    polls = []
+    monkeypatch.setattr(ab, "running_and_waiting", lambda base: (polls.append(base), next(states))[1])
+    slept.clear()
+    out = ab.profile("http://x", 16, a, ["--sharegpt-output-len", "64"], str(tmp_path), "s_c16",
+                     str(tmp_path), ttft_s=0.8)
+    assert len(polls) == 4 and slept == [0.05, 0.05, 0.05, 0.2]
+    assert "capture 0.2 s after all 16 were decoding" in out["load"]
+
+
+def test_running_and_waiting_reads_sglangs_load_endpoint(monkeypatch):
+    ab = _load()
+    body = {"timestamp": "t", "loads": [{"dp_rank": 0, "num_running_reqs": 12, "num_waiting_reqs": 3},
+                                        {"dp_rank": 1, "num_running_reqs": 4, "num_waiting_reqs": 0}]}
+    urls = []
+
+    class Reply:
+        def read(self):
+            return json.dumps(body).encode()
+
+    monkeypatch.setattr(ab.urllib.request, "urlopen", lambda url, timeout: (urls.append(url), Reply())[1])
+    assert ab.running_and_waiting("http://x") == (16, 3)
+    assert urls == ["http://x/v1/loads?include=core"]
+
+    def missing(url, timeout):
+        raise ab.urllib.error.HTTPError(url, 404, "Not Found", {}, None)
+
+    monkeypatch.setattr(ab.urllib.request, "urlopen", missing)
+    assert ab.running_and_waiting("http://x") is None
 
 
 def test_repeated_passes_report_each_fields_median_and_keep_the_spread():
