@@ -11,6 +11,9 @@ The budget that maximises predicted tokens per unit time is argmax_b E_b / cost(
 """
 from __future__ import annotations
 
+import collections
+import statistics
+
 import torch
 
 from . import flags as F
@@ -140,38 +143,38 @@ class AutoWidth:
     - E_w: the predicted tokens a round commits at width w (`expected_commit` at budget w − 1, mean over the
       batch), published by an earlier round's tree through `LaggedValue` (one or two rounds stale: under
       overlap scheduling round r is launched before round r−1's tree can be read without a sync);
-    - cost(bucket, w): the time of a round in this graph batch bucket at this width. Its start is `prior`:
-      the replay time of the round's CUDA graphs measured at start-up (draft graph + verify graph of that
-      width), a lower bound of a round, which leaves out the host's work. Once a width has run two rounds in
-      a row in a bucket, the host's own period between round launches (the round's real cost under overlap,
-      host work included) replaces it, smoothed by an EMA (outliers capped); an estimate not refreshed for
-      `refresh` rounds falls back to the prior. The lower-bound start makes every width that could be best
-      get tried.
-    Rounds separated by another forward (a prefill) give no period (`interrupt`)."""
+    - cost(bucket, w) = G(bucket, w) + H(bucket). G is the replay time of the round's CUDA graphs at width w in
+      this graph batch bucket (draft graph + verify graph), measured at start-up: what differs between widths
+      is GPU work, and the graphs hold nearly all of it. H is what a round costs beyond its graphs — host work,
+      eager kernels, scheduling — which is about the same at every width: the median, over the bucket's last
+      `window` clean periods between round launches, of the period minus its round's G, whatever width ran.
+      One H per bucket, not a cost per width: learning each width's period on its own (the design served until
+      2026-12-04) let host noise and drift, sampled at different times for different widths, pick the width —
+      on a host-bound model every width costs the same, and the choice wandered (0.86–0.95× the best fixed
+      budget on the H200). The median also shrugs off a stalled round (the whole server paused).
+    Rounds separated by another forward (a prefill, `interrupt`) or by a change of bucket give no period."""
 
-    def __init__(self, widths, buckets=(), prior=None, device="cpu", *, alpha: float = 0.25, refresh: int = 2000,
-                 clock=None):
+    def __init__(self, widths, buckets=(), prior=None, device="cpu", *, window: int = 64, clock=None):
         import time
 
         ws = sorted({int(w) for w in widths})
         if not ws or ws[0] < 1:
             raise ValueError(f"widths must be positive verify widths, got {widths!r}")
+        if int(window) < 1:
+            raise ValueError(f"window must be >= 1 periods, got {window!r}")
         self.widths = ws
         self.set_costs(buckets, prior)
-        if not 0 < alpha <= 1:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        self.alpha, self.refresh = float(alpha), int(refresh)
+        self.window = int(window)
         self.clock = clock or time.perf_counter
         self._expected = LaggedValue(torch.zeros(len(ws), dtype=torch.float32), device)
         self._cols = torch.tensor([w - 1 for w in ws], dtype=torch.int64, device=device)
-        self._est = {}        # (bucket, width) -> (seconds, round it was last measured)
+        self._beyond = {}     # bucket -> deque of the last `window` (period − G) samples, seconds
         self._last = None     # (time, bucket, width) of the previous round's launch
-        self._prev_key = None  # (bucket, width) of the round before that
         self.round = 0
         self.rounds = {}      # (bucket, width) -> rounds run (what a user sees in the log)
 
     def set_costs(self, buckets, prior) -> None:
-        """The graph batch buckets and the start-up cost table {(bucket, width): seconds} (once graphs exist)."""
+        """The graph batch buckets and the start-up graph table G {(bucket, width): seconds} (once graphs exist)."""
         prior = {(int(b), int(w)): float(t) for (b, w), t in (prior or {}).items()}
         if any(t < 0 for t in prior.values()):
             raise ValueError("prior costs must be >= 0 seconds")
@@ -184,11 +187,21 @@ class AutoWidth:
                 return b
         return int(bs) if not self.buckets else self.buckets[-1]
 
+    def graph_cost(self, bucket: int, width: int) -> float:
+        """G: the start-up graph time; a width the table lacks counts as the dearest width timed in its bucket
+        (never cheaper than a measured one), 0 where none was timed."""
+        g = self.prior.get((bucket, width))
+        if g is None:
+            g = max((t for (b, _), t in self.prior.items() if b == bucket), default=0.0)
+        return g
+
+    def beyond_graphs(self, bucket: int) -> float:
+        """H: the median time a round of this bucket spent beyond its graphs (0 until one is measured)."""
+        d = self._beyond.get(bucket)
+        return statistics.median(d) if d else 0.0
+
     def cost(self, bucket: int, width: int) -> float:
-        est = self._est.get((bucket, width))
-        if est is not None and self.round - est[1] <= self.refresh:
-            return est[0]
-        return self.prior.get((bucket, width), 0.0)
+        return self.graph_cost(bucket, width) + self.beyond_graphs(bucket)
 
     def choose(self, bs: int) -> int:
         """The width of the round being launched now (call once per decode round, at its launch)."""
@@ -196,34 +209,28 @@ class AutoWidth:
         self.round += 1
         if self._last is not None:
             t, b, w = self._last
-            if (b, w) == self._prev_key:  # two rounds in a row at one (bucket, width): a clean period
+            if b == bucket:  # the previous round's launch-to-launch period, in this bucket
                 self._measure(b, w, now - t)
-            self._prev_key = (b, w)
         if not self._expected.landed():
             width = self.widths[0]
         else:
             e = self._expected.current().tolist()
-            score = lambda i: e[i] / max(self.cost(bucket, self.widths[i]), 1e-9)  # noqa: E731
+            h = self.beyond_graphs(bucket)
+            score = lambda i: e[i] / max(self.graph_cost(bucket, self.widths[i]) + h, 1e-9)  # noqa: E731
             width = self.widths[max(range(len(self.widths)), key=score)]  # ties: the narrower width
         self._last = (now, bucket, width)
         self.rounds[(bucket, width)] = self.rounds.get((bucket, width), 0) + 1
         return width
 
-    def _measure(self, bucket: int, width: int, sample: float) -> None:
-        """One round's period into the EMA. A sample is capped at 4x the estimate it updates or, for a width's
-        first, 4x the cheapest width measured in its bucket: one stalled round (a pause of the whole server)
-        must not shut a width out until its estimate goes stale."""
-        fresh = {w: e for (b, w), (e, r) in self._est.items() if b == bucket and self.round - r <= self.refresh}
-        if width in fresh:
-            sample = min(sample, 4 * fresh[width])
-            est = fresh[width] + self.alpha * (sample - fresh[width])
-        else:
-            est = min(sample, 4 * min(fresh.values())) if fresh else sample
-        self._est[(bucket, width)] = (est, self.round)
+    def _measure(self, bucket: int, width: int, period: float) -> None:
+        d = self._beyond.get(bucket)
+        if d is None:
+            d = self._beyond[bucket] = collections.deque(maxlen=self.window)
+        d.append(max(period - self.graph_cost(bucket, width), 0.0))
 
     def interrupt(self) -> None:
         """Another forward ran since the last decode round: the next interval is not a round's period."""
-        self._last, self._prev_key = None, None
+        self._last = None
 
     def predict(self, tree: TreeBatch) -> torch.Tensor:
         """float32 [B, K]: each request's predicted tokens at every candidate width, from the round's largest

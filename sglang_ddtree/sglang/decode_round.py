@@ -8,8 +8,9 @@
 
 Every SGLang step is an adapter verb (adapters/dflash_v2.py and the release's module); what is here is the
 same on every release. With SGLANG_DDTREE_BUDGET=auto (budget.AutoWidth) each round first picks its verify
-width w on the host among the candidates, from an earlier round's predicted tokens and the measured cost of
-a round at each width in this batch's graph bucket; the drafter still builds the widest tree, the round
+width w on the host among the candidates, from an earlier round's predicted tokens and the cost of a round
+at each width in this batch's graph bucket (its graphs' start-up time plus the bucket's measured time beyond
+the graphs); the drafter still builds the widest tree, the round
 verifies its first w nodes (budget.truncate: exactly the tree of budget w − 1) through that width's verify
 graphs, and this round's prediction is published for a later round's choice. Widths: the verify writes n
 slots per request, the drafter and the committed output use the drafter's block size (accepted path ≤ depth
@@ -120,7 +121,7 @@ class DecodeRound:
     def capture_widths(self) -> None:
         """After every graph of the server exists (auto only): the target's verify graphs at each candidate
         width, and the start-up cost table — the replay time of the draft graph plus each width's verify graph
-        per batch bucket (a lower bound of a round; budget.AutoWidth refines it from the rounds it runs)."""
+        per batch bucket (what differs between widths; budget.AutoWidth adds the measured time beyond the graphs)."""
         if self.auto is None:
             return
         self.verify_runners = self.sgl.capture_verify_widths(self.auto.widths)
