@@ -5,6 +5,9 @@
 #   bash scripts/gpu_check.sh build tree      # selected steps
 # Each step gets STEP_OUT (its own folder) and runs from the repository root; a failing step does not stop
 # the others. Results: $OUT/gpu_check.tar.gz (all step folders) and $OUT/summary.txt.
+# GPU_CHECK_DEADLINE_S=N: every step is stopped (SIGTERM to its process group) so that the whole run, tarball
+# included, ends within N seconds of the start, and later steps are skipped: a machine that cuts the command
+# off at its limit would otherwise lose every result (the device's 600 s call limit: set 580).
 # If .sgl/sgl-bundle.tar.xz was carried (make gpu-bundle), SGLang 0.5.17 + FlashInfer + sgl-kernel are
 # unpacked to /tmp/site and put on PYTHONPATH.
 set -u
@@ -34,7 +37,13 @@ for f in "${steps[@]}"; do
   name=$(basename "$f" .sh); name=${name#[0-9][0-9]_}
   export STEP_OUT="$WORK/$name"; mkdir -p "$STEP_OUT"
   s=$(date +%s)
-  bash "$f" >"$STEP_OUT/step.log" 2>&1; rc=$?
+  if [ -n "${GPU_CHECK_DEADLINE_S:-}" ]; then  # stop each step in time for the tarball to be written
+    left=$(( GPU_CHECK_DEADLINE_S - (s - t0) - 20 ))
+    if [ $left -le 0 ]; then echo "$name skipped: deadline" | tee -a "$OUT/summary.txt"; continue; fi
+    timeout -k 15 $left bash "$f" >"$STEP_OUT/step.log" 2>&1; rc=$?
+  else
+    bash "$f" >"$STEP_OUT/step.log" 2>&1; rc=$?
+  fi
   line="$name rc=$rc $(( $(date +%s) - s ))s"
   echo "$line" | tee -a "$OUT/summary.txt"
   [ $rc -ne 0 ] && tail -30 "$STEP_OUT/step.log"
