@@ -53,19 +53,33 @@ def _empty_rows_to_neg_inf(prob: Problem, lse: torch.Tensor) -> torch.Tensor:
     return torch.where(empty, torch.full_like(lse, -math.inf), lse)
 
 
-def flashmla_prefix(prob: Problem, plan: dict):
-    from sgl_kernel.flash_mla import flash_mla_with_kvcache, get_mla_metadata
+def flashmla_metadata(prefix_lens: torch.Tensor, n: int, heads: int):
+    """FlashMLA's split plan for n queries x `heads` heads per request over one latent KV head."""
+    from sgl_kernel.flash_mla import get_mla_metadata
 
-    B, n, Hq = prob.B, prob.n, prob.Hq
+    return get_mla_metadata(prefix_lens, n * heads, 1)
+
+
+def flashmla_attend(q: torch.Tensor, k_cache: torch.Tensor, page_table: torch.Tensor, prefix_lens: torch.Tensor,
+                    dv: int, meta, sm_scale: float):
+    """Every query of request b over its first prefix_lens[b] cached tokens, no mask. q [B, n, H, 576]; k_cache
+    [pages, page_size, 1, 576]; page_table int32 [B, pages]. Returns (O [B·n, H, dv], natural-log LSE [B·n, H]);
+    FlashMLA returns the LSE as [B, H, n]."""
+    from sgl_kernel.flash_mla import flash_mla_with_kvcache
+
+    B, n, H = q.shape[0], q.shape[1], q.shape[2]
+    o, lse = flash_mla_with_kvcache(q, k_cache, page_table, prefix_lens, dv, meta[0], meta[1],
+                                    softmax_scale=sm_scale, causal=False)
+    return o.reshape(B * n, H, dv), lse.transpose(1, 2).reshape(B * n, H)
+
+
+def flashmla_prefix(prob: Problem, plan: dict):
     if "flashmla_meta" not in plan:
-        plan["flashmla_meta"] = get_mla_metadata(prob.prefix_lens, n * Hq, 1)
-    tsm, splits = plan["flashmla_meta"]
-    q = prob.q_full().reshape(B, n, Hq, prob.Dqk)
-    k_cache = _cache_4d(prob.k_cache, prob.page_size)
-    o, lse = flash_mla_with_kvcache(q, k_cache, prob.page_table, prob.prefix_lens, prob.Dv, tsm, splits,
-                                    softmax_scale=prob.sm_scale, causal=False)
-    lse = lse.transpose(1, 2).reshape(B * n, Hq)
-    return o.reshape(B * n, Hq, prob.Dv), _empty_rows_to_neg_inf(prob, lse), "e"
+        plan["flashmla_meta"] = flashmla_metadata(prob.prefix_lens, prob.n, prob.Hq)
+    q = prob.q_full().reshape(prob.B, prob.n, prob.Hq, prob.Dqk)
+    o, lse = flashmla_attend(q, _cache_4d(prob.k_cache, prob.page_size), prob.page_table, prob.prefix_lens,
+                             prob.Dv, plan["flashmla_meta"], prob.sm_scale)
+    return o, _empty_rows_to_neg_inf(prob, lse), "e"
 
 
 def _paged_indices(prob: Problem):

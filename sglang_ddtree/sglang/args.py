@@ -58,6 +58,8 @@ ENV_OPS_BACKEND = "SGLANG_DDTREE_OPS_BACKEND"
 ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
 ENV_VERIFY_ATTENTION = "SGLANG_DDTREE_VERIFY_ATTENTION"
 VERIFY_ATTENTION = ("auto", "tree", "full_mask")
+ENV_MLA_PREFIX = "SGLANG_DDTREE_MLA_PREFIX"
+MLA_PREFIX = ("tree", "flashmla")  # MLA verify: our kernel over prefix and tree, or FlashMLA's over the prefix
 ENV_CALIBRATION = "SGLANG_DDTREE_CALIBRATION"
 ENV_ANCHOR = "SGLANG_DDTREE_ANCHOR"
 ANCHORS = {"chain": "chain", "none": None}  # served default: chain (held-out tau higher at every budget)
@@ -89,6 +91,7 @@ class Knobs:
     calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
     auto: bool = False            # SGLANG_DDTREE_BUDGET=auto: the budget is chosen every round (budget is None)
     auto_budgets: tuple = ()      # its candidates (SGLANG_DDTREE_AUTO_BUDGETS); () = the default ladder
+    mla_prefix: str = "tree"      # SGLANG_DDTREE_MLA_PREFIX: 'flashmla' = FlashMLA over the prefix (page size 64)
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -105,11 +108,14 @@ class Knobs:
         if anchor not in ANCHORS:
             raise ValueError(f"{ENV_ANCHOR} must be one of {', '.join(ANCHORS)}, got {anchor!r}")
         calibration = os.environ.get(ENV_CALIBRATION, "auto").strip() or "auto"
+        mla_prefix = os.environ.get(ENV_MLA_PREFIX, "tree").strip().lower() or "tree"
+        if mla_prefix not in MLA_PREFIX:
+            raise ValueError(f"{ENV_MLA_PREFIX} must be one of {', '.join(MLA_PREFIX)}, got {mla_prefix!r}")
         auto = os.environ.get(ENV_BUDGET, "").strip().lower() == "auto"
         return cls(budget=None if auto else _env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1),
                    ops_backend=backend, draft_graph_head=head == "1", verify_attention=verify,
                    anchor=ANCHORS[anchor], calibration=calibration, auto=auto,
-                   auto_budgets=_env_int_list(ENV_AUTO_BUDGETS))
+                   auto_budgets=_env_int_list(ENV_AUTO_BUDGETS), mla_prefix=mla_prefix)
 
 
 def _env_int_list(name: str) -> tuple:
@@ -303,6 +309,10 @@ def validate_server_args(server_args) -> None:
     if mla and knobs.verify_attention == "full_mask":
         _reject(f"{ENV_VERIFY_ATTENTION}=full_mask for an MLA target (SGLang's MLA backends cannot apply a tree mask)",
                 f"leave {ENV_VERIFY_ATTENTION} unset: the tree kernel verifies MLA trees")
+    if knobs.mla_prefix == "flashmla" and not (mla and getattr(view, "attention_backend", None) == "flashmla"):
+        _reject(f"{ENV_MLA_PREFIX}=flashmla without an MLA target on --attention-backend flashmla (FlashMLA reads "
+                f"the prefix from SGLang's FlashMLA page tables, page size 64)",
+                f"serve the MLA target with --attention-backend flashmla --page-size 64, or unset {ENV_MLA_PREFIX}")
     page = getattr(view, "page_size", None)
     if page is not None and int(page) != 1 and knobs.verify_attention == "full_mask":
         # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1

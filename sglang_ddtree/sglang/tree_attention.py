@@ -14,7 +14,12 @@ forward mode it has, except TARGET_VERIFY, which becomes:
       ancestor bitset (TreeBatch.mask_bits, loaded by the worker into a static buffer) in one online softmax.
 
 No FULL_MASK is built or read, the graph captured at any prefix length replays at every other one, and the
-page size does not matter (slots are token-level). One instance serves every verify width the worker
+page size does not matter (slots are token-level). With SGLANG_DDTREE_MLA_PREFIX=flashmla (an MLA target on
+the flashmla backend, page size 64) the prefix goes through FlashMLA instead, the kernel our own MLA prefix path
+runs at ~4x the time of at batch 16: the metadata also fills a page table and the prefix lengths from
+req_to_token, each forward's first layer plans FlashMLA's splits (inside the graph), and per layer FlashMLA
+attends every tree query over its prefix with its LSE, our kernel attends it over the tree alone (an empty
+prefix), and the merge kernel combines the two by LSE — the standalone cascade of sglang_ddtree.attention. One instance serves every verify width the worker
 captures graphs for (the served auto budget): a forward's width is its rows per request, and each width has
 its own static mask buffer. Shapes the kernel does not take are refused up front (`unsupported`), and the
 worker falls back to SGLang's FULL_MASK path with the reason logged (MHA/GQA; an MLA target has no fallback:
@@ -27,7 +32,7 @@ import logging
 import torch
 
 from sglang_ddtree import ops
-from sglang_ddtree.attention import native
+from sglang_ddtree.attention import libraries, native
 
 logger = logging.getLogger("sglang_ddtree")
 
@@ -76,10 +81,25 @@ def unsupported(model_runner) -> str | None:
     return None
 
 
+def flashmla_unsupported(model_runner, mla: bool) -> str | None:
+    """Why FlashMLA cannot take the prefix of this runner's tree verify (None: it can)."""
+    if not mla:
+        return "the target is not MLA"
+    name = type(model_runner.attn_backend).__name__
+    if name != "FlashMLABackend":
+        return f"the target's attention backend is {name} (FlashMLA's page tables come with --attention-backend flashmla)"
+    page = int(getattr(model_runner, "page_size", 1) or 1)
+    if page != 64:
+        return f"the page size is {page} (FlashMLA reads pages of 64)"
+    if not libraries.available("flashmla"):
+        return "sgl_kernel's FlashMLA cannot be imported here"
+    return None
+
+
 class TreeVerifyAttention:
     """The static buffers and the patched methods of one target backend (module docstring)."""
 
-    def __init__(self, model_runner, *, n: int, max_bs: int, widths=()):
+    def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "tree"):
         self.runner = model_runner
         self.backend = model_runner.attn_backend
         self.pool = model_runner.token_to_kv_pool
@@ -99,6 +119,18 @@ class TreeVerifyAttention:
         self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
+        self.prefix = prefix
+        if prefix == "flashmla":
+            why = flashmla_unsupported(model_runner, self.mla)
+            if why is not None:
+                raise ValueError(f"SGLANG_DDTREE_MLA_PREFIX=flashmla, but {why}")
+            self.page = int(model_runner.page_size)
+            self.block_table = torch.zeros(int(max_bs), -(-self.context // self.page), dtype=torch.int32, device=dev)
+            self.prefix_lens = torch.zeros(int(max_bs), dtype=torch.int32, device=dev)
+            self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
+            self._flashmla_plan = None  # FlashMLA's split plan of the forward under way (its first layer makes it)
+        elif prefix != "tree":
+            raise ValueError(f"prefix must be 'tree' or 'flashmla', got {prefix!r}")
         self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
         self._graph_state = None  # (max_bs, max_num_tokens) the backend's own graph buffers were sized for
         self._orig = {}
@@ -143,6 +175,10 @@ class TreeVerifyAttention:
             mask[: old.shape[0]].copy_(old)
             self.masks[w] = mask
         self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
+        if self.prefix == "flashmla":
+            self.block_table = torch.zeros(bs, self.block_table.shape[1], dtype=torch.int32, device=self.device)
+            self.prefix_lens = torch.zeros(bs, dtype=torch.int32, device=self.device)
+            self.no_prefix = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
 
     def _ensure_indices(self, bs: int) -> None:
         need = bs * self.context  # every prefix is at most the context length: no host bound needed
@@ -154,8 +190,14 @@ class TreeVerifyAttention:
         if bs > self.masks[self.n].shape[0]:
             self._grow(bs)
         self._ensure_indices(bs)
-        ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
-                                      forward_batch.seq_lens[:bs], self.kv_indptr, self.kv_indices)
+        if self.prefix == "flashmla":  # FlashMLA's page table and lengths; the tail reads no prefix
+            rows, lens = forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
+            self.block_table[:bs].copy_(self.req_to_token[rows][:, :: self.page] // self.page)
+            self.prefix_lens[:bs].copy_(lens)
+            self._flashmla_plan = None
+        else:
+            ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
+                                          forward_batch.seq_lens[:bs], self.kv_indptr, self.kv_indices)
         self.bs = bs
 
     # --- the patched backend methods ------------------------------------------------------------------------
@@ -194,10 +236,10 @@ class TreeVerifyAttention:
             raise RuntimeError(f"DDTREE tree verify: layer {layer.layer_id} uses logit capping / sinks / score_mod, "
                                f"which the tree kernel does not implement")
         hq, hkv, d = layer.tp_q_head_num, layer.tp_k_head_num, layer.qk_head_dim
-        q_pe = None
+        q_pe = q_full = None
         if self.mla:  # queries and the tree's keys as the kernel's MLA layout takes them (latent ‖ rope)
-            q, q_pe, k3, v3 = self._mla_inputs(q, k, kwargs.get("q_rope"), kwargs.get("k_rope"), hq, layer,
-                                               forward_batch, save_kv_cache)
+            q_full, q, q_pe, k3, v3 = self._mla_inputs(q, k, kwargs.get("q_rope"), kwargs.get("k_rope"), hq, layer,
+                                                       forward_batch, save_kv_cache)
         else:
             k3, v3 = k.view(-1, hkv, d), v.view(-1, hkv, layer.v_head_dim)
             if save_kv_cache:
@@ -209,19 +251,37 @@ class TreeVerifyAttention:
             raise RuntimeError(f"DDTREE tree verify: {rows} query rows for {bs} requests is no verify width of "
                                f"{self.widths}")
         n = rows // bs
-        splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
-        o, _ = native.attend_ragged(q, q_pe, self.pool.get_key_buffer(layer.layer_id),
-                                    self.pool.get_value_buffer(layer.layer_id), self.kv_indptr[: bs + 1],
-                                    self.kv_indices, k3, v3, self.masks[n][:bs], layer.scaling, splits)
+        kc, vc = self.pool.get_key_buffer(layer.layer_id), self.pool.get_value_buffer(layer.layer_id)
+        if self.prefix == "flashmla":
+            o = self._flashmla_cascade(q_full, q, q_pe, kc, vc, k3, v3, bs, n, hq, layer.scaling)
+        else:
+            splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
+            o, _ = native.attend_ragged(q, q_pe, kc, vc, self.kv_indptr[: bs + 1], self.kv_indices, k3, v3,
+                                        self.masks[n][:bs], layer.scaling, splits)
         self.calls += 1
         return o.view(rows, hq * layer.v_head_dim)
+
+    def _flashmla_cascade(self, q_full, q, q_pe, kc, vc, k3, v3, bs, n, hq, scale):
+        """FlashMLA over the prefix (its LSE), our kernel over the tree alone, merged by LSE (both natural log)."""
+        if self._flashmla_plan is None:  # once per forward, inside its graph: replays re-plan for their lengths
+            self._flashmla_plan = libraries.flashmla_metadata(self.prefix_lens[:bs], n, hq)
+        o_p, lse_p = libraries.flashmla_attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
+                                               kc.view(-1, self.page, 1, MLA_LATENT + MLA_ROPE),
+                                               self.block_table[:bs], self.prefix_lens[:bs], MLA_LATENT,
+                                               self._flashmla_plan, scale)
+        o_t, lse_t = native.attend_ragged(q, q_pe, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
+                                          self.masks[n][:bs], scale, 1)
+        o, _ = native.merge(o_p, lse_p, "e", o_t, lse_t, "e", o_t.dtype)
+        return o
 
     def _mla_inputs(self, q, k, q_rope, k_rope, hq, layer, forward_batch, save_kv_cache):
         """MLA (absorbed): SGLang hands the latent queries and keys either concatenated (triton, flashmla:
         q [T, H, 576], k [T, 1, 576]) or split (flashinfer: q [T, H, 512] + q_rope [T, H, 64], k [T, 1, 512]
-        + k_rope [T, 1, 64]). Stores the tree's latent KV at out_cache_loc, returns (q latent, q rope, tree keys
-        [T, 1, 576], tree values = their latent part, a view)."""
+        + k_rope [T, 1, 64]). Stores the tree's latent KV at out_cache_loc, returns (q [T, H, 576] where SGLang
+        handed it whole (else None), q latent, q rope, tree keys [T, 1, 576], tree values = their latent part, a
+        view)."""
         rows = q.shape[0]
+        q3 = None
         if q_rope is None:
             q3 = q.reshape(rows, hq, MLA_LATENT + MLA_ROPE)
             q_a, q_b = q3[..., :MLA_LATENT], q3[..., MLA_LATENT:]
@@ -232,4 +292,4 @@ class TreeVerifyAttention:
         if save_kv_cache:
             self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, k3[..., :MLA_LATENT])
         q_a, q_b = (t if t.stride(-1) == 1 else t.contiguous() for t in (q_a, q_b))
-        return q_a, q_b, k3, k3[..., :MLA_LATENT]
+        return q3, q_a, q_b, k3, k3[..., :MLA_LATENT]

@@ -136,6 +136,18 @@ def test_mla_target_serves_on_the_tree_kernel_backends(resolve, monkeypatch):
         resolve(target=target)
 
 
+def test_flashmla_prefix_needs_an_mla_target_on_flashmla(resolve, monkeypatch):
+    """SGLANG_DDTREE_MLA_PREFIX=flashmla reads the prefix through FlashMLA's page tables: an MLA target on
+    --attention-backend flashmla; elsewhere it is refused at start-up naming the fix."""
+    monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
+    target = os.path.abspath(SHIPPED_MLA)
+    assert resolve("--attention-backend", "flashmla", "--page-size", "64", target=target).attention_backend == "flashmla"
+    for args, kw in ((("--attention-backend", "triton"), {"target": target}), ((), {})):
+        with pytest.raises(ValueError, match="MLA_PREFIX=flashmla without an MLA target on --attention-backend "
+                                             "flashmla.*Fix: serve the MLA target with --attention-backend flashmla"):
+            resolve(*args, **kw)
+
+
 def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
     monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "20")
     with pytest.raises(ValueError, match="budget \\+ 1 = 21"):
@@ -145,7 +157,7 @@ def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
 @pytest.mark.parametrize("name,value,needle", [
     ("SGLANG_DDTREE_BUDGET", "abc", "integer"), ("SGLANG_DDTREE_TOPK", "0", ">= 1"),
     ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda or cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1"),
-    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none")])
+    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_MLA_PREFIX", "flashinfer", "tree, flashmla")])
 def test_bad_knobs(monkeypatch, name, value, needle):
     from sglang_ddtree.sglang.args import Knobs
 

@@ -65,3 +65,13 @@ def test_auto_budget_server_of_the_mla_pair_starts(resolve, kimi_pair, monkeypat
     sa = resolve("--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--dtype", "bfloat16",
                  target=kimi_pair["target"], drafter=kimi_pair["drafter"])
     assert sa.speculative_num_draft_tokens == 64  # the widest default candidate (budget 63) + 1
+
+
+def test_flashmla_prefix_server_of_the_mla_pair_starts(resolve, kimi_pair, monkeypatch):
+    """80_round_cost.sh's SGLANG_DDTREE_MLA_PREFIX=flashmla server on the Kimi-K2-shaped pair passes start-up."""
+    monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
+    sa = resolve("--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--dtype", "bfloat16",
+                 "--speculative-num-draft-tokens", "16", "--attention-backend", "flashmla", "--page-size", "64",
+                 "--speculative-draft-attention-backend", "triton", target=kimi_pair["target"],
+                 drafter=kimi_pair["drafter"])
+    assert sa.attention_backend == "flashmla" and sa.page_size == 64

@@ -294,3 +294,90 @@ def test_mla_targets_are_served_only_in_the_shapes_the_kernel_takes(plugins_load
     r = make_runner()
     r.model_config = types.SimpleNamespace(attention_arch=AttentionArch.MLA)
     assert "for an MLA target" in TA.unsupported(r)
+
+
+def _attend(q, keys, values, scale):
+    """Softmax attention of q [H, D] over keys [K, D] / values [K, Dv] in float64: (O [H, Dv], natural LSE [H])."""
+    s = (q.double() @ keys.double().T) * scale
+    return torch.softmax(s, -1) @ values.double(), torch.logsumexp(s, -1)
+
+
+def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch):
+    """SGLANG_DDTREE_MLA_PREFIX=flashmla: FlashMLA over each request's prefix through a page table built from
+    req_to_token, our kernel over the tree alone (an empty prefix), merged by LSE. FlashMLA and our kernel are
+    replaced by float64 references of their contracts (their numerics are GPU-tested in tests/attention); what is
+    checked is the wiring — page table, lengths, layouts, the empty prefix, the merge — against attention over
+    prefix + tree computed here from req_to_token and the ancestor mask."""
+    from sglang_ddtree.attention.problem import unpack_mask
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    page, ctx, rows, h, n, bs = 64, 128, 4, 4, 3, 2
+    runner = make_mla_runner("FlashMLABackend", ctx=ctx, rows=rows)
+    runner.page_size = page
+    g = torch.Generator().manual_seed(7)
+    pages = torch.randperm(rows * ctx // page, generator=g).view(rows, ctx // page)  # each row's pages, scattered
+    offs = torch.arange(ctx)
+    runner.req_to_token_pool.req_to_token = (pages[:, offs // page] * page + offs % page).to(torch.int32)
+    runner.token_to_kv_pool.kv = torch.randn(rows * ctx, 1, 576, generator=g, dtype=torch.float64).float()
+    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
+    with pytest.raises(ValueError, match="page size is 16"):
+        runner.page_size = 16
+        TA.TreeVerifyAttention(runner, n=n, max_bs=4, prefix="flashmla")
+    runner.page_size = page
+    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=4, prefix="flashmla")
+    ta.install()
+    req, lens = torch.tensor([3, 1]), torch.tensor([70, 5])  # a prefix across a page boundary, one inside a page
+    fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=req,
+                               seq_lens=lens, out_cache_loc=torch.stack([runner.req_to_token_pool.req_to_token[r, L:L + n]
+                                                                         for r, L in zip(req.tolist(), lens.tolist())]).flatten().long())
+    runner.attn_backend.init_forward_metadata(fb)
+    mask = torch.tensor([[[1], [3], [5]], [[1], [3], [7]]], dtype=torch.int32)  # chain in one, a fork in the other
+    ta.load_mask(mask)
+    plans = []
+
+    def fake_plan(prefix_lens, n_, heads):
+        plans.append((prefix_lens.tolist(), n_, heads))
+        return ("plan",)
+
+    def fake_flashmla(q4, k4, table, plens, dv, plan, scale):
+        assert plan == ("plan",) and k4.shape[1:] == (page, 1, 576) and q4.shape == (bs, n, h, 576)
+        o, lse = [], []
+        for b in range(bs):
+            j = torch.arange(int(plens[b]))
+            keys = k4.reshape(-1, 576)[(table[b, j // page] * page + j % page).long()]
+            for i in range(n):
+                ob, lb = _attend(q4[b, i], keys, keys[:, :dv], scale)
+                o.append(ob), lse.append(lb)
+        return torch.stack(o).float(), torch.stack(lse).float()
+
+    def fake_tail(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
+        assert indptr.tolist() == [0] * (bs + 1)  # the prefix is FlashMLA's: none here
+        vis = unpack_mask(mask_bits, n)
+        o, lse = [], []
+        for b in range(bs):
+            for i in range(n):
+                j = vis[b, i].nonzero().flatten() + b * n
+                ob, lb = _attend(torch.cat([q[b * n + i], q_pe[b * n + i]], -1), kt[j, 0], vt[j, 0], scale)
+                o.append(ob), lse.append(lb)
+        return torch.stack(o).float(), torch.stack(lse).float()
+
+    monkeypatch.setattr(TA.libraries, "flashmla_metadata", fake_plan)
+    monkeypatch.setattr(TA.libraries, "flashmla_attend", fake_flashmla)
+    monkeypatch.setattr(TA.native, "attend_ragged", fake_tail)
+    layer = types.SimpleNamespace(tp_q_head_num=h, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512, layer_id=0,
+                                  scaling=0.05, logit_cap=0.0)
+    q = torch.randn(bs * n, h, 576, generator=g)
+    k = torch.randn(bs * n, 1, 576, generator=g)
+    out = runner.attn_backend.forward_extend(q.view(bs * n, h * 576), k, k[..., :512].clone(), layer, fb)
+    assert plans == [([70, 5], n, h)]
+    assert ta.block_table[:bs, :2].tolist() == pages[req].tolist()
+    kv = runner.token_to_kv_pool.kv.view(-1, 576)
+    vis = unpack_mask(mask, n)
+    for b in range(bs):
+        r, L = int(req[b]), int(lens[b])
+        prefix = kv[runner.req_to_token_pool.req_to_token[r, :L].long()]
+        for i in range(n):
+            tree = k[b * n + vis[b, i].nonzero().flatten(), 0]
+            keys = torch.cat([prefix, tree])
+            want, _ = _attend(q[b * n + i], keys, keys[:, :512], 0.05)
+            torch.testing.assert_close(out.view(bs * n, h, 512)[b * n + i].double(), want, rtol=1e-5, atol=1e-5)
