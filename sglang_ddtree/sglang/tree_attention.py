@@ -15,11 +15,12 @@ forward mode it has, except TARGET_VERIFY, which becomes:
 
 No FULL_MASK is built or read, the graph captured at any prefix length replays at every other one, and the
 page size does not matter (slots are token-level). With SGLANG_DDTREE_MLA_PREFIX=flashmla (an MLA target on
-the flashmla backend, page size 64) the prefix goes through FlashMLA instead, the kernel our own MLA prefix path
-runs at ~4x the time of at batch 16: the metadata also fills a page table and the prefix lengths from
+the flashmla backend, page size 64) the prefix goes through FlashMLA instead (our kernel took 3.8x its time a
+layer over an MLA prefix at batch 16): the metadata fills a page table and the prefix lengths from
 req_to_token, each forward's first layer plans FlashMLA's splits (inside the graph), and per layer FlashMLA
 attends every tree query over its prefix with its LSE, our kernel attends it over the tree alone (an empty
-prefix), and the merge kernel combines the two by LSE — the standalone cascade of sglang_ddtree.attention. One instance serves every verify width the worker
+prefix), and the merge kernel combines the two by LSE — the standalone cascade of sglang_ddtree.attention.
+One instance serves every verify width the worker
 captures graphs for (the served auto budget): a forward's width is its rows per request, and each width has
 its own static mask buffer. Shapes the kernel does not take are refused up front (`unsupported`), and the
 worker falls back to SGLang's FULL_MASK path with the reason logged (MHA/GQA; an MLA target has no fallback:
