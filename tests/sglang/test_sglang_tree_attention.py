@@ -302,37 +302,60 @@ def _attend(q, keys, values, scale):
     return torch.softmax(s, -1) @ values.double(), torch.logsumexp(s, -1)
 
 
-def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch):
-    """SGLANG_DDTREE_MLA_PREFIX=flashmla: FlashMLA over each request's prefix through a page table built from
-    req_to_token, our kernel over the tree alone (an empty prefix), merged by LSE. FlashMLA and our kernel are
-    replaced by float64 references of their contracts (their numerics are GPU-tested in tests/attention); what is
-    checked is the wiring — page table, lengths, layouts, the empty prefix, the merge — against attention over
-    prefix + tree computed here from req_to_token and the ancestor mask."""
-    from sglang_ddtree.attention.problem import unpack_mask
-    from sglang_ddtree.sglang import tree_attention as TA
-
-    page, ctx, rows, h, n, bs = 64, 128, 4, 4, 3, 2
+def _flashmla_cascade_case(TA, device, dtype, h):
+    """A FlashMLA-backend runner at page size 64 whose requests' pages are scattered, two verifying requests (one
+    prefix across a page boundary, one inside a page) with a chain and a fork for trees; returns (runner, ta,
+    forward batch, pages of the two rows, q, k, the layer, the expected output [T, H, 512] in float64)."""
+    page, ctx, rows, n, bs = 64, 128, 4, 3, 2
     runner = make_mla_runner("FlashMLABackend", ctx=ctx, rows=rows)
     runner.page_size = page
     g = torch.Generator().manual_seed(7)
-    pages = torch.randperm(rows * ctx // page, generator=g).view(rows, ctx // page)  # each row's pages, scattered
+    pages = torch.randperm(rows * ctx // page, generator=g).view(rows, ctx // page)
     offs = torch.arange(ctx)
-    runner.req_to_token_pool.req_to_token = (pages[:, offs // page] * page + offs % page).to(torch.int32)
-    runner.token_to_kv_pool.kv = torch.randn(rows * ctx, 1, 576, generator=g, dtype=torch.float64).float()
-    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
-    with pytest.raises(ValueError, match="page size is 16"):
-        runner.page_size = 16
-        TA.TreeVerifyAttention(runner, n=n, max_bs=4, prefix="flashmla")
-    runner.page_size = page
+    r2t = (pages[:, offs // page] * page + offs % page).to(torch.int32)
+    runner.req_to_token_pool.req_to_token = r2t.to(device)
+    runner.token_to_kv_pool.kv = torch.randn(rows * ctx, 1, 576, generator=g).to(device, dtype)
     ta = TA.TreeVerifyAttention(runner, n=n, max_bs=4, prefix="flashmla")
     ta.install()
-    req, lens = torch.tensor([3, 1]), torch.tensor([70, 5])  # a prefix across a page boundary, one inside a page
-    fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=req,
-                               seq_lens=lens, out_cache_loc=torch.stack([runner.req_to_token_pool.req_to_token[r, L:L + n]
-                                                                         for r, L in zip(req.tolist(), lens.tolist())]).flatten().long())
+    req, lens = torch.tensor([3, 1]), torch.tensor([70, 5])
+    loc = torch.stack([r2t[r, L:L + n] for r, L in zip(req.tolist(), lens.tolist())]).flatten().long()
+    fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=req.to(device),
+                               seq_lens=lens.to(device), out_cache_loc=loc.to(device))
     runner.attn_backend.init_forward_metadata(fb)
-    mask = torch.tensor([[[1], [3], [5]], [[1], [3], [7]]], dtype=torch.int32)  # chain in one, a fork in the other
-    ta.load_mask(mask)
+    mask = torch.tensor([[[1], [3], [5]], [[1], [3], [7]]], dtype=torch.int32)  # a chain, a fork
+    ta.load_mask(mask.to(device))
+    layer = types.SimpleNamespace(tp_q_head_num=h, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512, layer_id=0,
+                                  scaling=0.05, logit_cap=0.0)
+    q = torch.randn(bs * n, h, 576, generator=g).to(device, dtype)
+    k = torch.randn(bs * n, 1, 576, generator=g).to(device, dtype)
+    kv = runner.token_to_kv_pool.kv.view(-1, 576).cpu()
+    from sglang_ddtree.attention.problem import unpack_mask
+    vis = unpack_mask(mask, n)
+    want = torch.empty(bs * n, h, 512, dtype=torch.float64)
+    for b in range(bs):
+        prefix = kv[r2t[int(req[b]), : int(lens[b])].long()]
+        for i in range(n):
+            keys = torch.cat([prefix, k.cpu()[b * n + vis[b, i].nonzero().flatten(), 0]])
+            want[b * n + i] = _attend(q.cpu()[b * n + i], keys, keys[:, :512], 0.05)[0]
+    return runner, ta, fb, pages[req], q, k, layer, want
+
+
+def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch):
+    """SGLANG_DDTREE_MLA_PREFIX=flashmla: FlashMLA over each request's prefix through a page table built from
+    req_to_token, our kernel over the tree alone (an empty prefix), merged by LSE. FlashMLA and our kernel are
+    replaced by float64 references of their contracts (the real ones: the GPU test below); what is checked is
+    the wiring — page table, lengths, layouts, the empty prefix, the merge — against attention over prefix +
+    tree computed from req_to_token and the ancestor mask."""
+    from sglang_ddtree.attention.problem import unpack_mask
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
+    runner = make_mla_runner("FlashMLABackend", ctx=128, rows=4)
+    runner.page_size = 16
+    with pytest.raises(ValueError, match="page size is 16"):
+        TA.TreeVerifyAttention(runner, n=3, max_bs=4, prefix="flashmla")
+    h, n, bs, page = 4, 3, 2, 64
+    runner, ta, fb, pages, q, k, layer, want = _flashmla_cascade_case(TA, "cpu", torch.float32, h)
     plans = []
 
     def fake_plan(prefix_lens, n_, heads):
@@ -364,20 +387,20 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
     monkeypatch.setattr(TA.libraries, "flashmla_metadata", fake_plan)
     monkeypatch.setattr(TA.libraries, "flashmla_attend", fake_flashmla)
     monkeypatch.setattr(TA.native, "attend_ragged", fake_tail)
-    layer = types.SimpleNamespace(tp_q_head_num=h, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512, layer_id=0,
-                                  scaling=0.05, logit_cap=0.0)
-    q = torch.randn(bs * n, h, 576, generator=g)
-    k = torch.randn(bs * n, 1, 576, generator=g)
     out = runner.attn_backend.forward_extend(q.view(bs * n, h * 576), k, k[..., :512].clone(), layer, fb)
     assert plans == [([70, 5], n, h)]
-    assert ta.block_table[:bs, :2].tolist() == pages[req].tolist()
-    kv = runner.token_to_kv_pool.kv.view(-1, 576)
-    vis = unpack_mask(mask, n)
-    for b in range(bs):
-        r, L = int(req[b]), int(lens[b])
-        prefix = kv[runner.req_to_token_pool.req_to_token[r, :L].long()]
-        for i in range(n):
-            tree = k[b * n + vis[b, i].nonzero().flatten(), 0]
-            keys = torch.cat([prefix, tree])
-            want, _ = _attend(q[b * n + i], keys, keys[:, :512], 0.05)
-            torch.testing.assert_close(out.view(bs * n, h, 512)[b * n + i].double(), want, rtol=1e-5, atol=1e-5)
+    assert ta.block_table[:bs, :2].tolist() == pages.tolist()
+    torch.testing.assert_close(out.view(bs * n, h, 512).double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("h", [16, 64])
+def test_flashmla_prefix_cascade_on_the_gpu(plugins_loaded, h):
+    """The same wiring with the real FlashMLA (sgl_kernel) and our CUDA kernels, bf16, against float64."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    if not TA.libraries.available("flashmla"):
+        pytest.skip("sgl_kernel's FlashMLA is not importable here")
+    runner, ta, fb, _, q, k, layer, want = _flashmla_cascade_case(TA, "cuda", torch.bfloat16, h)
+    out = runner.attn_backend.forward_extend(q.reshape(q.shape[0], -1), k, k[..., :512].clone(), layer, fb)
+    torch.testing.assert_close(out.view(want.shape).double().cpu(), want, rtol=2e-2, atol=2e-2)
