@@ -235,7 +235,8 @@ class Engine:
             noise = tgt.embed(torch.cat([root[:, None], mask_ids], 1))
             dmask = ar[None, None, :] < (seq_lens[:, None, None] + Bs)
             h = drf(noise, blk_pos, dmask.expand(B, Bs, cap), dcache, blk_pos)
-            return tgt.lm_head(h[:, 1:])
+            # one 2-D GEMM: a strided [B, L, H] operand makes it a batched GEMM reading the head once per request
+            return tgt.lm_head(h[:, 1:].reshape(B * L, -1)).view(B, L, -1)
 
         if auto is not None:  # budget='auto': candidates, and the cost table of this batch (measured if absent)
             cands, costs = auto
