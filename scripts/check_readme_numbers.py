@@ -291,6 +291,9 @@ CLAIMS = [
     ("**{} ms vs {} ms** at c=16 and **{} ms vs {} ms** at c=32 (**{}× / {}×**)", RC4,
      lambda d: tuple(_tpot(d, s, 1024, c) for c in (16, 32) for s in ("ddtree_b15", "dflash"))
      + tuple(_tpot(d, "ddtree_b15", 1024, c) / _tpot(d, "dflash", 1024, c) for c in (16, 32)), None),
+    ("TTFT P99 at c=32 was {} ms against DFLASH's {} ms", RC4,
+     lambda d: tuple(pick("rows", "p99_ttft_ms", server=s, input_len=1024, concurrency=32)(d)
+                     for s in ("ddtree_b15", "dflash")), None),
     ("SGLang's FULL_MASK verify in the same build {} / {} / {} ms", RC4,
      lambda d: tuple(_tpot(d, "ddtree_b15_fullmask", 1024, c) for c in (1, 16, 32)), None),
     ("At 8k **{} ms vs {} ms**", ROUND, lambda d: (_tpot(d, "ddtree_b15", 8192, 1), _tpot(d, "dflash", 8192, 1)), None),
