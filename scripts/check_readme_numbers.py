@@ -8,7 +8,7 @@ One table, CLAIMS: each row is (README fragment, source file(s), reader, toleran
     (thousands separators allowed).
   * source: a path under the repository (or a tuple of paths); JSON is parsed, anything else read as text.
   * reader: a function of the loaded source(s) returning the value(s), one per `{}` (helpers below:
-    `at` for a JSON path, `pick`/`span`/`ratio` over lists of rows, `grep` for a number in text, `has` for
+    `at` for a JSON path, `pick`/`span` over lists of rows, `grep` for a number in text, `has` for
     a sentence that must be in the source when the fragment has no number).
   * tolerance: None = the README's printed precision (half a unit of its last digit), else a relative
     tolerance (0.01 = 1%).
@@ -67,11 +67,6 @@ def span(list_path: str, field, scale: float = 1.0, **where):
         values = [_field(r, field) * scale for r in _rows(doc, list_path, where)]
         return min(values), max(values)
     return read
-
-
-def ratio(num, den):
-    """num(doc) / den(doc) for two readers of the same source."""
-    return lambda doc: num(doc) / den(doc)
 
 
 def grep(pattern: str):
@@ -163,14 +158,6 @@ def _projection(ab, rc, input_len: int, conc: int) -> float:
     conc) times the 8B-shaped round-cost ratio (budget 15)."""
     acc = lambda name: pick("rows", "accept_length", server=name, concurrency=conc)(ab)  # noqa: E731
     return acc("ddtree_b16") / acc("dflash") * _tpot(rc, "dflash", input_len, conc) / _tpot(rc, "ddtree_b15", input_len, conc)
-
-
-def _kernel_us(doc, profile: str, kernel: str) -> float:
-    """A kernel's time per captured step in one ab_bench profile."""
-    rows = [k for k in doc["profiles"][profile]["kernels_per_round"] if k["name"] == kernel]
-    if len(rows) != 1:
-        raise LookupError(f"{len(rows)} kernels named {kernel!r} in {profile}")
-    return rows[0]["us"]
 
 
 def _kernels_us(doc, profile: str, name: str, exact: bool = False) -> float:

@@ -182,7 +182,9 @@ class TreeVerifyAttention:
             self.no_prefix = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
 
     def _ensure_indices(self, bs: int) -> None:
-        need = bs * self.context  # every prefix is at most the context length: no host bound needed
+        # every prefix is at most the context length: no host bound needed (FlashMLA's prefix path reads none:
+        # the tree-only call gets an empty list)
+        need = bs * self.context if self.prefix == "tree" else 1
         if self.kv_indices.numel() < need:
             self.kv_indices = torch.zeros(need, dtype=torch.int32, device=self.device)
 
@@ -193,7 +195,7 @@ class TreeVerifyAttention:
         self._ensure_indices(bs)
         if self.prefix == "flashmla":  # FlashMLA's page table and lengths; the tail reads no prefix
             rows, lens = forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
-            self.block_table[:bs].copy_(self.req_to_token[rows][:, :: self.page] // self.page)
+            self.block_table[:bs].copy_(self.req_to_token[:, :: self.page][rows] // self.page)  # page columns only
             self.prefix_lens[:bs].copy_(lens)
             self._flashmla_plan = None
         else:
