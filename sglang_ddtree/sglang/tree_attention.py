@@ -17,7 +17,8 @@ No FULL_MASK is built or read, the graph captured at any prefix length replays a
 page size does not matter (slots are token-level). With SGLANG_DDTREE_MLA_PREFIX=flashmla (an MLA target on
 the flashmla backend, page size 64) the prefix goes through FlashMLA instead (our kernel took 3.8x its time a
 layer over an MLA prefix at batch 16): the metadata fills a page table and the prefix lengths from
-req_to_token, each forward's first layer plans FlashMLA's splits (inside the graph), and per layer FlashMLA
+req_to_token and FlashMLA's split plan (out of the graph, into static buffers, as SGLang's own FlashMLA
+backend does), and per layer FlashMLA
 attends every tree query over its prefix with its LSE, our kernel attends it over the tree alone (an empty
 prefix), and the merge kernel combines the two by LSE — the standalone cascade of sglang_ddtree.attention.
 One instance serves every verify width the worker
@@ -129,7 +130,9 @@ class TreeVerifyAttention:
             self.block_table = torch.zeros(int(max_bs), -(-self.context // self.page), dtype=torch.int32, device=dev)
             self.prefix_lens = torch.zeros(int(max_bs), dtype=torch.int32, device=dev)
             self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
-            self._flashmla_plan = None  # FlashMLA's split plan of the forward under way (its first layer makes it)
+            self.hq = int(self.backend.num_q_heads)  # FlashMLA's plan is made before the layers see any query
+            self._plans = {}  # verify width -> FlashMLA's split plan in static buffers (graphs read their addresses)
+            self._plan = None  # the plan of the forward under way: (tile metadata, num_splits[:bs + 1])
         elif prefix != "tree":
             raise ValueError(f"prefix must be 'tree' or 'flashmla', got {prefix!r}")
         self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
@@ -197,11 +200,24 @@ class TreeVerifyAttention:
             rows, lens = forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
             self.block_table[:bs].copy_(self.req_to_token[:, :: self.page][rows] // self.page)  # page columns only
             self.prefix_lens[:bs].copy_(lens)
-            self._flashmla_plan = None
+            self._plan_flashmla(bs, int(forward_batch.out_cache_loc.shape[0]) // bs)
         else:
             ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
                                           forward_batch.seq_lens[:bs], self.kv_indptr, self.kv_indices)
         self.bs = bs
+
+    def _plan_flashmla(self, bs: int, n: int) -> None:
+        """FlashMLA's split plan for this forward, made here (out of any graph, every replay) into static buffers:
+        SGLang runs a captured forward more than once after one metadata call (warm-up, then capture), so a plan
+        made by the first layer would be the warm-up's tensors inside the graph, freed at the next metadata."""
+        tile, splits = libraries.flashmla_metadata(self.prefix_lens[:bs], n, self.hq)
+        static = self._plans.get(n)
+        if static is None or static[0].shape != tile.shape or static[1].shape[0] < bs + 1:
+            rows = max(bs, self.prefix_lens.shape[0]) + 1
+            static = self._plans[n] = (torch.empty_like(tile), torch.zeros(rows, dtype=splits.dtype, device=self.device))
+        static[0].copy_(tile)
+        static[1][: bs + 1].copy_(splits)
+        self._plan = (static[0], static[1][: bs + 1])
 
     # --- the patched backend methods ------------------------------------------------------------------------
     def _init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
@@ -266,12 +282,10 @@ class TreeVerifyAttention:
 
     def _flashmla_cascade(self, q_full, q, q_pe, kc, vc, k3, v3, bs, n, hq, scale):
         """FlashMLA over the prefix (its LSE), our kernel over the tree alone, merged by LSE (both natural log)."""
-        if self._flashmla_plan is None:  # once per forward, inside its graph: replays re-plan for their lengths
-            self._flashmla_plan = libraries.flashmla_metadata(self.prefix_lens[:bs], n, hq)
         o_p, lse_p = libraries.flashmla_attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
                                                kc.view(-1, self.page, 1, MLA_LATENT + MLA_ROPE),
                                                self.block_table[:bs], self.prefix_lens[:bs], MLA_LATENT,
-                                               self._flashmla_plan, scale)
+                                               self._plan, scale)
         o_t, lse_t = native.attend_ragged(q, q_pe, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
                                           self.masks[n][:bs], scale, 1)
         o, _ = native.merge(o_p, lse_p, "e", o_t, lse_t, "e", o_t.dtype)

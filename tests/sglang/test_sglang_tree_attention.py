@@ -309,6 +309,7 @@ def _flashmla_cascade_case(TA, device, dtype, h):
     page, ctx, rows, n, bs = 64, 128, 4, 3, 2
     runner = make_mla_runner("FlashMLABackend", ctx=ctx, rows=rows)
     runner.page_size = page
+    runner.attn_backend.num_q_heads = h
     g = torch.Generator().manual_seed(7)
     pages = torch.randperm(rows * ctx // page, generator=g).view(rows, ctx // page)
     offs = torch.arange(ctx)
@@ -351,19 +352,25 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
 
     monkeypatch.setattr(TA.libraries, "available", lambda name: True)
     runner = make_mla_runner("FlashMLABackend", ctx=128, rows=4)
-    runner.page_size = 16
+    runner.page_size, runner.attn_backend.num_q_heads = 16, 4
     with pytest.raises(ValueError, match="page size is 16"):
         TA.TreeVerifyAttention(runner, n=3, max_bs=4, prefix="flashmla")
     h, n, bs, page = 4, 3, 2, 64
-    runner, ta, fb, pages, q, k, layer, want = _flashmla_cascade_case(TA, "cpu", torch.float32, h)
     plans = []
 
-    def fake_plan(prefix_lens, n_, heads):
+    def fake_plan(prefix_lens, n_, heads):  # a plan that encodes its lengths, so a stale one is seen
         plans.append((prefix_lens.tolist(), n_, heads))
-        return ("plan",)
+        splits = torch.cat([prefix_lens.new_zeros(1), prefix_lens.cumsum(0)]).int()  # [bs + 1], as FlashMLA's
+        return torch.full((2, 8), sum(prefix_lens.tolist()), dtype=torch.int32), splits
+
+    monkeypatch.setattr(TA.libraries, "flashmla_metadata", fake_plan)
+    runner, ta, fb, pages, q, k, layer, want = _flashmla_cascade_case(TA, "cpu", torch.float32, h)
+    assert plans == [([70, 5], n, h)]  # planned by the metadata, before any layer
 
     def fake_flashmla(q4, k4, table, plens, dv, plan, scale):
-        assert plan == ("plan",) and k4.shape[1:] == (page, 1, 576) and q4.shape == (bs, n, h, 576)
+        assert plan[0] is ta._plans[n][0] and plan[1].data_ptr() == ta._plans[n][1].data_ptr()  # static buffers
+        assert plan[0].unique().tolist() == [int(plens.sum())] and plan[1].tolist() == [0] + plens.cumsum(0).tolist()
+        assert k4.shape[1:] == (page, 1, 576) and q4.shape == (bs, n, h, 576)
         o, lse = [], []
         for b in range(bs):
             j = torch.arange(int(plens[b]))
@@ -384,13 +391,20 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
                 o.append(ob), lse.append(lb)
         return torch.stack(o).float(), torch.stack(lse).float()
 
-    monkeypatch.setattr(TA.libraries, "flashmla_metadata", fake_plan)
     monkeypatch.setattr(TA.libraries, "flashmla_attend", fake_flashmla)
     monkeypatch.setattr(TA.native, "attend_ragged", fake_tail)
-    out = runner.attn_backend.forward_extend(q.view(bs * n, h * 576), k, k[..., :512].clone(), layer, fb)
+    # SGLang's capture: one metadata call, then the forward run more than once (warm-up, capture); no layer plans
+    for _ in range(3):
+        out = runner.attn_backend.forward_extend(q.view(bs * n, h * 576), k, k[..., :512].clone(), layer, fb)
     assert plans == [([70, 5], n, h)]
     assert ta.block_table[:bs, :2].tolist() == pages.tolist()
     torch.testing.assert_close(out.view(bs * n, h, 512).double(), want, rtol=1e-5, atol=1e-5)
+    # a replay's metadata re-plans into the same buffers (the graph's addresses) for the new lengths
+    static = [t.data_ptr() for t in ta._plans[n]]
+    fb.seq_lens = torch.tensor([71, 6])
+    runner.attn_backend.init_forward_metadata(fb)
+    assert plans[-1] == ([71, 6], n, h) and [t.data_ptr() for t in ta._plans[n]] == static
+    assert ta._plans[n][0].unique().tolist() == [77]
 
 
 @pytest.mark.gpu
