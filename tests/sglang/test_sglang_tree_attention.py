@@ -302,28 +302,47 @@ def _attend(q, keys, values, scale):
     return torch.softmax(s, -1) @ values.double(), torch.logsumexp(s, -1)
 
 
-def _flashmla_cascade_case(TA, device, dtype, h):
-    """A FlashMLA-backend runner at page size 64 whose requests' pages are scattered, two verifying requests (one
-    prefix across a page boundary, one inside a page) with a chain and a fork for trees; returns (runner, ta,
-    forward batch, pages of the two rows, q, k, the layer, the expected output [T, H, 512] in float64)."""
-    page, ctx, rows, n, bs = 64, 128, 4, 3, 2
+def _random_tree_masks(bs, n, g):
+    """Ancestor bitsets int32 [bs, n, words] of random trees (node 0 the root, each node's parent before it)."""
+    bits = torch.zeros(bs, n, dtype=torch.int64)
+    for b in range(bs):
+        for i in range(n):
+            parent = int(torch.randint(0, i, (1,), generator=g)) if i else None
+            bits[b, i] = (1 << i) | (int(bits[b, parent]) if parent is not None else 0)
+    words = (n + 31) // 32
+    out = torch.zeros(bs, n, words, dtype=torch.int32)
+    for w in range(words):
+        part = (bits >> (32 * w)) & 0xFFFFFFFF
+        out[..., w] = torch.where(part >= 2**31, part - 2**32, part).to(torch.int32)
+    return out
+
+
+def _flashmla_cascade_case(TA, device, dtype, h, n=3, lens=(70, 5), req=(3, 1), ctx=128, rows=4, seed=7):
+    """A FlashMLA-backend runner at page size 64 whose requests' pages are scattered, verifying requests `req` with
+    prefixes `lens` (by default one across a page boundary, one inside a page, with a chain and a fork; else
+    random trees of n nodes); returns (runner, ta, forward batch, pages of the rows, q, k, the layer, the expected
+    output [T, H, 512] in float64)."""
+    page, bs = 64, len(req)
     runner = make_mla_runner("FlashMLABackend", ctx=ctx, rows=rows)
     runner.page_size = page
     runner.attn_backend.num_q_heads = h
-    g = torch.Generator().manual_seed(7)
+    g = torch.Generator().manual_seed(seed)
     pages = torch.randperm(rows * ctx // page, generator=g).view(rows, ctx // page)
     offs = torch.arange(ctx)
     r2t = (pages[:, offs // page] * page + offs % page).to(torch.int32)
     runner.req_to_token_pool.req_to_token = r2t.to(device)
     runner.token_to_kv_pool.kv = torch.randn(rows * ctx, 1, 576, generator=g).to(device, dtype)
-    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=4, prefix="flashmla")
+    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=max(4, bs), prefix="flashmla")
     ta.install()
-    req, lens = torch.tensor([3, 1]), torch.tensor([70, 5])
+    req, lens = torch.tensor(req), torch.tensor(lens)
     loc = torch.stack([r2t[r, L:L + n] for r, L in zip(req.tolist(), lens.tolist())]).flatten().long()
     fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=req.to(device),
                                seq_lens=lens.to(device), out_cache_loc=loc.to(device))
     runner.attn_backend.init_forward_metadata(fb)
-    mask = torch.tensor([[[1], [3], [5]], [[1], [3], [7]]], dtype=torch.int32)  # a chain, a fork
+    if n == 3 and bs == 2:
+        mask = torch.tensor([[[1], [3], [5]], [[1], [3], [7]]], dtype=torch.int32)  # a chain, a fork
+    else:
+        mask = _random_tree_masks(bs, n, g)
     ta.load_mask(mask.to(device))
     layer = types.SimpleNamespace(tp_q_head_num=h, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512, layer_id=0,
                                   scaling=0.05, logit_cap=0.0)
@@ -408,13 +427,23 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("h", [16, 64])
-def test_flashmla_prefix_cascade_on_the_gpu(plugins_loaded, h):
-    """The same wiring with the real FlashMLA (sgl_kernel) and our CUDA kernels, bf16, against float64."""
+@pytest.mark.parametrize("h,n,bs", [(16, 3, 2), (64, 3, 2), (16, 17, 16), (64, 17, 5)])
+def test_flashmla_prefix_cascade_on_the_gpu(plugins_loaded, h, n, bs):
+    """The same wiring with the real FlashMLA (sgl_kernel) and our CUDA kernels, bf16, against float64; also the
+    served shape (17 tree nodes, so 17·16 query rows a latent head: not a multiple of FlashMLA's 64-row tile) over
+    random trees and prefixes of up to 15 pages, long enough that FlashMLA splits them."""
     from sglang_ddtree.sglang import tree_attention as TA
 
     if not TA.libraries.available("flashmla"):
         pytest.skip("sgl_kernel's FlashMLA is not importable here")
-    runner, ta, fb, _, q, k, layer, want = _flashmla_cascade_case(TA, "cuda", torch.bfloat16, h)
+    if n == 3:
+        case = _flashmla_cascade_case(TA, "cuda", torch.bfloat16, h)
+    else:
+        g = torch.Generator().manual_seed(bs)
+        ctx, rows = 1024, bs + 3
+        lens = tuple(int(x) for x in torch.randint(1, ctx - n, (bs,), generator=g))
+        req = tuple(int(x) for x in torch.randperm(rows, generator=g)[:bs])
+        case = _flashmla_cascade_case(TA, "cuda", torch.bfloat16, h, n=n, lens=lens, req=req, ctx=ctx, rows=rows)
+    runner, ta, fb, _, q, k, layer, want = case
     out = runner.attn_backend.forward_extend(q.reshape(q.shape[0], -1), k, k[..., :512].clone(), layer, fb)
     torch.testing.assert_close(out.view(want.shape).double().cpu(), want, rtol=2e-2, atol=2e-2)
