@@ -200,11 +200,22 @@ class TreeVerifyAttention:
             rows, lens = forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
             self.block_table[:bs].copy_(self.req_to_token[:, :: self.page][rows] // self.page)  # page columns only
             self.prefix_lens[:bs].copy_(lens)
-            self._plan_flashmla(bs, int(forward_batch.out_cache_loc.shape[0]) // bs)
+            self._plan_flashmla(bs, self._width(forward_batch, bs))
         else:
             ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
                                           forward_batch.seq_lens[:bs], self.kv_indptr, self.kv_indices)
         self.bs = bs
+
+    def _width(self, forward_batch, bs: int) -> int:
+        """The verify width of this forward from its (padded) token count: at a graph replay SGLang hands the
+        metadata the padded batch (bs = the graph's) but the round's own, unpadded out_cache_loc, so rows of
+        out_cache_loc / bs is no width (3 requests in the 4-request graph: 51 // 4 = 12, and the plan the graph
+        reads would go stale)."""
+        tokens = int(forward_batch.positions.shape[0])
+        if tokens % bs or tokens // bs not in self.masks:
+            raise RuntimeError(f"DDTREE tree verify: {tokens} tokens for {bs} requests is no verify width of "
+                               f"{self.widths}")
+        return tokens // bs
 
     def _plan_flashmla(self, bs: int, n: int) -> None:
         """FlashMLA's split plan for this forward, made here (out of any graph, every replay) into static buffers:

@@ -6,6 +6,7 @@ is rerouted, its metadata is the prefix slot list of req_to_token (computed here
 tokens' K/V are stored at out_cache_loc before the kernel reads the cache, the mask the kernel reads is the
 one the worker loaded, and unsupported targets are refused with the reason.
 """
+import inspect
 import types
 
 import pytest
@@ -337,7 +338,8 @@ def _flashmla_cascade_case(TA, device, dtype, h, n=3, lens=(70, 5), req=(3, 1), 
     req, lens = torch.tensor(req), torch.tensor(lens)
     loc = torch.stack([r2t[r, L:L + n] for r, L in zip(req.tolist(), lens.tolist())]).flatten().long()
     fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=req.to(device),
-                               seq_lens=lens.to(device), out_cache_loc=loc.to(device))
+                               seq_lens=lens.to(device), out_cache_loc=loc.to(device),
+                               positions=torch.zeros(bs * n, dtype=torch.int64, device=device))
     runner.attn_backend.init_forward_metadata(fb)
     if n == 3 and bs == 2:
         mask = torch.tensor([[[1], [3], [5]], [[1], [3], [7]]], dtype=torch.int32)  # a chain, a fork
@@ -424,6 +426,25 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
     runner.attn_backend.init_forward_metadata(fb)
     assert plans[-1] == ([71, 6], n, h) and [t.data_ptr() for t in ta._plans[n]] == static
     assert ta._plans[n][0].unique().tolist() == [77]
+    # a padded replay as SGLang's graph runner makes it (its own build_replay_fb_view): one request run in the
+    # two-request graph; the view's batch is the graph's, its out_cache_loc the round's own (n rows, not 2n)
+    from sglang.srt.model_executor.runner import decode_cuda_graph_runner as cgr
+
+    class Round(types.SimpleNamespace):  # the fields the view copies that this round does not set are None
+        def __getattr__(self, name):
+            return None
+
+    buffers = types.SimpleNamespace(input_ids=torch.zeros(bs * n, dtype=torch.int64), positions=torch.zeros(
+        bs * n, dtype=torch.int64), req_pool_indices=torch.tensor([3, 0]), seq_lens=torch.tensor([72, 1]),
+        seq_lens_cpu=None, encoder_lens=None, mamba_track_indices=None)
+    args = dict(forward_batch=Round(forward_mode=Mode("TARGET_VERIFY"), out_cache_loc=fb.out_cache_loc[:n]),
+                buffers=buffers, bs=bs, raw_bs=1, num_tokens=bs * n, seq_len_fill_value=1,
+                capture_forward_mode=Mode("TARGET_VERIFY"), is_encoder_decoder=False)
+    if "global_num_tokens_cpu" in inspect.signature(cgr.build_replay_fb_view).parameters:
+        args["global_num_tokens_cpu"] = None
+    runner.attn_backend.init_forward_metadata_out_graph(cgr.build_replay_fb_view(**args))
+    assert plans[-1] == ([72, 1], n, h) and [t.data_ptr() for t in ta._plans[n]] == static
+    assert ta._plan[1].tolist() == [0, 72, 73] and ta.block_table[0, :2].tolist() == pages[0].tolist()
 
 
 @pytest.mark.gpu
