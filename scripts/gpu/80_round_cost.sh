@@ -50,9 +50,10 @@ DD="--speculative-algorithm DDTREE --speculative-draft-model-path $D"
 if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
   FM="--attention-backend flashmla --page-size 64 --speculative-draft-attention-backend triton"
   S+=(--server "dflash_flashmla=--speculative-algorithm DFLASH --speculative-draft-model-path $D $FM")
-  S+=(--server "ddtree_b${b0}_flashmla=$DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
-  # the prefix through FlashMLA, the tree through our kernel, merged by LSE
+  # the prefix through FlashMLA, the tree through our kernel, merged by LSE (before the whole-prefix tree kernel:
+  # a call cut short keeps DFLASH and the served default)
   [ "${RC_MLA_PREFIX:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashmla_prefix=SGLANG_DDTREE_MLA_PREFIX=flashmla $DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
+  S+=(--server "ddtree_b${b0}_flashmla=$DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
 fi
 # first, next to the first budget on the tree kernel: a call cut short keeps the before/after pair
 [ $MLA = 0 ] && [ "${RC_FULLMASK:-0}" = 1 ] && S=(--server "ddtree_b${b0}_fullmask=SGLANG_DDTREE_VERIFY_ATTENTION=full_mask $DD --speculative-num-draft-tokens $((b0 + 1))" "${S[@]}")
