@@ -13,8 +13,10 @@
 # RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_FLASHMLA (kimi-k2-shaped only, 1 by default
 # there), RC_AUTO (1: also SGLANG_DDTREE_BUDGET=auto, candidates 15/31/63), RC_FULLMASK (1: also the first budget
 # through SGLang's FULL_MASK verify, the path the tree kernel replaced: the "before" profile; GQA only),
-# RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=flashmla),
-# RC_START_ALL (0: one server up at a time; 1: all start together, memory split), RC_TRITON (0: leave out the DFLASH
+# RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=flashmla), RC_SERVERS (names to keep, in order), RC_PROFILE
+# (the profiled concurrencies, "1 16"; empty: none),
+# RC_START_ALL (0: one server up at a time; 1: all start together, memory split, and take turns pass by pass,
+# RC_REPEATS passes each, 3 by default), RC_TRITON (0: leave out the DFLASH
 # and DDTree servers on triton, e.g. to measure only the FlashMLA pair in one call)
 set -u
 cd "$(dirname "$0")/../.."
@@ -29,10 +31,8 @@ VOCAB=$(python3 -c "import json; print(json.load(open('$T/config.json'))['vocab_
 python3 scripts/mk_wordlevel_tokenizer.py $T $VOCAB && cp $T/tokenizer*.json $D/
 MLA=0; [ "$PAIR" = kimi-k2-shaped ] && MLA=1
 BUDGETS=${RC_BUDGETS:-15 63}
-ALL=""; n=1; [ "${RC_START_ALL:-0}" = 1 ] && { ALL=--start-all; n=$(( 4 + $(echo $BUDGETS | wc -w) )); }
-FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
 COMMON="--model-path $T --load-format dummy --speculative-draft-load-format dummy --dtype bfloat16
- --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static $FRAC
+ --attention-backend triton --sampling-backend pytorch --grammar-backend none
  --max-total-tokens 131072 --context-length 40960 --chunked-prefill-size 8192 --cuda-graph-bs 1 2 4 8 16 32
  --disable-prefill-cuda-graph --max-running-requests 32 --random-seed 0"
 S=()
@@ -57,10 +57,19 @@ if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
 fi
 # first, next to the first budget on the tree kernel: a call cut short keeps the before/after pair
 [ $MLA = 0 ] && [ "${RC_FULLMASK:-0}" = 1 ] && S=(--server "ddtree_b${b0}_fullmask=SGLANG_DDTREE_VERIFY_ATTENTION=full_mask $DD --speculative-num-draft-tokens $((b0 + 1))" "${S[@]}")
+# RC_SERVERS: keep only these servers, in this order (a repeat in the other order tells drift from cost)
+if [ -n "${RC_SERVERS:-}" ]; then
+  K=(); for want in $RC_SERVERS; do for ((i = 1; i < ${#S[@]}; i += 2)); do
+    [ "${S[i]%%=*}" = "$want" ] && K+=(--server "${S[i]}"); done; done; S=("${K[@]}")
+fi
+ALL=""; n=1
+[ "${RC_START_ALL:-0}" = 1 ] && { ALL="--start-all --interleave --repeats ${RC_REPEATS:-3}"; n=$(( ${#S[@]} / 2 )); }
+FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
+COMMON="$COMMON --mem-fraction-static $FRAC"
 echo "$PAIR servers: ${S[*]}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
 timeout ${RC_TIMEOUT:-560} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts 8 --prompts-per-conc 4 \
-  --output-len 64 --profile-concurrency 1 16 --profile-steps 10 --start-timeout 400 $ALL
+  --output-len 64 --profile-concurrency ${RC_PROFILE-1 16} --profile-steps 10 --start-timeout 400 $ALL
 rc=$?
 for f in "$OUTD"/server_*.log; do
   grep -E "Traceback|Error|DDTREE|sglang-ddtree|Decode batch" "$f" | grep -v Warning | tail -40 > "${f%.log}.errors"
