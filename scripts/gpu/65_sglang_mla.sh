@@ -25,10 +25,10 @@ ARGS[dd16_nograph]="$DD --disable-cuda-graph"
 DRAFT_TRITON="--speculative-draft-attention-backend triton"
 ARGS[dd16_flashmla]="$DD --attention-backend flashmla --page-size 64 $DRAFT_TRITON"
 ARGS[dd16_flashinfer]="$DD --attention-backend flashinfer $DRAFT_TRITON"
-# FlashMLA over the prefix, our kernel over the tree, merged by LSE (SGLANG_DDTREE_MLA_PREFIX=flashmla)
-ARGS[dd16_flashmla_prefix]="${ARGS[dd16_flashmla]}"; ENVS[dd16_flashmla_prefix]="SGLANG_DDTREE_MLA_PREFIX=flashmla"
-ARGS[dd16_flashmla_prefix_nograph]="${ARGS[dd16_flashmla]} --disable-cuda-graph"
-ENVS[dd16_flashmla_prefix_nograph]="SGLANG_DDTREE_MLA_PREFIX=flashmla"
+# dd16_flashmla: FlashMLA over the prefix, our kernel over the tree, merged by LSE (the default there);
+# dd16_flashmla_tree: our kernel over prefix and tree (SGLANG_DDTREE_MLA_PREFIX=tree)
+ARGS[dd16_flashmla_nograph]="${ARGS[dd16_flashmla]} --disable-cuda-graph"
+ARGS[dd16_flashmla_tree]="${ARGS[dd16_flashmla]}"; ENVS[dd16_flashmla_tree]="SGLANG_DDTREE_MLA_PREFIX=tree"
 SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
 if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
   timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \

@@ -59,7 +59,8 @@ ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
 ENV_VERIFY_ATTENTION = "SGLANG_DDTREE_VERIFY_ATTENTION"
 VERIFY_ATTENTION = ("auto", "tree", "full_mask")
 ENV_MLA_PREFIX = "SGLANG_DDTREE_MLA_PREFIX"
-MLA_PREFIX = ("tree", "flashmla")  # MLA verify: our kernel over prefix and tree, or FlashMLA's over the prefix
+# MLA verify: FlashMLA over the prefix where the target runs on it (auto), or our kernel over prefix and tree
+MLA_PREFIX = ("auto", "tree", "flashmla")
 ENV_CALIBRATION = "SGLANG_DDTREE_CALIBRATION"
 ENV_ANCHOR = "SGLANG_DDTREE_ANCHOR"
 ANCHORS = {"chain": "chain", "none": None}  # served default: chain (held-out tau higher at every budget)
@@ -91,7 +92,7 @@ class Knobs:
     calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
     auto: bool = False            # SGLANG_DDTREE_BUDGET=auto: the budget is chosen every round (budget is None)
     auto_budgets: tuple = ()      # its candidates (SGLANG_DDTREE_AUTO_BUDGETS); () = the default ladder
-    mla_prefix: str = "tree"      # SGLANG_DDTREE_MLA_PREFIX: 'flashmla' = FlashMLA over the prefix (page size 64)
+    mla_prefix: str = "auto"      # SGLANG_DDTREE_MLA_PREFIX: auto = FlashMLA over the prefix on flashmla, else tree
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -108,7 +109,7 @@ class Knobs:
         if anchor not in ANCHORS:
             raise ValueError(f"{ENV_ANCHOR} must be one of {', '.join(ANCHORS)}, got {anchor!r}")
         calibration = os.environ.get(ENV_CALIBRATION, "auto").strip() or "auto"
-        mla_prefix = os.environ.get(ENV_MLA_PREFIX, "tree").strip().lower() or "tree"
+        mla_prefix = os.environ.get(ENV_MLA_PREFIX, "auto").strip().lower() or "auto"
         if mla_prefix not in MLA_PREFIX:
             raise ValueError(f"{ENV_MLA_PREFIX} must be one of {', '.join(MLA_PREFIX)}, got {mla_prefix!r}")
         auto = os.environ.get(ENV_BUDGET, "").strip().lower() == "auto"

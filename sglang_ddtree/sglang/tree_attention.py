@@ -14,13 +14,14 @@ forward mode it has, except TARGET_VERIFY, which becomes:
       ancestor bitset (TreeBatch.mask_bits, loaded by the worker into a static buffer) in one online softmax.
 
 No FULL_MASK is built or read, the graph captured at any prefix length replays at every other one, and the
-page size does not matter (slots are token-level). With SGLANG_DDTREE_MLA_PREFIX=flashmla (an MLA target on
-the flashmla backend, page size 64) the prefix goes through FlashMLA instead (our kernel took 3.8x its time a
-layer over an MLA prefix at batch 16): the metadata fills a page table and the prefix lengths from
-req_to_token and FlashMLA's split plan (out of the graph, into static buffers, as SGLang's own FlashMLA
-backend does), and per layer FlashMLA
-attends every tree query over its prefix with its LSE, our kernel attends it over the tree alone (an empty
-prefix), and the merge kernel combines the two by LSE — the standalone cascade of sglang_ddtree.attention.
+page size does not matter (slots are token-level). An MLA target on the flashmla backend (page size 64) has
+its prefix go through FlashMLA instead (SGLANG_DDTREE_MLA_PREFIX=auto, the default; `tree` keeps our kernel
+over the whole prefix): our kernel took 3.8x FlashMLA's time a layer over an MLA prefix at batch 16. The
+metadata fills a page table and the prefix lengths from req_to_token and FlashMLA's split plan for the
+forward's width (out of the graph, into static buffers, as SGLang's own FlashMLA backend does), and per layer
+FlashMLA attends every tree query over its prefix with its LSE, our kernel attends it over the tree alone (an
+empty prefix), and the merge kernel combines the two by LSE — the standalone cascade of
+sglang_ddtree.attention.
 One instance serves every verify width the worker
 captures graphs for (the served auto budget): a forward's width is its rows per request, and each width has
 its own static mask buffer. Shapes the kernel does not take are refused up front (`unsupported`), and the
@@ -101,7 +102,7 @@ def flashmla_unsupported(model_runner, mla: bool) -> str | None:
 class TreeVerifyAttention:
     """The static buffers and the patched methods of one target backend (module docstring)."""
 
-    def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "tree"):
+    def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "auto"):
         self.runner = model_runner
         self.backend = model_runner.attn_backend
         self.pool = model_runner.token_to_kv_pool
@@ -121,6 +122,8 @@ class TreeVerifyAttention:
         self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
+        if prefix == "auto":  # FlashMLA over the prefix wherever it can take it (module docstring: why)
+            prefix = "flashmla" if flashmla_unsupported(model_runner, self.mla) is None else "tree"
         self.prefix = prefix
         if prefix == "flashmla":
             why = flashmla_unsupported(model_runner, self.mla)
@@ -134,7 +137,7 @@ class TreeVerifyAttention:
             self._plans = {}  # verify width -> FlashMLA's split plan in static buffers (graphs read their addresses)
             self._plan = None  # the plan of the forward under way: (tile metadata, num_splits[:bs + 1])
         elif prefix != "tree":
-            raise ValueError(f"prefix must be 'tree' or 'flashmla', got {prefix!r}")
+            raise ValueError(f"prefix must be 'auto', 'tree' or 'flashmla', got {prefix!r}")
         self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
         self._graph_state = None  # (max_bs, max_num_tokens) the backend's own graph buffers were sized for
         self._orig = {}
@@ -168,8 +171,9 @@ class TreeVerifyAttention:
             self._orig[name] = getattr(self.backend, name)
             setattr(self.backend, name, getattr(self, "_" + name))
         self.backend.ddtree_tree_attention = self
-        logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK), verify width%s %s",
-                    type(self.backend).__name__, "s" if len(self.widths) > 1 else "", self.widths)
+        logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK; the prefix through "
+                    "%s), verify width%s %s", type(self.backend).__name__,
+                    "FlashMLA" if self.prefix == "flashmla" else "the tree kernel", "s" if len(self.widths) > 1 else "", self.widths)
 
     # --- buffers -----------------------------------------------------------------------------------------
     def _grow(self, bs: int) -> None:
@@ -198,7 +202,8 @@ class TreeVerifyAttention:
         self._ensure_indices(bs)
         if self.prefix == "flashmla":  # FlashMLA's page table and lengths; the tail reads no prefix
             rows, lens = forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
-            self.block_table[:bs].copy_(self.req_to_token[:, :: self.page][rows] // self.page)  # page columns only
+            torch.div(self.req_to_token[:, :: self.page].index_select(0, rows), self.page, rounding_mode="floor",
+                      out=self.block_table[:bs])  # page columns only, two launches
             self.prefix_lens[:bs].copy_(lens)
             self._plan_flashmla(bs, self._width(forward_batch, bs))
         else:

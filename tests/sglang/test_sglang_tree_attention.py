@@ -468,3 +468,28 @@ def test_flashmla_prefix_cascade_on_the_gpu(plugins_loaded, h, n, bs):
     runner, ta, fb, _, q, k, layer, want = case
     out = runner.attn_backend.forward_extend(q.reshape(q.shape[0], -1), k, k[..., :512].clone(), layer, fb)
     torch.testing.assert_close(out.view(want.shape).double().cpu(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypatch):
+    """SGLANG_DDTREE_MLA_PREFIX=auto (the default): an MLA target on the flashmla backend at page size 64 has its
+    prefix through FlashMLA; any other MLA backend or page size, or no importable FlashMLA, keeps the tree kernel
+    over the whole prefix; an explicit `flashmla` there is refused with the reason."""
+    from sglang_ddtree.sglang import tree_attention as TA
+    from sglang_ddtree.sglang.args import Knobs
+
+    monkeypatch.delenv("SGLANG_DDTREE_MLA_PREFIX", raising=False)
+    assert Knobs.from_env().mla_prefix == "auto"
+    have = {"flashmla": True}
+    monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
+    for backend, page, importable, want in (("FlashMLABackend", 64, True, "flashmla"),
+                                            ("FlashMLABackend", 1, True, "tree"),
+                                            ("FlashMLABackend", 64, False, "tree"),
+                                            ("TritonAttnBackend", 64, True, "tree"),
+                                            ("FlashInferMLAAttnBackend", 64, True, "tree")):
+        runner = make_mla_runner(backend, ctx=128, rows=2)
+        runner.page_size, runner.attn_backend.num_q_heads, have["flashmla"] = page, 16, importable
+        assert TA.TreeVerifyAttention(runner, n=3, max_bs=2).prefix == want, (backend, page, importable)
+        if want == "tree":
+            with pytest.raises(ValueError, match="SGLANG_DDTREE_MLA_PREFIX=flashmla, but"):
+                TA.TreeVerifyAttention(runner, n=3, max_bs=2, prefix="flashmla")
+    assert TA.TreeVerifyAttention(make_runner(), n=3, max_bs=2).prefix == "tree"  # not MLA
