@@ -1,0 +1,69 @@
+"""Host and GPU time of one TARGET_VERIFY metadata call (tree_attention.TreeVerifyAttention._metadata) for the
+whole-prefix tree kernel and the FlashMLA-prefix cascade, Kimi-shaped (64 heads, width 16), on the GPU.
+
+Why: served on FlashMLA at one request, the cascade's round took 6.4 ms where the tree kernel's took 4.3 ms
+with the same GPU work (profiles of 2026-12-04): the difference is host work outside the graph. Prints JSON.
+"""
+import json
+import os
+import sys
+import time
+import types
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "sglang"))
+import torchvision_stub  # noqa: E402
+
+torchvision_stub.install(hide_from_transformers=False)
+from sglang.srt.plugins import load_plugins  # noqa: E402
+
+load_plugins()
+from test_sglang_tree_attention import Mode, make_mla_runner  # noqa: E402
+
+from sglang_ddtree.attention import libraries  # noqa: E402
+from sglang_ddtree.sglang import tree_attention as TA  # noqa: E402
+
+
+def host_us(fn, reps=400):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        t.append(time.perf_counter() - t0)
+        if len(t) % 50 == 0:
+            torch.cuda.synchronize()
+    t.sort()
+    return round(t[len(t) // 2] * 1e6, 1)
+
+
+def case(prefix, bs, n=16, h=64, ctx=40960, rows=40, page=64, plen=1024):
+    runner = make_mla_runner("FlashMLABackend", ctx=64, rows=2)
+    runner.page_size, runner.attn_backend.num_q_heads = page, h
+    runner.req_to_token_pool.req_to_token = torch.arange(rows * ctx, dtype=torch.int32, device="cuda").view(rows, ctx)
+    runner.token_to_kv_pool.kv = torch.zeros(8, 1, 576, device="cuda", dtype=torch.bfloat16)
+    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=32, prefix=prefix)
+    ta.install()
+    fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs,
+                               req_pool_indices=torch.arange(bs, device="cuda"),
+                               seq_lens=torch.full((bs,), plen, device="cuda", dtype=torch.int32),
+                               out_cache_loc=torch.zeros(bs * n, dtype=torch.int64, device="cuda"),
+                               positions=torch.zeros(bs * n, dtype=torch.int64, device="cuda"))
+    return runner, ta, fb
+
+
+out = {}
+for bs in (1, 16):
+    for prefix in ("tree", "flashmla"):
+        runner, ta, fb = case(prefix, bs)
+        out[f"{prefix}_bs{bs}_metadata_host_us"] = host_us(lambda: runner.attn_backend.init_forward_metadata(fb))
+        if prefix == "flashmla":
+            lens = ta.prefix_lens[:bs]
+            out[f"get_mla_metadata_bs{bs}_host_us"] = host_us(lambda: libraries.flashmla_metadata(lens, 16, 64))
+            rows = fb.req_pool_indices
+            out[f"block_table_bs{bs}_host_us"] = host_us(
+                lambda: ta.block_table[:bs].copy_(ta.req_to_token[:, :: ta.page][rows] // ta.page))
+print(json.dumps(out, indent=1))
