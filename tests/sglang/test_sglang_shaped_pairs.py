@@ -68,7 +68,8 @@ def test_auto_budget_server_of_the_mla_pair_starts(resolve, kimi_pair, monkeypat
 
 
 def test_flashmla_prefix_server_of_the_mla_pair_starts(resolve, kimi_pair, monkeypatch):
-    """80_round_cost.sh's SGLANG_DDTREE_MLA_PREFIX=flashmla server on the Kimi-K2-shaped pair passes start-up."""
+    """The FlashMLA-prefix split demanded (SGLANG_DDTREE_MLA_PREFIX=flashmla) on the Kimi-K2-shaped pair passes
+    start-up."""
     monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
     sa = resolve("--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--dtype", "bfloat16",
                  "--speculative-num-draft-tokens", "16", "--attention-backend", "flashmla", "--page-size", "64",
