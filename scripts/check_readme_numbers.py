@@ -308,8 +308,8 @@ CLAIMS = [
                 _layer_us(d, "dflash_flashmla", "flash_fwd_splitkv_mla", "flash_fwd_mla_combine")), None),
     ("DDTree's round is still **{}× DFLASH's at c=16 and {}× at c=1**", KIMI_TURNS,
      lambda d: tuple(_tpot(d, CASCADE, 1024, c) / _tpot(d, "dflash_flashmla", 1024, c) for c in (16, 1)), None),
-    ("the cascade's verify attention takes {} µs a layer against FlashMLA's {} µs for the chain: our tree tail ({} µs, "
-     "{}× its byte floor: latency-bound over 16 tree keys a request) and the separate merge ({} µs, at its floor",
+    ("the cascade's verify attention takes {} µs a layer against FlashMLA's {} µs for the chain: our tree tail "
+     "({} µs, {}× its byte floor: latency-bound over 16 tree keys a request) and the separate merge ({} µs, at its floor",
      (KIMI_PROFILE, CEILINGS),  # the tail's bytes: 16 x 16 queries x 64 heads, 576 read and 512 written, bf16
      lambda d, ceil: (_layer_us(d, CASCADE, "flash_fwd_splitkv_mla", "flash_fwd_mla_combine", "verify_attn_kernel",
                           "merge_two_kernel"),

@@ -1,8 +1,10 @@
-"""Host and GPU time of one TARGET_VERIFY metadata call (tree_attention.TreeVerifyAttention._metadata) for the
-whole-prefix tree kernel and the FlashMLA-prefix cascade, Kimi-shaped (64 heads, width 16), on the GPU.
+"""Host time of one TARGET_VERIFY metadata call (tree_attention.TreeVerifyAttention._metadata) for the
+whole-prefix tree kernel and the FlashMLA-prefix cascade, Kimi-shaped (64 heads, width 16), on the GPU, and
+of the cascade's two pieces (FlashMLA's planner, the page-table gather). Prints JSON.
 
-Why: served on FlashMLA at one request, the cascade's round took 6.4 ms where the tree kernel's took 4.3 ms
-with the same GPU work (profiles of 2026-12-04): the difference is host work outside the graph. Prints JSON.
+Why: served on FlashMLA at one request, the cascade's round was slower than the whole-prefix kernel's with the
+same GPU time a round in the profiles (docs/benchmarks/round-cost-h200-2026-12-04.md), so the difference is
+host work outside the graph; the metadata is the part of it that differs between the two.
 """
 import json
 import os
@@ -64,6 +66,7 @@ for bs in (1, 16):
             lens = ta.prefix_lens[:bs]
             out[f"get_mla_metadata_bs{bs}_host_us"] = host_us(lambda: libraries.flashmla_metadata(lens, 16, 64))
             rows = fb.req_pool_indices
-            out[f"block_table_bs{bs}_host_us"] = host_us(
-                lambda: ta.block_table[:bs].copy_(ta.req_to_token[:, :: ta.page][rows] // ta.page))
+            out[f"block_table_bs{bs}_host_us"] = host_us(  # as _metadata gathers it
+                lambda: torch.div(ta.req_to_token[:, :: ta.page].index_select(0, rows), ta.page,
+                                  rounding_mode="floor", out=ta.block_table[:bs]))
 print(json.dumps(out, indent=1))

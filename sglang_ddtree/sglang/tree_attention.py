@@ -21,12 +21,10 @@ metadata fills a page table and the prefix lengths from req_to_token and FlashML
 forward's width (out of the graph, into static buffers, as SGLang's own FlashMLA backend does), and per layer
 FlashMLA attends every tree query over its prefix with its LSE, our kernel attends it over the tree alone (an
 empty prefix), and the merge kernel combines the two by LSE — the standalone cascade of
-sglang_ddtree.attention.
-One instance serves every verify width the worker
-captures graphs for (the served auto budget): a forward's width is its rows per request, and each width has
-its own static mask buffer. Shapes the kernel does not take are refused up front (`unsupported`), and the
-worker falls back to SGLang's FULL_MASK path with the reason logged (MHA/GQA; an MLA target has no fallback:
-SGLang's MLA backends cannot verify a tree).
+sglang_ddtree.attention. One instance serves every verify width the worker captures graphs for (the served auto
+budget): a forward's width is its rows per request, and each width has its own static mask buffer. Shapes the
+kernel does not take are refused up front (`unsupported`), and the worker falls back to SGLang's FULL_MASK path
+with the reason logged (MHA/GQA; an MLA target has no fallback: SGLang's MLA backends cannot verify a tree).
 """
 from __future__ import annotations
 
@@ -173,7 +171,8 @@ class TreeVerifyAttention:
         self.backend.ddtree_tree_attention = self
         logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK; the prefix through "
                     "%s), verify width%s %s", type(self.backend).__name__,
-                    "FlashMLA" if self.prefix == "flashmla" else "the tree kernel", "s" if len(self.widths) > 1 else "", self.widths)
+                    "FlashMLA" if self.prefix == "flashmla" else "the tree kernel",
+                    "s" if len(self.widths) > 1 else "", self.widths)
 
     # --- buffers -----------------------------------------------------------------------------------------
     def _grow(self, bs: int) -> None:
@@ -230,7 +229,8 @@ class TreeVerifyAttention:
         static = self._plans.get(n)
         if static is None or static[0].shape != tile.shape or static[1].shape[0] < bs + 1:
             rows = max(bs, self.prefix_lens.shape[0]) + 1
-            static = self._plans[n] = (torch.empty_like(tile), torch.zeros(rows, dtype=splits.dtype, device=self.device))
+            static = self._plans[n] = (torch.empty_like(tile),
+                                       torch.zeros(rows, dtype=splits.dtype, device=self.device))
         static[0].copy_(tile)
         static[1][: bs + 1].copy_(splits)
         self._plan = (static[0], static[1][: bs + 1])
