@@ -475,7 +475,7 @@ def test_default_verify_path_builds_no_full_mask(release, monkeypatch):
     made = []
 
     class RecordingTreeAttention(FakeTreeAttention):
-        def __init__(self, runner, *, n, max_bs, widths=(), prefix="tree"):
+        def __init__(self, runner, *, n, max_bs, widths=(), prefix="auto"):
             super().__init__()
             made.append((runner, n, max_bs, prefix))
 
@@ -488,7 +488,7 @@ def test_default_verify_path_builds_no_full_mask(release, monkeypatch):
     monkeypatch.setattr(rnd.round, "backend", "cuda")  # what the choice asks of the ops (the CPU ops run the round)
     rnd.choose_verify_attention()
     monkeypatch.setattr(rnd.round, "backend", "cpu")
-    assert made == [(host.model_runner, 7, rnd._max_bs, "tree"), "installed"]
+    assert made == [(host.model_runner, 7, rnd._max_bs, "auto"), "installed"]
 
     def no_full_mask(*a, **k):
         raise AssertionError("the default verify path built a FULL_MASK")

@@ -29,6 +29,40 @@ def need_graph_runners(need) -> tuple:
     return need(runner, "DecodeCudaGraphRunner"), need(backend, "FullCudaGraphBackend")
 
 
+ROWS_PER_LAUNCH = 256  # the copy kernel's row count (one compiled shape), as SGLang's MHA pool sizes its chunks
+
+
+def all_layer_rows(pool):
+    """(per-layer base pointers uint64 [L], row bytes int64 [L], the copy kernel's config) of a plain MLA KV pool
+    (one latent row per slot in each layer's contiguous buffer), else None (the pool's own move serves)."""
+    if type(pool).__name__ != "MLATokenToKVPool":
+        return None
+    bufs = list(pool.kv_buffer)
+    row = bufs[0][0].numel() * bufs[0].element_size()
+    if row % 16 or any(not b.is_contiguous() or b[0].numel() * b.element_size() != row or b.device != bufs[0].device
+                       for b in bufs):
+        return None
+    tile = 128  # bytes a program copies of each row (SGLang's MHA pool takes 128 below 4 KB rows)
+    ptrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.uint64, device=bufs[0].device)
+    strides = torch.full((len(bufs),), row, dtype=torch.int64, device=bufs[0].device)
+    return ptrs, strides, {"bytes_per_tile": tile, "byte_tiles": -(-row // tile), "num_warps": 4,
+                           "num_locs_upper": ROWS_PER_LAUNCH}
+
+
+def move_rows(copy_all_layers, rows, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Row src[i] -> row dst[i] in every layer, ROWS_PER_LAUNCH rows a launch in order. Each launch reads all of
+    its rows before writing any; across launches the order is what makes it safe: the round compacts each
+    request's accepted nodes forward (dst[k] = the request's k-th tree slot, src[k] = the slot of its k-th
+    accepted node, a node at index >= k; pads copy a slot onto itself), so no launch reads a row an earlier
+    launch wrote (kernels/tree_walk.h, commit_column)."""
+    ptrs, strides, cfg = rows
+    n = int(dst.numel())
+    for start in range(0, n, ROWS_PER_LAUNCH):
+        count = min(ROWS_PER_LAUNCH, n - start)
+        copy_all_layers(ptrs, strides, dst[start:start + count], src[start:start + count], count,
+                        ROWS_PER_LAUNCH, cfg)
+
+
 class DFlashV2Adapter:
     RELEASE = ""
     # DFlashWorkerV2 methods / properties the adapters call, and those the DDTree worker overrides
@@ -46,10 +80,12 @@ class DFlashV2Adapter:
     PREPARE_DRAFT_BLOCK = LOGITS_ADJUSTMENTS = BLOCK_POS_OFFSETS = BLOCK_SPEC_INFO = None
     DRAFT_KV_LENS = ("", "")  # DFlashDraftInputV2's host-side next-round KV lengths (cpu [bs], int sum)
     DECODE_GRAPH_RUNNER = FULL_GRAPH_BACKEND = None  # verify graphs at more widths; timing their replays
+    COPY_ALL_LAYERS = None  # SGLang's KV-row copy over every layer in one launch (its MHA pool's move)
     _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
 
     def __init__(self, host):
         self.host = host
+        self._rows = None  # all_layer_rows of the target pool, made at the first move (False: per layer)
 
     # --- construction ------------------------------------------------------------------------------
     @property
@@ -192,7 +228,16 @@ class DFlashV2Adapter:
         """Full-vocab verify logits (0.5.23 may hand back a vocab shard)."""
 
     def move_kv(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        self.host.model_runner.token_to_kv_pool.move_kv_cache(dst.reshape(-1), src.reshape(-1))
+        """The accepted nodes' KV to the committed slots, every layer. SGLang's MHA pool does it in one launch;
+        its MLA pool loops over layers (two launches a layer, ~120 a round on a 61-layer Kimi K2), so an MLA
+        pool on CUDA is moved here through the MHA pool's own kernel over the MLA layers' rows."""
+        pool = self.host.model_runner.token_to_kv_pool
+        if self._rows is None:  # on CUDA only: SGLang's copy kernel is triton
+            self._rows = (all_layer_rows(pool) if self.device.type == "cuda" else None) or False
+        if self._rows:
+            move_rows(self.COPY_ALL_LAYERS, self._rows, dst.reshape(-1), src.reshape(-1))
+        else:
+            pool.move_kv_cache(dst.reshape(-1), src.reshape(-1))
 
     def draft_context_slots(self, plan, window):
         """The committed columns' slots as the draft KV pool indexes them."""
