@@ -14,8 +14,8 @@ warm pass at the same concurrency (`--warmup-passes`) keeps first-use costs of a
 `--start-all --interleave` the servers take turns pass by pass (drift falls on all alike). Prompts: a JSON
 list (or {"prompts": [...]}) of texts written as a ShareGPT-format file (`--prompts-file`), or random token
 ids of a fixed length (`--random-input-len`, needs `--tokenizer`). `--url NAME=URL` measures an already
-running server instead. `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode
-rounds under that load, summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps).
+running server instead; `--merge A.json B.json` joins runs measured in separate calls (same flags, no row
+twice). `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode rounds under that load, summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps).
 bench_serving runs in this process through its own `cli_main` (same parser, same code as the CLI; one
 SGLang import for every run), or as a subprocess per run with `--client subprocess`. Every server started
 here is stopped on exit, SIGTERM included. Writes DIR/ab.json, DIR/ab.md and DIR/ab.png (tok/s and accept length vs concurrency; `--plot-only` redraws it).
@@ -290,6 +290,40 @@ def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str,
     return summary
 
 
+def merge(runs: list[tuple[str, dict]]) -> dict:
+    """One report from several runs' (name, ab.json), e.g. concurrencies measured in separate device calls. They
+    must have measured alike (client, output length, passes, shared launch flags, each server's own flags),
+    and no (server, input length, concurrency) row may come twice; each row and profile keeps its run's
+    name, and the runs' own headers are kept under "runs"."""
+    if not runs:
+        raise ValueError("nothing to merge")
+    alike = ("client", "output_len", "warmup_passes", "repeats", "common", "one_server_at_a_time")
+    first_name, first = runs[0]
+    out = {k: first.get(k) for k in alike}
+    out.update(merged_from=[name for name, _ in runs], runs={}, servers={}, rows=[], profiles={})
+    seen = {}
+    for name, run in runs:
+        for k in alike:
+            if run.get(k) != first.get(k):
+                raise ValueError(f"{name} and {first_name} differ in {k!r}: {run.get(k)!r} vs {first.get(k)!r}")
+        for server, info in run.get("servers", {}).items():
+            known = out["servers"].setdefault(server, {"args": info.get("args"), "runs": {}})
+            if "args" in info and known["args"] != info["args"]:
+                raise ValueError(f"server {server!r} ran with other flags in {name}: {info['args']!r}")
+            known["runs"][name] = info
+        for row in run.get("rows", []):
+            key = (row["server"], row.get("input_len"), row["concurrency"])
+            if key in seen:
+                raise ValueError(f"row {key} is in both {seen[key]} and {name}")
+            seen[key] = name
+            out["rows"].append({**row, "run": name})
+        for key, prof in run.get("profiles", {}).items():
+            out["profiles"][f"{key} ({name})" if key in out["profiles"] else key] = {**prof, "run": name}
+        out["runs"][name] = {k: v for k, v in run.items() if k not in ("rows", "profiles", "servers")}
+    out["rows"].sort(key=lambda r: (r["server"], r.get("input_len") or 0, r["concurrency"]))
+    return out
+
+
 def markdown(rows: list[dict]) -> str:
     head = ("| server | input | conc | output tok/s | TPOT P50 (ms) | TPOT P99 (ms) | TTFT P50 (ms) | TTFT P99 (ms) | accept len |\n"
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -377,10 +411,22 @@ def main(argv=None) -> int:
                     help="run SGLang's bench_serving in this process (one import) or as a subprocess per run")
     ap.add_argument("--out", required=True)
     ap.add_argument("--plot-only", metavar="AB_JSON", help="only draw DIR/ab.png from an earlier run's ab.json")
+    ap.add_argument("--merge", nargs="+", metavar="AB_JSON",
+                    help="only join earlier runs' ab.json (e.g. concurrencies measured in separate calls) into "
+                         "DIR/ab.json, ab.md and ab.png; every row keeps the run it came from")
     a = ap.parse_args(argv)
     if a.plot_only:
         os.makedirs(a.out, exist_ok=True)
         return 0 if plot(json.load(open(a.plot_only))["rows"], os.path.join(a.out, "ab.png")) else 1
+    if a.merge:
+        report = merge([(path, json.load(open(path))) for path in a.merge])
+        os.makedirs(a.out, exist_ok=True)
+        json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
+        with open(os.path.join(a.out, "ab.md"), "w") as f:
+            f.write(markdown(report["rows"]))
+        plot(report["rows"], os.path.join(a.out, "ab.png"))
+        print(markdown(report["rows"]))
+        return 0
     if not a.server and not a.url:
         ap.error("give at least one --server or --url")
     if a.repeats < 1:

@@ -1,0 +1,66 @@
+"""examples/ab_bench.py --merge: concurrencies measured in separate device calls joined into one report.
+
+A device call is limited to ten minutes, so the A/B at concurrency {1, 4, 16, 32} can take two calls; the
+joined report must hold exactly their rows, say which call each came from, and refuse runs that did not
+measure alike or that measured one row twice."""
+import copy
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+AB = ROOT / "docs" / "benchmarks" / "sglang-h200-2026-12-04-ab.json"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("ab_bench", ROOT / "examples" / "ab_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _split():
+    """The committed 2026-12-04 A/B as two runs: c = 1 and 4 in one, c = 16 in the other."""
+    whole = json.loads(AB.read_text())
+    a, b = copy.deepcopy(whole), copy.deepcopy(whole)
+    a["rows"] = [r for r in whole["rows"] if r["concurrency"] in (1, 4)]
+    b["rows"] = [r for r in whole["rows"] if r["concurrency"] == 16]
+    b["profiles"] = {}
+    return whole, a, b
+
+
+def test_merge_keeps_every_row_once_with_its_run(tmp_path):
+    ab = _load()
+    whole, a, b = _split()
+    out = ab.merge([("call1", a), ("call2", b)])
+    key = lambda r: (r["server"], r["concurrency"])  # noqa: E731
+    assert sorted(map(key, out["rows"])) == sorted(map(key, whole["rows"]))
+    assert {r["run"] for r in out["rows"] if r["concurrency"] == 16} == {"call2"}
+    assert {r["run"] for r in out["rows"] if r["concurrency"] < 16} == {"call1"}
+    assert out["merged_from"] == ["call1", "call2"] and set(out["runs"]) == {"call1", "call2"}
+    assert set(out["servers"]) == set(whole["servers"])
+    assert out["profiles"].keys() == whole["profiles"].keys()
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(json.dumps(a if name == "a.json" else b))
+    assert ab.main(["--out", str(tmp_path / "m"), "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert len(json.loads((tmp_path / "m" / "ab.json").read_text())["rows"]) == len(whole["rows"])
+    assert "| dflash | prompts | 16 |" in (tmp_path / "m" / "ab.md").read_text()
+
+
+def test_merge_refuses_runs_that_did_not_measure_alike():
+    ab = _load()
+    _, a, b = _split()
+    with pytest.raises(ValueError, match="row .* is in both"):
+        ab.merge([("call1", a), ("again", a)])
+    other = copy.deepcopy(b)
+    other["repeats"] = 3
+    with pytest.raises(ValueError, match="differ in 'repeats'"):
+        ab.merge([("call1", a), ("call2", other)])
+    other = copy.deepcopy(b)
+    other["servers"]["dflash"]["args"] += " --speculative-num-draft-tokens 8"
+    with pytest.raises(ValueError, match="server 'dflash' ran with other flags"):
+        ab.merge([("call1", a), ("call2", other)])
+    with pytest.raises(ValueError, match="nothing to merge"):
+        ab.merge([])
