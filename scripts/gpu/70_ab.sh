@@ -7,6 +7,8 @@
 # env: AB_BUDGETS ("16 64"; the served default: chain-anchored, calibrated), AB_PAPER_BUDGETS ("16": the paper's tree),
 # AB_AUTO (1: the auto budget, SGLANG_DDTREE_BUDGET=auto, measured right after DFLASH), AB_BASE (1: the server
 # without speculation), AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64), AB_REPEATS (3 measured passes, median), AB_PROFILE_CONC ("1 16"; "" for none)
+# Six servers, five interleaved passes and four concurrencies overrun one 10-minute device call: run AB_CONC="1 4 16"
+# and AB_CONC=32 in two calls and join them with `python examples/ab_bench.py --out DIR --merge A/ab.json B/ab.json`.
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/ab}; mkdir -p "$OUTD"
