@@ -29,6 +29,9 @@ ARGS[dd16_flashinfer]="$DD --attention-backend flashinfer $DRAFT_TRITON"
 # dd16_flashmla_tree: our kernel over prefix and tree (SGLANG_DDTREE_MLA_PREFIX=tree)
 ARGS[dd16_flashmla_nograph]="${ARGS[dd16_flashmla]} --disable-cuda-graph"
 ARGS[dd16_flashmla_tree]="${ARGS[dd16_flashmla]}"; ENVS[dd16_flashmla_tree]="SGLANG_DDTREE_MLA_PREFIX=tree"
+# the accepted KV moved for every layer in one launch (SGLANG_DDTREE_MLA_KV_MOVE=one_launch, opt-in)
+ARGS[dd16_flashmla_one_launch]="${ARGS[dd16_flashmla]}"; ENVS[dd16_flashmla_one_launch]="SGLANG_DDTREE_MLA_KV_MOVE=one_launch"
+ARGS[dd16_one_launch]="$DD"; ENVS[dd16_one_launch]="SGLANG_DDTREE_MLA_KV_MOVE=one_launch"
 SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
 if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
   timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \

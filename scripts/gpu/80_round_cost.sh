@@ -13,7 +13,8 @@
 # RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_FLASHMLA (kimi-k2-shaped only, 1 by default
 # there), RC_AUTO (1: also SGLANG_DDTREE_BUDGET=auto, candidates 15/31/63), RC_FULLMASK (1: also the first budget
 # through SGLang's FULL_MASK verify, the path the tree kernel replaced: the "before" profile; GQA only),
-# RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=tree), RC_SERVERS (names to keep, in order), RC_PROFILE
+# RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=tree), RC_MLA_KV_MOVE (1: also
+# with SGLANG_DDTREE_MLA_KV_MOVE=one_launch), RC_SERVERS (names to keep, in order), RC_PROFILE
 # (the profiled concurrencies, "1 16"; empty: none),
 # RC_START_ALL (0: one server up at a time; 1: all start together, memory split, and take turns pass by pass,
 # RC_REPEATS passes each, 3 by default), RC_TRITON (0: leave out the DFLASH
@@ -54,6 +55,8 @@ if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
   # over the whole prefix (a call cut short keeps DFLASH and the served default)
   S+=(--server "ddtree_b${b0}_flashmla=$DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
   [ "${RC_MLA_PREFIX:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashmla_tree=SGLANG_DDTREE_MLA_PREFIX=tree $DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
+  # the accepted KV moved for every layer in one launch (opt-in until measured)
+  [ "${RC_MLA_KV_MOVE:-0}" = 1 ] && S+=(--server "ddtree_b${b0}_flashmla_one_launch=SGLANG_DDTREE_MLA_KV_MOVE=one_launch $DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
 fi
 # first, next to the first budget on the tree kernel: a call cut short keeps the before/after pair
 [ $MLA = 0 ] && [ "${RC_FULLMASK:-0}" = 1 ] && S=(--server "ddtree_b${b0}_fullmask=SGLANG_DDTREE_VERIFY_ATTENTION=full_mask $DD --speculative-num-draft-tokens $((b0 + 1))" "${S[@]}")

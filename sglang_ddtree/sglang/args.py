@@ -61,6 +61,9 @@ VERIFY_ATTENTION = ("auto", "tree", "full_mask")
 ENV_MLA_PREFIX = "SGLANG_DDTREE_MLA_PREFIX"
 # MLA verify: FlashMLA over the prefix where the target runs on it (auto), or our kernel over prefix and tree
 MLA_PREFIX = ("auto", "tree", "flashmla")
+# MLA targets' accepted-KV move: SGLang's own, a layer at a time (default), or every layer in one launch
+ENV_MLA_KV_MOVE = "SGLANG_DDTREE_MLA_KV_MOVE"
+MLA_KV_MOVE = ("layers", "one_launch")
 ENV_CALIBRATION = "SGLANG_DDTREE_CALIBRATION"
 ENV_ANCHOR = "SGLANG_DDTREE_ANCHOR"
 ANCHORS = {"chain": "chain", "none": None}  # served default: chain (held-out tau higher at every budget)
@@ -93,6 +96,7 @@ class Knobs:
     auto: bool = False            # SGLANG_DDTREE_BUDGET=auto: the budget is chosen every round (budget is None)
     auto_budgets: tuple = ()      # its candidates (SGLANG_DDTREE_AUTO_BUDGETS); () = the default ladder
     mla_prefix: str = "auto"      # SGLANG_DDTREE_MLA_PREFIX: auto = FlashMLA over the prefix on flashmla, else tree
+    mla_kv_move: str = "layers"   # SGLANG_DDTREE_MLA_KV_MOVE: one_launch = every layer at once (not yet GPU-run)
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -112,11 +116,14 @@ class Knobs:
         mla_prefix = os.environ.get(ENV_MLA_PREFIX, "auto").strip().lower() or "auto"
         if mla_prefix not in MLA_PREFIX:
             raise ValueError(f"{ENV_MLA_PREFIX} must be one of {', '.join(MLA_PREFIX)}, got {mla_prefix!r}")
+        mla_kv_move = os.environ.get(ENV_MLA_KV_MOVE, "layers").strip().lower() or "layers"
+        if mla_kv_move not in MLA_KV_MOVE:
+            raise ValueError(f"{ENV_MLA_KV_MOVE} must be one of {', '.join(MLA_KV_MOVE)}, got {mla_kv_move!r}")
         auto = os.environ.get(ENV_BUDGET, "").strip().lower() == "auto"
         return cls(budget=None if auto else _env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1),
                    ops_backend=backend, draft_graph_head=head == "1", verify_attention=verify,
                    anchor=ANCHORS[anchor], calibration=calibration, auto=auto,
-                   auto_budgets=_env_int_list(ENV_AUTO_BUDGETS), mla_prefix=mla_prefix)
+                   auto_budgets=_env_int_list(ENV_AUTO_BUDGETS), mla_prefix=mla_prefix, mla_kv_move=mla_kv_move)
 
 
 def _env_int_list(name: str) -> tuple:

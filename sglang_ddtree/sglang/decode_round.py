@@ -227,7 +227,7 @@ class DecodeRound:
             on_publish(plan.new_seq_lens)
 
         # 4) apply it: accepted KV to slots prefix..prefix+len (one all-layer copy), drafter context
-        sgl.move_kv(plan.kv_dst, plan.kv_src)
+        sgl.move_kv(plan.kv_dst, plan.kv_src, one_launch=self.knobs.mla_kv_move == "one_launch")
         hidden = logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE verify requires the target's captured hidden states")

@@ -157,7 +157,8 @@ def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
 @pytest.mark.parametrize("name,value,needle", [
     ("SGLANG_DDTREE_BUDGET", "abc", "integer"), ("SGLANG_DDTREE_TOPK", "0", ">= 1"),
     ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda or cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1"),
-    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_MLA_PREFIX", "flashinfer", "tree, flashmla")])
+    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_MLA_PREFIX", "flashinfer", "tree, flashmla"),
+    ("SGLANG_DDTREE_MLA_KV_MOVE", "fast", "layers, one_launch")])
 def test_bad_knobs(monkeypatch, name, value, needle):
     from sglang_ddtree.sglang.args import Knobs
 

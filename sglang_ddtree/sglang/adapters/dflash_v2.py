@@ -227,14 +227,15 @@ class DFlashV2Adapter:
     def finish_verify_logits(self, logits_output) -> None:
         """Full-vocab verify logits (0.5.23 may hand back a vocab shard)."""
 
-    def move_kv(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+    def move_kv(self, dst: torch.Tensor, src: torch.Tensor, one_launch: bool = False) -> None:
         """The accepted nodes' KV to the committed slots, every layer. SGLang's MHA pool does it in one launch;
-        its MLA pool loops over layers (two launches a layer, ~120 a round on a 61-layer Kimi K2), so an MLA
-        pool on CUDA is moved here through the MHA pool's own kernel over the MLA layers' rows."""
+        its MLA pool loops over layers (two launches a layer, ~120 a round on a 61-layer Kimi K2), so with
+        one_launch (SGLANG_DDTREE_MLA_KV_MOVE=one_launch) an MLA pool on CUDA is moved here through the MHA
+        pool's own kernel over the MLA layers' rows."""
         pool = self.host.model_runner.token_to_kv_pool
-        if self._rows is None:  # on CUDA only: SGLang's copy kernel is triton
+        if one_launch and self._rows is None:  # on CUDA only: SGLang's copy kernel is triton
             self._rows = (all_layer_rows(pool) if self.device.type == "cuda" else None) or False
-        if self._rows:
+        if one_launch and self._rows:
             move_rows(self.COPY_ALL_LAYERS, self._rows, dst.reshape(-1), src.reshape(-1))
         else:
             pool.move_kv_cache(dst.reshape(-1), src.reshape(-1))
