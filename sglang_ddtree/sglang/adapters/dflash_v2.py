@@ -29,6 +29,12 @@ def need_graph_runners(need) -> tuple:
     return need(runner, "DecodeCudaGraphRunner"), need(backend, "FullCudaGraphBackend")
 
 
+def need_copy_all_layers(need):
+    """SGLang's KV-row copy over every layer in one launch (the MHA pool's move), through a release's `need`."""
+    return need("sglang.kernels.ops.kvcache.cache_move", "copy_all_layer_kv_cache_func",
+                ("data_ptrs", "strides", "tgt_loc", "src_loc", "num_locs", "num_locs_upper", "kv_copy_config"))
+
+
 ROWS_PER_LAUNCH = 256  # the copy kernel's row count (one compiled shape), as SGLang's MHA pool sizes its chunks
 
 

@@ -5,7 +5,7 @@ and the constructor, whose `ps: ParallelState` argument 0.5.23 dropped.
 """
 from __future__ import annotations
 
-from .dflash_v2 import DFlashV2Adapter, need_graph_runners
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners
 from .need import Needs
 
 need = Needs("0.5.17")
@@ -44,9 +44,7 @@ class Adapter(DFlashV2Adapter):
     BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
-    COPY_ALL_LAYERS = staticmethod(need(
-        "sglang.kernels.ops.kvcache.cache_move", "copy_all_layer_kv_cache_func",
-        ("data_ptrs", "strides", "tgt_loc", "src_loc", "num_locs", "num_locs_upper", "kv_copy_config")))
+    COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")

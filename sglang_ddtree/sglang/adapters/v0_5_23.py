@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_graph_runners
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners
 from .need import Needs
 
 need = Needs("0.5.23")
@@ -80,9 +80,7 @@ class Adapter(DFlashV2Adapter):
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.is_deferred_shard", ("self", "logits"))
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.finish_deferred_gather", ("self", "logits"))
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
-    COPY_ALL_LAYERS = staticmethod(need(
-        "sglang.kernels.ops.kvcache.cache_move", "copy_all_layer_kv_cache_func",
-        ("data_ptrs", "strides", "tgt_loc", "src_loc", "num_locs", "num_locs_upper", "kv_copy_config")))
+    COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
