@@ -15,7 +15,8 @@ warm pass at the same concurrency (`--warmup-passes`) keeps first-use costs of a
 list (or {"prompts": [...]}) of texts written as a ShareGPT-format file (`--prompts-file`), or random token
 ids of a fixed length (`--random-input-len`, needs `--tokenizer`). `--url NAME=URL` measures an already
 running server instead; `--merge A.json B.json` joins runs measured in separate calls (same flags, no row
-twice). `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode rounds under that load, summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps).
+twice). `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode rounds under that
+load, summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps).
 bench_serving runs in this process through its own `cli_main` (same parser, same code as the CLI; one
 SGLang import for every run), or as a subprocess per run with `--client subprocess`. Every server started
 here is stopped on exit, SIGTERM included. Writes DIR/ab.json, DIR/ab.md and DIR/ab.png (tok/s and accept length vs concurrency; `--plot-only` redraws it).
@@ -367,6 +368,14 @@ def plot(rows: list[dict], path: str) -> str | None:
     return path
 
 
+def write_table_and_plot(rows: list[dict], out: str) -> None:
+    """DIR/ab.md and DIR/ab.png from a report's rows; the table also to stdout."""
+    with open(os.path.join(out, "ab.md"), "w") as f:
+        f.write(markdown(rows))
+    plot(rows, os.path.join(out, "ab.png"))
+    print(markdown(rows))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server", action="append", default=[], metavar="NAME=ARGS", help="launch and measure")
@@ -422,10 +431,7 @@ def main(argv=None) -> int:
         report = merge([(path, json.load(open(path))) for path in a.merge])
         os.makedirs(a.out, exist_ok=True)
         json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
-        with open(os.path.join(a.out, "ab.md"), "w") as f:
-            f.write(markdown(report["rows"]))
-        plot(report["rows"], os.path.join(a.out, "ab.png"))
-        print(markdown(report["rows"]))
+        write_table_and_plot(report["rows"], a.out)
         return 0
     if not a.server and not a.url:
         ap.error("give at least one --server or --url")
@@ -567,10 +573,7 @@ def main(argv=None) -> int:
     finally:
         for srv in early.values():
             srv.stop()
-    with open(os.path.join(a.out, "ab.md"), "w") as f:
-        f.write(markdown(report["rows"]))
-    plot(report["rows"], os.path.join(a.out, "ab.png"))
-    print(markdown(report["rows"]))
+    write_table_and_plot(report["rows"], a.out)
     return 0 if all("error" not in s for s in report["servers"].values()) else 1
 
 

@@ -137,6 +137,7 @@ MLA_CASCADE = BENCH + "sglang-mla-h200-2026-12-04-lossless-cascade.json"
 # the Kimi-shaped runs' server names (measured before the cascade became the default on flashmla)
 CASCADE, WHOLE = "ddtree_b15_flashmla_prefix", "ddtree_b15_flashmla"
 CASCADE_LOSSLESS = "dd16_flashmla_prefix"
+CASCADE_KERNELS = ("flash_fwd_splitkv_mla", "flash_fwd_mla_combine", "verify_attn_kernel", "merge_two_kernel")
 
 
 def _tpot(doc, server: str, input_len, conc: int) -> float:
@@ -302,17 +303,15 @@ CLAIMS = [
      lambda d: tuple(_tpot(d, s, 1024, c) for c in (16, 1) for s in (CASCADE, "dflash_flashmla", WHOLE)), None),
     ("FlashMLA prefix + our tree tail + merge **{} µs**, our kernel over the whole prefix {} µs, DFLASH's chain "
      "through FlashMLA {} µs", KIMI_PROFILE,
-     lambda d: (_layer_us(d, CASCADE, "flash_fwd_splitkv_mla", "flash_fwd_mla_combine", "verify_attn_kernel",
-                          "merge_two_kernel"),
-                _layer_us(d, WHOLE, "verify_attn_kernel", "combine_kernel"),
+     lambda d: (_layer_us(d, CASCADE, *CASCADE_KERNELS), _layer_us(d, WHOLE, "verify_attn_kernel", "combine_kernel"),
                 _layer_us(d, "dflash_flashmla", "flash_fwd_splitkv_mla", "flash_fwd_mla_combine")), None),
     ("DDTree's round is still **{}× DFLASH's at c=16 and {}× at c=1**", KIMI_TURNS,
      lambda d: tuple(_tpot(d, CASCADE, 1024, c) / _tpot(d, "dflash_flashmla", 1024, c) for c in (16, 1)), None),
     ("the cascade's verify attention takes {} µs a layer against FlashMLA's {} µs for the chain: our tree tail "
-     "({} µs, {}× its byte floor: latency-bound over 16 tree keys a request) and the separate merge ({} µs, at its floor",
+     "({} µs, {}× its byte floor: latency-bound over 16 tree keys a request) and the separate merge ({} µs, at its "
+     "floor",
      (KIMI_PROFILE, CEILINGS),  # the tail's bytes: 16 x 16 queries x 64 heads, 576 read and 512 written, bf16
-     lambda d, ceil: (_layer_us(d, CASCADE, "flash_fwd_splitkv_mla", "flash_fwd_mla_combine", "verify_attn_kernel",
-                          "merge_two_kernel"),
+     lambda d, ceil: (_layer_us(d, CASCADE, *CASCADE_KERNELS),
                 _layer_us(d, "dflash_flashmla", "flash_fwd_splitkv_mla", "flash_fwd_mla_combine"),
                 _layer_us(d, CASCADE, "verify_attn_kernel"),
                 _layer_us(d, CASCADE, "verify_attn_kernel") / _bytes_us(16 * 16 * 64 * (576 + 512) * 2, ceil),

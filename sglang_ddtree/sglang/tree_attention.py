@@ -120,11 +120,11 @@ class TreeVerifyAttention:
         self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
+        why = flashmla_unsupported(model_runner, self.mla) if prefix in ("auto", "flashmla") else None
         if prefix == "auto":  # FlashMLA over the prefix wherever it can take it (module docstring: why)
-            prefix = "flashmla" if flashmla_unsupported(model_runner, self.mla) is None else "tree"
+            prefix = "tree" if why else "flashmla"
         self.prefix = prefix
         if prefix == "flashmla":
-            why = flashmla_unsupported(model_runner, self.mla)
             if why is not None:
                 raise ValueError(f"SGLANG_DDTREE_MLA_PREFIX=flashmla, but {why}")
             self.page = int(model_runner.page_size)

@@ -4,21 +4,13 @@ A device call is limited to ten minutes, so the A/B at concurrency {1, 4, 16, 32
 joined report must hold exactly their rows, say which call each came from, and refuse runs that did not
 measure alike or that measured one row twice."""
 import copy
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from test_ab_bench_profile import ROOT, _load
+
 AB = ROOT / "docs" / "benchmarks" / "sglang-h200-2026-12-04-ab.json"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("ab_bench", ROOT / "examples" / "ab_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _split():

@@ -1,11 +1,11 @@
 """The accepted nodes' KV move on an MLA target (adapters/dflash_v2.py: move_kv, all_layer_rows, move_rows).
 
-SGLang's MLA pool moves KV one layer at a time; with SGLANG_DDTREE_MLA_KV_MOVE=one_launch the adapter moves
-every layer in one launch a chunk through the MHA pool's own copy kernel. Checked against SGLang's own MLATokenToKVPool.move_kv_cache on a real pool,
-with commit plans shaped as the round makes them (kernels/tree_walk.h, commit_column: accepted paths compacted
-forward, pads copying a slot onto itself, more rows than one launch takes). On the CPU the kernel is a
-float64-free reference of its contract (each launch reads all its rows, then writes them); on the GPU the real
-one.
+SGLang's MLA pool moves KV one layer at a time; with SGLANG_DDTREE_MLA_KV_MOVE=one_launch the adapter moves every
+layer in one launch a chunk through the MHA pool's own copy kernel. Checked against SGLang's own
+MLATokenToKVPool.move_kv_cache on a real pool, with commit plans shaped as the round makes them
+(kernels/tree_walk.h, commit_column: accepted paths compacted forward, pads copying a slot onto itself, more rows
+than one launch takes). On the CPU the kernel is a reference of its contract (each launch reads all
+its rows, then writes them); on the GPU the real one.
 """
 import pytest
 import torch
