@@ -325,6 +325,23 @@ def merge(runs: list[tuple[str, dict]]) -> dict:
     return out
 
 
+def merge_input(item: str) -> tuple[str, dict]:
+    """One --merge argument, PATH or PATH@C,C..: the run's ab.json, with only those concurrencies' rows when
+    given (e.g. a concurrency measured again in a later call, with an A/A twin, replaces the earlier call's);
+    the run's name is its path, so the merged report says which file every row came from."""
+    path, _, concs = item.partition("@")
+    run = json.load(open(path))
+    if concs:
+        try:
+            keep = {int(c) for c in concs.split(",")}
+        except ValueError:
+            raise ValueError(f"--merge: {item!r} is not PATH or PATH@C,C..") from None
+        run = {**run, "rows": [r for r in run.get("rows", []) if r["concurrency"] in keep],
+               "profiles": {k: v for k, v in run.get("profiles", {}).items()
+                            if int(k.rsplit("_c", 1)[-1]) in keep}}
+    return item, run
+
+
 def markdown(rows: list[dict]) -> str:
     head = ("| server | input | conc | output tok/s | TPOT P50 (ms) | TPOT P99 (ms) | TTFT P50 (ms) | TTFT P99 (ms) | accept len |\n"
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -420,15 +437,16 @@ def main(argv=None) -> int:
                     help="run SGLang's bench_serving in this process (one import) or as a subprocess per run")
     ap.add_argument("--out", required=True)
     ap.add_argument("--plot-only", metavar="AB_JSON", help="only draw DIR/ab.png from an earlier run's ab.json")
-    ap.add_argument("--merge", nargs="+", metavar="AB_JSON",
+    ap.add_argument("--merge", nargs="+", metavar="AB_JSON[@C,C..]",
                     help="only join earlier runs' ab.json (e.g. concurrencies measured in separate calls) into "
-                         "DIR/ab.json, ab.md and ab.png; every row keeps the run it came from")
+                         "DIR/ab.json, ab.md and ab.png; every row keeps the run it came from; @C,C.. takes only "
+                         "those concurrencies from that run")
     a = ap.parse_args(argv)
     if a.plot_only:
         os.makedirs(a.out, exist_ok=True)
         return 0 if plot(json.load(open(a.plot_only))["rows"], os.path.join(a.out, "ab.png")) else 1
     if a.merge:
-        report = merge([(path, json.load(open(path))) for path in a.merge])
+        report = merge([merge_input(item) for item in a.merge])
         os.makedirs(a.out, exist_ok=True)
         json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
         write_table_and_plot(report["rows"], a.out)
