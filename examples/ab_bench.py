@@ -501,8 +501,9 @@ def main(argv=None) -> int:
     def tag_of(name, length):
         return name if length is None else f"{name}_in{length}"
 
-    def add_row(name, length, c, row):
+    def add_row(name, length, c, row):  # written at once: a call cut short keeps every finished row
         report["rows"].append({"server": name, "input_len": length, "concurrency": c, **row})
+        json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
         print(f"[ab] {tag_of(name, length)} c={c}: {row['output_throughput']:.1f} tok/s, TPOT "
               f"{row['median_tpot_ms']:.3f} ms, accept {row['accept_length']}", flush=True)
 

@@ -115,14 +115,10 @@ ATTN = BENCH + "attention-h200-2026-12-02-run1-eager.json"
 CPU_TREE = BENCH + "tree-cpu.json"
 LOSSLESS = BENCH + "sglang-h200-2026-12-03-run3-lossless.json"
 AB = BENCH + "sglang-h200-2026-12-03-run3-ab.json"
-AB_RUN4 = BENCH + "sglang-h200-2026-12-03-run4-ab.json"
-AB_RUN5 = BENCH + "sglang-h200-2026-12-03-run5-ab.json"
 LOSSLESS_RUN5 = BENCH + "sglang-h200-2026-12-03-run5-lossless.json"
-AUTO_LOG = BENCH + "sglang-h200-2026-12-03-run5-auto-log.txt"
 ROUND = BENCH + "round-cost-h200-2026-12-03.json"
 ROUND_MD = BENCH + "sglang-h200-2026-12-03-run2.md"
 PREFIX = BENCH + "round-cost-h200-2026-12-03-run3-prefix.json"
-BATCH = BENCH + "round-cost-h200-2026-12-03-run3-batch.json"
 ANCHOR = BENCH + "anchor-cpu-2026-12-03.json"
 CALIB = BENCH + "calibration-cpu-2026-12-03.json"
 MLA = BENCH + "engine-mla-cpu-2026-12-03.json"
@@ -132,6 +128,9 @@ MLA_AB = BENCH + "sglang-mla-h200-2026-12-04-ab.json"
 AB4 = BENCH + "sglang-h200-2026-12-04-ab.json"
 RC4 = BENCH + "round-cost-h200-2026-12-04-fullmask.json"
 KIMI_PROFILE = BENCH + "round-cost-kimi-h200-2026-12-04-cascade.json"  # one server at a time, with profiles
+AUTO_AB = BENCH + "sglang-h200-2026-12-04-auto-ab.json"  # tiny pair, session 7: calls 1 and 3 joined
+AUTO_RC = BENCH + "round-cost-h200-2026-12-04-auto.json"  # 8B-shaped, auto vs budgets 15 / 63 and DFLASH
+AUTO_LOG7 = BENCH + "sglang-h200-2026-12-04-auto-log.txt"  # the auto servers' start-up tables and widths
 KIMI_TURNS = BENCH + "round-cost-kimi-h200-2026-12-04-cascade-interleaved.json"  # servers taking turns
 MLA_CASCADE = BENCH + "sglang-mla-h200-2026-12-04-lossless-cascade.json"
 # the Kimi-shaped runs' server names (measured before the cascade became the default on flashmla)
@@ -155,8 +154,7 @@ def _has_no_unexplained(docs) -> tuple:
 
 def _vs_dflash(doc, server: str, conc: int) -> float:
     """A server's output tok/s over DFLASH's at one concurrency, same ab_bench run."""
-    tput = lambda name: pick("rows", "output_throughput", server=name, concurrency=conc)(doc)  # noqa: E731
-    return tput(server) / tput("dflash")
+    return _vs(doc, server, "dflash", conc)
 
 
 def _projection(ab, rc, input_len: int, conc: int) -> float:
@@ -194,10 +192,78 @@ def _layer_us(doc, server: str, *kernels: str) -> float:
     return sum(_per_call_us(doc, f"{server}_c16", k) for k in kernels)
 
 
+CONCS = (1, 4, 16, 32)
+FIXED = ("ddtree_b15", "ddtree_b31", "ddtree_b63", "ddtree_b63_twin")  # the fixed budgets of the auto A/B
+
+
+def _vs(doc, server: str, other: str, conc: int) -> float:
+    """One server's output tok/s over another's at one concurrency, same report."""
+    tput = lambda name: pick("rows", "output_throughput", server=name, concurrency=conc)(doc)  # noqa: E731
+    return tput(server) / tput(other)
+
+
+def _fixed_at(doc, conc: int) -> list:
+    return [r["server"] for r in doc["rows"] if r["concurrency"] == conc and r["server"] in FIXED]
+
+
+def _vs_best_fixed(doc, conc: int) -> float:
+    """Auto's output tok/s over the fastest fixed budget's at one concurrency."""
+    return min(_vs(doc, "ddtree_auto", s, conc) for s in _fixed_at(doc, conc))
+
+
+def _span_of(doc, field, servers=None) -> tuple:
+    """(min, max) of a field (a key or a function of the row) over the rows of the named servers (all: None)."""
+    values = [_field(r, field) for r in doc["rows"] if servers is None or r["server"] in servers]
+    return min(values), max(values)
+
+
+def _same_accept(doc) -> tuple:
+    """A claim without a number: auto's accept length equals budget 63's (to 0.01) at every concurrency."""
+    for c in CONCS:
+        a, b = (pick("rows", "accept_length", server=s, concurrency=c)(doc) for s in ("ddtree_auto", "ddtree_b63"))
+        if abs(a - b) >= 0.01:
+            raise LookupError(f"at c={c} auto accepted {a:.3f}, budget 63 {b:.3f}")
+    return ()
+
+
+def _log_of(text: str, run: str) -> str:
+    """The lines of one run ('call1', 'call3', 'round_cost') in the session-7 auto log."""
+    return "\n".join(ln.split(" ", 1)[1] for ln in text.splitlines() if ln.startswith(run + " "))
+
+
+def _widths_run(text: str, run: str) -> dict:
+    """{width: rounds} over every bucket of a run's last logged auto summary."""
+    out = {}
+    for per_width in _auto_summary(_log_of(text, run)).values():
+        for w, v in per_width.items():
+            out[w] = out.get(w, 0) + v["rounds"]
+    return out
+
+
+def _width_share(text: str, run: str, width: int) -> float:
+    rounds = _widths_run(text, run)
+    return rounds.get(width, 0) / sum(rounds.values())
+
+
+def _only_width(text: str, run: str, width: int) -> tuple:
+    """A claim without a number: every logged round of the run verified this width."""
+    if set(_widths_run(text, run)) != {width}:
+        raise LookupError(f"{run} ran widths {_widths_run(text, run)}")
+    return ()
+
+
+def _start_table(text: str, run: str) -> dict:
+    """The start-up graph cost table (ms) {bucket: {width: ms}} of one run's auto server."""
+    import ast
+
+    line = [ln for ln in _log_of(text, run).splitlines() if "start-up round cost (ms) " in ln][0]
+    return ast.literal_eval(line.split("start-up round cost (ms) ", 1)[1])
+
+
 def _best_fixed(doc, want: dict) -> tuple:
     """A claim without a number: at each concurrency the named fixed budget is the fastest fixed one."""
     for c, server in want.items():
-        best = max(("ddtree_b16", "ddtree_b64"), key=lambda s: _vs_dflash(doc, s, c))
+        best = max(_fixed_at(doc, c), key=lambda s: _vs_dflash(doc, s, c))
         if best != server:
             raise LookupError(f"at c={c} the fastest fixed budget is {best}, not {server}")
     return ()
@@ -209,22 +275,6 @@ def _auto_summary(text: str) -> dict:
 
     lines = [ln for ln in text.splitlines() if "auto budget after" in ln]
     return ast.literal_eval(lines[-1].split("{bucket: {width: rounds, cost ms}} ", 1)[1])
-
-
-def _auto_costs(text: str, bucket: int) -> tuple:
-    """(min, max) over widths of the measured round period (ms) in one batch bucket."""
-    costs = [v["cost_ms"] for v in _auto_summary(text)[bucket].values()]
-    return min(costs), max(costs)
-
-
-def _graph_costs(text: str, bucket: int) -> tuple:
-    """(min, max) start-up graph replay time (ms) of one batch bucket over every width and server in the log."""
-    import ast
-
-    tables = [ast.literal_eval(ln.split("start-up round cost (ms) ", 1)[1]) for ln in text.splitlines()
-              if "start-up round cost (ms) {1" in ln]
-    costs = [c for t in tables for c in t[bucket].values()]
-    return min(costs), max(costs)
 
 
 per_request = lambda key: (lambda r: r[key[0]][key[1]] / r["batch"])
@@ -245,34 +295,46 @@ CLAIMS = [
     ("CUDA graphs off (with and without overlap); accept length **{}** (budget 16) and **{}** (64) vs stock DFLASH's {} on the same prompts", LOSSLESS,
      lambda d: (d["servers"]["dd16"]["accept_len"], d["servers"]["dd64"]["accept_len"],
                 d["servers"]["dflash"]["accept_len"]), None),
-    # the served A/B on the tiny pair, 2026-12-04 (interleaved, idle servers asleep)
-    ("DDTree's best fixed budget **{}× / {}× / {}×** DFLASH's output tok/s at concurrency 1 / 4 / 16", AB4,
-     lambda d: tuple(max(_vs_dflash(d, s, c) for s in ("ddtree_b16", "ddtree_b64")) for c in (1, 4, 16)), None),
-    ("(budget 64 at c=1, budget 16 at c = 4 and 16)", AB4,
-     lambda d: _best_fixed(d, {1: "ddtree_b64", 4: "ddtree_b16", 16: "ddtree_b16"}), None),
-    ("the auto budget {}× / {}× / {}×; c=32 not measured", AB4,
-     lambda d: tuple(_vs_dflash(d, "ddtree_auto", c) for c in (1, 4, 16)), None),
-    ("Accept length {}–{} against DFLASH's {}–{}.", AB4,
-     lambda d: (min(r["accept_length"] for r in d["rows"] if r["server"] in ("ddtree_b16", "ddtree_b64", "ddtree_auto")),
-                max(r["accept_length"] for r in d["rows"] if r["server"] in ("ddtree_b16", "ddtree_b64", "ddtree_auto")),
-                min(r["accept_length"] for r in d["rows"] if r["server"] == "dflash"),
-                max(r["accept_length"] for r in d["rows"] if r["server"] == "dflash")), None),
-    ("({}–{} ms between round launches at batch 1 for {}–{} ms of CUDA graphs)", AUTO_LOG,
-     lambda t: _auto_costs(t, 1) + _graph_costs(t, 1), None),
-    ("a pass differs from its row's median by up to {}%", AB4,
-     lambda d: 100 * max(abs(x / r["output_throughput"] - 1) for r in d["rows"] for x in r["passes_output_throughput"]),
-     0.03),
-    ("(2026-12-03 runs 3–5) put budget 64 between {}× and {}×", (AB, AB_RUN4, AB_RUN5),
-     lambda *docs: (min(_vs_dflash(d, "ddtree_b64", c) for d in docs for c in (1, 4, 16, 32)),
-                    max(_vs_dflash(d, "ddtree_b64", c) for d in docs for c in (1, 4, 16, 32))), None),
-    ("it was {} / {} / {}× the best fixed budget at c = 1 / 4 / 16 and {}× DFLASH at c=16", AB4,
-     lambda d: tuple(_vs_dflash(d, "ddtree_auto", c) / max(_vs_dflash(d, s, c) for s in ("ddtree_b16", "ddtree_b64"))
-                     for c in (1, 4, 16)) + (_vs_dflash(d, "ddtree_auto", 16),), None),
+    # the auto budget served, 2026-12-04 (session 7): the tiny pair interleaved, with an A/A twin; the 8B-shaped pair
+    ("the auto budget (`--speculative-ddtree-budget auto`) **{}× / {}× / {}× / {}×** DFLASH's output tok/s at "
+     "concurrency 1 / 4 / 16 / 32, accept length {}–{} against DFLASH's {}–{}.", AUTO_AB,
+     lambda d: tuple(_vs_dflash(d, "ddtree_auto", c) for c in CONCS)
+     + _span_of(d, "accept_length", ("ddtree_auto",)) + _span_of(d, "accept_length", ("dflash",)), None),
+    ("Against the best fixed budget (15, 31 or either budget-63 server) {}× / {}× / {}× / {}×", AUTO_AB,
+     lambda d: tuple(_vs_best_fixed(d, c) for c in CONCS), None),
+    ("two identical budget-63 servers differed by **{}×** at c=16", AUTO_AB,
+     lambda d: _vs(d, "ddtree_b63_twin", "ddtree_b63", 16), None),
+    ("and passes spread {}–{}%", AUTO_AB,
+     lambda d: _span_of(d, lambda r: 100 * (max(r["passes_output_throughput"]) - min(r["passes_output_throughput"]))
+                        / r["output_throughput"]), 0.03),
+    ("Auto verified budget 63's width in {}–{}% of rounds, with budget 63's accept length at every concurrency",
+     (AUTO_LOG7, AUTO_AB),
+     lambda t, d: tuple(100 * _width_share(t, run, 64) for run in ("call1", "call3")) + _same_accept(d), 0.01),
+    ("auto **{}× / {}× / {}× / {}×** DFLASH's output tok/s at c = 1 / 4 / 16 / 32 and **{}× / {}× / {}× / {}×** the "
+     "best fixed budget (15); it chose width 16 in every round logged", (AUTO_RC, AUTO_LOG7),
+     lambda d, t: tuple(_vs_dflash(d, "ddtree_auto", c) for c in CONCS)
+     + tuple(_vs(d, "ddtree_auto", "ddtree_b15", c) for c in CONCS) + _only_width(t, "round_cost", 16), None),
+    ("a width-64 round's CUDA graphs cost {}× a width-16 round's at batch 1 and {}× at batch 32", AUTO_LOG7,
+     lambda t: tuple(_start_table(t, "round_cost")[b][64] / _start_table(t, "round_cost")[b][16] for b in (1, 32)),
+     None),
+    ("round graphs cost {}× budget 15's at batch 32", AUTO_LOG7,
+     lambda t: _start_table(t, "round_cost")[32][64] / _start_table(t, "round_cost")[32][16], None),
+    ("on the 8B-shaped pair it was {}–{}× DFLASH's output tok/s at every concurrency and within {}% of the best fixed "
+     "budget", AUTO_RC,
+     lambda d: (min(_vs_dflash(d, "ddtree_auto", c) for c in CONCS), max(_vs_dflash(d, "ddtree_auto", c) for c in CONCS),
+                100 * max(abs(_vs(d, "ddtree_auto", "ddtree_b15", c) - 1) for c in CONCS)), 0.2),
+    ("differed by {}× at c=16 (`sglang-h200-2026-12-04-auto.md`)", AUTO_AB,
+     lambda d: _vs(d, "ddtree_b63_twin", "ddtree_b63", 16), None),
+    ("On the tiny pair the medians put it at {} / {} / {} / {}× the best fixed budget", AUTO_AB,
+     lambda d: tuple(_vs_best_fixed(d, c) for c in CONCS), None),
+    ("is the budget with the best median at c = 1, 4 and 16", AUTO_AB,
+     lambda d: _best_fixed(d, {1: "ddtree_b63", 4: "ddtree_b63", 16: "ddtree_b63"}), None),
     ("the auto budget **{}/{}** with and without CUDA graphs (run 5, accept length {})", LOSSLESS_RUN5,
      lambda d: (min(d["servers"][k]["identical"] for k in ("ddauto", "ddauto_nograph")), d["prompts"],
                 d["servers"]["ddauto"]["accept_len"]), None),
-    ("a budget-63 round costs {}× a budget-15 round at batch 4, {}× at 8", BATCH,
-     lambda d: tuple(_tpot(d, "ddtree_b63", 1024, c) / _tpot(d, "ddtree_b15", 1024, c) for c in (4, 8)), None),
+    ("its accept length was {} at c=1 against {} for the paper's tree, which fell below DFLASH's {}", AB4,
+     lambda d: tuple(pick("rows", "accept_length", server=s, concurrency=1)(d)
+                     for s in ("ddtree_b16", "ddtree_b16_paper", "dflash")), None),
     ("DDTree's round grows {} ms from a 1k to a 32k prefix (DFLASH's {} ms)", PREFIX,
      lambda d: tuple(_tpot(d, s, 32768, 1) - _tpot(d, s, 1024, 1) for s in ("ddtree_b15", "dflash")), None),
     ("DDTree budget 15 round **{} ms** vs DFLASH's {} ms at 1k context, c=1", RC4,

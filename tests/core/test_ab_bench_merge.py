@@ -56,3 +56,26 @@ def test_merge_refuses_runs_that_did_not_measure_alike():
         ab.merge([("call1", a), ("call2", other)])
     with pytest.raises(ValueError, match="nothing to merge"):
         ab.merge([])
+
+
+def test_merge_takes_only_the_named_concurrencies_of_a_run(tmp_path):
+    """PATH@C,C: a concurrency measured again in a later call (e.g. with an A/A twin) replaces the earlier
+    call's rows and profiles; without the filter the same two runs are refused as measuring a row twice."""
+    ab = _load()
+    whole = json.loads(AB.read_text())
+    whole["profiles"] = {"dflash_c1": {"round_us": 1.0}, "dflash_c16": {"round_us": 2.0}}
+    (tmp_path / "a.json").write_text(json.dumps(whole))
+    later = copy.deepcopy(whole)
+    later["rows"] = [r for r in whole["rows"] if r["concurrency"] == 16]
+    later["profiles"] = {}
+    (tmp_path / "b.json").write_text(json.dumps(later))
+    name, run = ab.merge_input(f"{tmp_path / 'a.json'}@1,4")
+    assert {r["concurrency"] for r in run["rows"]} == {1, 4}
+    assert list(run["profiles"]) == ["dflash_c1"]
+    out = ab.merge([(name, run), ab.merge_input(str(tmp_path / "b.json"))])
+    assert {r["run"] for r in out["rows"] if r["concurrency"] == 16} == {str(tmp_path / "b.json")}
+    assert len(out["rows"]) == len(whole["rows"])
+    with pytest.raises(ValueError, match="is in both"):
+        ab.merge([ab.merge_input(str(tmp_path / "a.json")), ab.merge_input(str(tmp_path / "b.json"))])
+    with pytest.raises(ValueError, match="PATH@C"):
+        ab.merge_input(f"{tmp_path / 'a.json'}@sixteen")
