@@ -2,11 +2,12 @@
 # Serve Qwen3-8B with DDTree speculative decoding (its DFlash drafter, block 16) on one GPU.
 #   pip install "sglang==0.5.17" sglang-ddtree        # the plugin registers itself with SGLang
 #   bash examples/launch_ddtree.sh                    # then: python examples/client_chat.py
-# BUDGET: tree nodes verified per round (>= block size − 1 = 15); the verify width is BUDGET + 1.
+# BUDGET: tree nodes verified per round (>= block size − 1 = 15; the verify width is BUDGET + 1), or auto (the
+# default): chosen every round for the batch among 15, 31 and 63.
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen3-8B}
 DRAFT=${DRAFT:-z-lab/Qwen3-8B-DFlash-b16}
-BUDGET=${BUDGET:-32}
+BUDGET=${BUDGET:-auto}
 PORT=${PORT:-30000}
 python -m sglang_ddtree.check   # says whether SGLang sees the DDTREE algorithm, and if not why
 exec python -m sglang_ddtree.launch_server \
@@ -19,4 +20,4 @@ exec python -m sglang_ddtree.launch_server \
 # Without the wrapper (plain SGLang entry points), the same server is:
 #   SGLANG_DDTREE_BUDGET=$BUDGET python -m sglang.launch_server --model-path $MODEL \
 #     --speculative-algorithm ddtree --speculative-draft-model-path $DRAFT --attention-backend triton
-# or --speculative-num-draft-tokens $((BUDGET + 1)) instead of the environment variable.
+# or, for a numeric BUDGET, --speculative-num-draft-tokens $((BUDGET + 1)) instead of the environment variable.

@@ -2,9 +2,11 @@
 
 Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
 - tree budget B: `SGLANG_DDTREE_BUDGET` (what `python -m sglang_ddtree.launch_server
-  --speculative-ddtree-budget B` sets), else `--speculative-num-draft-tokens` − 1, else DEFAULT_BUDGET;
+  --speculative-ddtree-budget B` sets), else `--speculative-num-draft-tokens` − 1, else the default (below);
   `SGLANG_DDTREE_BUDGET=auto`: a budget chosen every round among candidates (`SGLANG_DDTREE_AUTO_BUDGETS`,
   default 15, 31, 63 above the chain's; the chain's block − 1 always among them), B the largest;
+- the default, when no budget is given: auto where it has served on the GPU (an MHA/GQA target on triton at
+  page size 1, the tree kernel verifying), else the fixed DEFAULT_BUDGET (`default_budget_is_auto`);
 - `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads;
 - drafter block size: `--speculative-dflash-block-size`, else the drafter config's `block_size`, else 16.
   It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
@@ -51,6 +53,10 @@ MLA_BACKENDS = ("triton", "flashmla", "flashinfer")
 DEFAULT_ATTENTION_BACKEND = "triton"
 
 ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
+# what the argument hook writes into ENV_BUDGET when no budget was given and auto is the default: auto, except
+# that where the tree kernel turns out not to serve (known only in the scheduler) the server keeps its widest
+# budget instead of refusing, as it refuses an explicit auto (decode_round.choose_verify_attention)
+AUTO_DEFAULT = "auto-default"
 ENV_AUTO_BUDGETS = "SGLANG_DDTREE_AUTO_BUDGETS"
 AUTO_WIDTHS = (16, 32, 64)  # the default auto ladder: these verify widths above the drafter's block, and the chain's
 ENV_TOPK = "SGLANG_DDTREE_TOPK"
@@ -94,6 +100,7 @@ class Knobs:
     anchor: str | None = "chain"  # 'chain': the drafter's greedy chain always in the tree; None: the paper's
     calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
     auto: bool = False            # SGLANG_DDTREE_BUDGET=auto: the budget is chosen every round (budget is None)
+    auto_default: bool = False    # ... because no budget was given (AUTO_DEFAULT), not asked for
     auto_budgets: tuple = ()      # its candidates (SGLANG_DDTREE_AUTO_BUDGETS); () = the default ladder
     mla_prefix: str = "auto"      # SGLANG_DDTREE_MLA_PREFIX: auto = FlashMLA over the prefix on flashmla, else tree
     mla_kv_move: str = "layers"   # SGLANG_DDTREE_MLA_KV_MOVE: one_launch = every layer at once (not yet GPU-run)
@@ -119,10 +126,11 @@ class Knobs:
         mla_kv_move = os.environ.get(ENV_MLA_KV_MOVE, "layers").strip().lower() or "layers"
         if mla_kv_move not in MLA_KV_MOVE:
             raise ValueError(f"{ENV_MLA_KV_MOVE} must be one of {', '.join(MLA_KV_MOVE)}, got {mla_kv_move!r}")
-        auto = os.environ.get(ENV_BUDGET, "").strip().lower() == "auto"
+        raw = os.environ.get(ENV_BUDGET, "").strip().lower()
+        auto = raw in ("auto", AUTO_DEFAULT)
         return cls(budget=None if auto else _env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1),
                    ops_backend=backend, draft_graph_head=head == "1", verify_attention=verify,
-                   anchor=ANCHORS[anchor], calibration=calibration, auto=auto,
+                   anchor=ANCHORS[anchor], calibration=calibration, auto=auto, auto_default=raw == AUTO_DEFAULT,
                    auto_budgets=_env_int_list(ENV_AUTO_BUDGETS), mla_prefix=mla_prefix, mla_kv_move=mla_kv_move)
 
 
@@ -229,10 +237,35 @@ def check_budget(budget: int) -> int:
     return budget
 
 
+def budget_given(view, knobs: Knobs) -> bool:
+    """Whether the user chose the budget (the knob, auto, or --speculative-num-draft-tokens)."""
+    return knobs.auto or knobs.budget is not None or getattr(view, "speculative_num_draft_tokens", None) is not None
+
+
+def default_budget_is_auto(view, knobs: Knobs) -> str | None:
+    """None when a server given no budget should choose it every round; else why it keeps DEFAULT_BUDGET.
+    Auto never verifies less than the chain and follows the batch (a fixed budget 63's round graphs cost 3.1×
+    budget 15's at batch 32 on the 8B-shaped pair, docs/benchmarks/sglang-h200-2026-12-04-auto.md), but it is
+    the default only where it has served on the GPU: elsewhere its multi-width verify is CPU-tested only."""
+    backend = getattr(view, "attention_backend", None) or DEFAULT_ATTENTION_BACKEND
+    page = int(getattr(view, "page_size", None) or 1)
+    if knobs.verify_attention == "full_mask":
+        return f"{ENV_VERIFY_ATTENTION}=full_mask"
+    if backend != "triton":
+        return f"--attention-backend {backend}"
+    if page != 1:
+        return f"--page-size {page}"
+    if mla_dims(view) is not None:
+        return "an MLA target"
+    return None
+
+
 def resolve_budget(view, knobs: Knobs, block: int) -> int:
     """Tree budget B from the environment knob or --speculative-num-draft-tokens (= B + 1); with
-    SGLANG_DDTREE_BUDGET=auto the largest candidate."""
+    SGLANG_DDTREE_BUDGET=auto the largest candidate; with none of them, the default's."""
     ndt = getattr(view, "speculative_num_draft_tokens", None)
+    if not budget_given(view, knobs) and default_budget_is_auto(view, knobs) is None:
+        return auto_budgets(knobs, block)[-1]
     if knobs.auto:
         top = auto_budgets(knobs, block)[-1]
         if ndt is not None and int(ndt) != top + 1:
@@ -348,6 +381,14 @@ def apply_ddtree_defaults(server_args) -> None:
     view = compat.read_view(server_args)
     knobs = Knobs.from_env()
     block = draft_block_size(view)
+    if not budget_given(view, knobs):
+        why_not = default_budget_is_auto(view, knobs)
+        if why_not is None:  # the scheduler processes read the knobs from the environment they inherit
+            os.environ[ENV_BUDGET] = AUTO_DEFAULT
+            knobs = Knobs.from_env()
+        logger.info("DDTREE: no budget given: %s", "auto, chosen every round" if why_not is None else
+                    f"the fixed budget {DEFAULT_BUDGET} (auto is the default for MHA/GQA targets on triton at "
+                    f"page size 1 only, not with {why_not}; {ENV_BUDGET}=auto asks for it)")
     budget = resolve_budget(view, knobs, block)
     steps = getattr(view, "speculative_num_steps", None)
     if steps is not None and int(steps) != 1:

@@ -99,6 +99,11 @@ class DecodeRound:
             raise ValueError(f"SGLANG_DDTREE_VERIFY_ATTENTION=tree, but the tree kernel cannot serve {why}")
         if choice == "full_mask" or why is not None:
             page = int(getattr(runner, "page_size", 1) or 1)
+            if self.auto is not None and self.knobs.auto_default:  # auto was only the default: keep the widest
+                logger.warning("sglang-ddtree: no budget was given and auto needs the tree kernel, which is not in "
+                               "use here (%s): serving the fixed budget %d instead", why or choice, self.budget)
+                self.auto = None
+                self.head = self._make_head()
             for needs, fix in ((self.auto is not None and f"{ENV_BUDGET}=auto", "set a fixed budget"),
                                (page != 1 and f"--page-size {page}",
                                 "use --page-size 1 (SGLang's FULL_MASK verify assumes page size 1)"),

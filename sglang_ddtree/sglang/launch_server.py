@@ -32,12 +32,13 @@ PROG = "python -m sglang_ddtree.launch_server"
 
 
 def parser() -> argparse.ArgumentParser:
-    from .args import ANCHORS, ENV_ANCHOR, ENV_AUTO_BUDGETS, ENV_BUDGET, ENV_TOPK, MAX_BUDGET
+    from .args import ANCHORS, DEFAULT_BUDGET, ENV_ANCHOR, ENV_AUTO_BUDGETS, ENV_BUDGET, ENV_TOPK, MAX_BUDGET
 
     p = Parser(prog=PROG, add_help=False, description="DDTree's flags (every other flag goes to SGLang):")
     p.add_argument("--speculative-ddtree-budget", type=budget_arg, default=None, metavar="B",
                    help=f"tree budget, 1..{MAX_BUDGET} (sets {ENV_BUDGET}; verify width B + 1), or auto: chosen "
-                        f"every round among {ENV_AUTO_BUDGETS} (default the chain's block-1 and 15, 31, 63)")
+                        f"every round among {ENV_AUTO_BUDGETS} (default the chain's block-1 and 15, 31, 63); "
+                        f"unset: auto for an MHA/GQA target on triton at page size 1, else {DEFAULT_BUDGET}")
     p.add_argument("--speculative-ddtree-topk", type=positive_int, default=None, metavar="K",
                    help=f"per-depth candidate cap (sets {ENV_TOPK}; default min(B, vocab))")
     p.add_argument("--speculative-ddtree-anchor", choices=tuple(ANCHORS), default=None,

@@ -50,7 +50,8 @@ def resolve(plugins_loaded, monkeypatch):
     from sglang_ddtree.sglang import compat
 
     for name in ("SGLANG_DDTREE_BUDGET", "SGLANG_DDTREE_TOPK"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so the test's end restores it (the hook may write the budget)
+        monkeypatch.delenv(name)
 
     def run(*extra, target="tiny_target", drafter="tiny_drafter", algorithm="ddtree"):
         argv = ["--model-path", os.path.join(FIXTURES, target), "--device", "cuda", "--skip-tokenizer-init",

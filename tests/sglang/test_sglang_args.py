@@ -47,10 +47,32 @@ def test_auto_budget_reserves_the_widest_candidate(resolve, monkeypatch):
         resolve()
 
 
-def test_default_budget(resolve):
-    from sglang_ddtree.sglang.args import DEFAULT_BUDGET
+def test_default_budget_is_auto_where_auto_has_served(resolve, monkeypatch):
+    """No budget given: on an MHA/GQA target on triton at page size 1 (where auto has served on the GPU) the
+    server chooses the budget every round — the widest candidate reserved, and the choice handed to the
+    scheduler processes through the environment they inherit; on other backends, page sizes, the FULL_MASK
+    path and MLA targets, the fixed DEFAULT_BUDGET. A budget the user gives always wins."""
+    from sglang_ddtree.sglang.args import AUTO_DEFAULT, DEFAULT_BUDGET, ENV_BUDGET, Knobs
 
+    assert resolve().speculative_num_draft_tokens == 64  # auto: budgets 7, 15, 31, 63 for the block-8 drafter
+    assert os.environ[ENV_BUDGET] == AUTO_DEFAULT
+    knobs = Knobs.from_env()
+    assert knobs.auto and knobs.auto_default and knobs.budget is None
+    fixed = [("--attention-backend", "flashinfer"), ("--page-size", "16")]
+    for args in fixed:
+        monkeypatch.delenv(ENV_BUDGET, raising=False)
+        assert resolve(*args).speculative_num_draft_tokens == DEFAULT_BUDGET + 1, args
+        assert ENV_BUDGET not in os.environ
+    assert resolve(target=os.path.abspath(SHIPPED_MLA)).speculative_num_draft_tokens == DEFAULT_BUDGET + 1
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
     assert resolve().speculative_num_draft_tokens == DEFAULT_BUDGET + 1
+    monkeypatch.delenv("SGLANG_DDTREE_VERIFY_ATTENTION")
+    assert resolve("--speculative-num-draft-tokens", "9").speculative_num_draft_tokens == 9
+    assert ENV_BUDGET not in os.environ
+    monkeypatch.setenv(ENV_BUDGET, "16")
+    assert resolve().speculative_num_draft_tokens == 17
+    monkeypatch.setenv(ENV_BUDGET, "auto")
+    assert resolve().speculative_num_draft_tokens == 64 and not Knobs.from_env().auto_default
 
 
 def test_block_size_flag_beats_config(resolve):

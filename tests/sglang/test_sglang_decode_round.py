@@ -221,7 +221,8 @@ def release(sglang_release):
             yield mod
 
 
-def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention, auto_budgets=()):
+def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention, auto_budgets=(),
+               auto_default=False):
     from sglang_ddtree.sglang.args import Knobs
     from sglang_ddtree.sglang.decode_round import DecodeRound
 
@@ -234,7 +235,8 @@ def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_atte
     server_args = types.SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_dflash_block_size=block,
                                         speculative_draft_model_path=None, random_seed=0, max_running_requests=8)
     knobs = Knobs(budget=None, topk=None, ops_backend="cpu", draft_graph_head=False, verify_attention="auto",
-                  anchor=None, calibration="off", auto=bool(auto_budgets), auto_budgets=tuple(auto_budgets))
+                  anchor=None, calibration="off", auto=bool(auto_budgets), auto_budgets=tuple(auto_budgets),
+                  auto_default=auto_default)
     rnd = DecodeRound(sgl, server_args, knobs)
     rnd.tree_attn = captured["tree_attn"] = FakeTreeAttention() if tree_attention else None
     batch = types.SimpleNamespace(
@@ -462,6 +464,28 @@ def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(releas
         assert torch.equal(world.kv.node, world_f.kv.node) and torch.equal(world.kv.token, world_f.kv.token)
         for key in ("target_hidden", "cache_loc_2d", "positions", "commit_lens"):
             assert torch.equal(host.appended[0][key], host_f.appended[0][key]), key
+
+
+def test_auto_by_default_keeps_the_widest_budget_where_the_tree_kernel_does_not_serve(release):
+    """Auto only because no budget was given (SGLANG_DDTREE_BUDGET=auto-default, written by the argument hook):
+    where the tree kernel turns out not to serve, the server does not refuse, as it does an explicit auto; it
+    serves the widest budget it reserved, fixed, and its rounds are that fixed budget's rounds."""
+    block, cands, ranks = 4, (3, 7, 12), [1, 0, 1]
+    seq_lens = torch.tensor([5, 9, 12])
+    g = torch.Generator().manual_seed(5)
+    prefix_tokens = [torch.randint(0, V - 1, (int(L),), generator=g).tolist() for L in seq_lens]
+    rnd, world, host, captured, batch = make_round(release, 0, block, seq_lens, prefix_tokens, ranks, False,
+                                                   auto_budgets=cands, auto_default=True)
+    runner = host.model_runner  # a backend the tree kernel does not take: the FULL_MASK path serves
+    runner.attn_backend, rnd.sgl.target_runner = object(), lambda: runner
+    rnd.sgl.install_verify_mask_policy = lambda: None
+    rnd.choose_verify_attention()
+    assert rnd.auto is None and rnd.budget == 12 and rnd.head.predict is None
+    got = rnd.decode(batch, None)
+    ref, _, _, _, batch_f = make_round(release, 12, block, seq_lens, prefix_tokens, ranks, False)
+    want = ref.decode(batch_f, None)
+    assert torch.equal(got.next_token_ids, want.next_token_ids) and torch.equal(got.accept_lens, want.accept_lens)
+    assert got.cap_lens.tolist() == [13] * 3
 
 
 def test_default_verify_path_builds_no_full_mask(release, monkeypatch):
