@@ -238,8 +238,10 @@ def check_budget(budget: int) -> int:
 
 
 def budget_given(view, knobs: Knobs) -> bool:
-    """Whether the user chose the budget (the knob, auto, or --speculative-num-draft-tokens)."""
-    return knobs.auto or knobs.budget is not None or getattr(view, "speculative_num_draft_tokens", None) is not None
+    """Whether the user chose the budget (the knob, auto, or --speculative-num-draft-tokens); an auto-default
+    left in this process's environment by an earlier server's arguments is not a choice."""
+    return ((knobs.auto and not knobs.auto_default) or knobs.budget is not None
+            or getattr(view, "speculative_num_draft_tokens", None) is not None)
 
 
 def default_budget_is_auto(view, knobs: Knobs) -> str | None:
@@ -385,7 +387,9 @@ def apply_ddtree_defaults(server_args) -> None:
         why_not = default_budget_is_auto(view, knobs)
         if why_not is None:  # the scheduler processes read the knobs from the environment they inherit
             os.environ[ENV_BUDGET] = AUTO_DEFAULT
-            knobs = Knobs.from_env()
+        elif knobs.auto_default:
+            del os.environ[ENV_BUDGET]
+        knobs = Knobs.from_env()
         logger.info("DDTREE: no budget given: %s", "auto, chosen every round" if why_not is None else
                     f"the fixed budget {DEFAULT_BUDGET} (auto is the default for MHA/GQA targets on triton at "
                     f"page size 1 only, not with {why_not}; {ENV_BUDGET}=auto asks for it)")
