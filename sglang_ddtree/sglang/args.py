@@ -113,25 +113,25 @@ class Knobs:
         head = os.environ.get(ENV_GRAPH_HEAD, "1").strip()
         if head not in ("0", "1"):
             raise ValueError(f"{ENV_GRAPH_HEAD} must be 0 or 1, got {head!r}")
-        verify = os.environ.get(ENV_VERIFY_ATTENTION, "auto").strip() or "auto"
-        if verify not in VERIFY_ATTENTION:
-            raise ValueError(f"{ENV_VERIFY_ATTENTION} must be one of {', '.join(VERIFY_ATTENTION)}, got {verify!r}")
-        anchor = os.environ.get(ENV_ANCHOR, "chain").strip().lower() or "chain"
-        if anchor not in ANCHORS:
-            raise ValueError(f"{ENV_ANCHOR} must be one of {', '.join(ANCHORS)}, got {anchor!r}")
+        verify = _env_choice(ENV_VERIFY_ATTENTION, VERIFY_ATTENTION)
+        anchor = _env_choice(ENV_ANCHOR, tuple(ANCHORS))
         calibration = os.environ.get(ENV_CALIBRATION, "auto").strip() or "auto"
-        mla_prefix = os.environ.get(ENV_MLA_PREFIX, "auto").strip().lower() or "auto"
-        if mla_prefix not in MLA_PREFIX:
-            raise ValueError(f"{ENV_MLA_PREFIX} must be one of {', '.join(MLA_PREFIX)}, got {mla_prefix!r}")
-        mla_kv_move = os.environ.get(ENV_MLA_KV_MOVE, "layers").strip().lower() or "layers"
-        if mla_kv_move not in MLA_KV_MOVE:
-            raise ValueError(f"{ENV_MLA_KV_MOVE} must be one of {', '.join(MLA_KV_MOVE)}, got {mla_kv_move!r}")
+        mla_prefix = _env_choice(ENV_MLA_PREFIX, MLA_PREFIX)
+        mla_kv_move = _env_choice(ENV_MLA_KV_MOVE, MLA_KV_MOVE)
         raw = os.environ.get(ENV_BUDGET, "").strip().lower()
         auto = raw in ("auto", AUTO_DEFAULT)
         return cls(budget=None if auto else _env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1),
                    ops_backend=backend, draft_graph_head=head == "1", verify_attention=verify,
                    anchor=ANCHORS[anchor], calibration=calibration, auto=auto, auto_default=raw == AUTO_DEFAULT,
                    auto_budgets=_env_int_list(ENV_AUTO_BUDGETS), mla_prefix=mla_prefix, mla_kv_move=mla_kv_move)
+
+
+def _env_choice(name: str, choices: tuple) -> str:
+    """One of `choices` (any case) from the environment; unset or empty: the first, the default."""
+    value = os.environ.get(name, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
 
 
 def _env_int_list(name: str) -> tuple:
