@@ -182,3 +182,41 @@ def sample_reference(logits, temperature: float, rng: np.random.Generator) -> np
     flat = p.reshape(-1, p.shape[-1])
     out = np.array([rng.choice(flat.shape[1], p=row) for row in flat], dtype=np.int64)
     return out.reshape(p.shape[:-1])
+
+
+def filtered_law(logits, temperature: float, top_k: int, top_p: float, min_p: float) -> np.ndarray:
+    """The distribution the plain server samples one next token from (SGLang's pytorch sampler), float64.
+
+    p = softmax(logits / T); tokens ranked by p descending, ties by lower token id; rank r is kept when
+    r < top_k, when the mass ranked before it is <= top_p, and when p >= min_p · max p; the kept tokens'
+    p renormalised. top_k <= 0 keeps every rank. Every tree node is sampled from this law of its own
+    (penalised) logits, so the walk stays exact ancestral sampling of the filtered target.
+    """
+    z = np.asarray(logits, dtype=np.float64) / float(temperature)
+    z = z - z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    ps = p[order]
+    rank = np.arange(len(ps))
+    keep = (ps > 0) & ((rank < top_k) if top_k > 0 else True) & (np.cumsum(ps) - ps <= top_p) & (ps >= ps[0] * min_p)
+    out = np.zeros_like(p)
+    out[order[keep]] = ps[keep]
+    return out / out.sum()
+
+
+def penalized_logits(logits, outputs, *, frequency: float = 0.0, presence: float = 0.0, repetition: float = 1.0,
+                     min_new_tokens: int = 0, stop_tokens=()) -> np.ndarray:
+    """The logits the plain server samples the token after `outputs` (the tokens generated so far) from,
+    for one request, as SGLang's penalizers define them (float64): additive penalties first (frequency ×
+    count, presence once per generated token, stop tokens −inf while fewer than min_new_tokens tokens are
+    out), then repetition scaling of every generated token's logit (÷ the penalty where positive, × where
+    negative). A tree node's logits are penalised with `outputs` = the committed output + its path."""
+    x = np.asarray(logits, dtype=np.float64).copy()
+    counts = np.bincount(np.asarray(list(outputs), dtype=np.int64), minlength=len(x))[: len(x)].astype(np.float64)
+    x -= frequency * counts + presence * (counts > 0)
+    if len(outputs) < min_new_tokens:
+        x[list(stop_tokens)] = -np.inf
+    seen = counts > 0
+    x[seen] = np.where(x[seen] < 0, x[seen] * repetition, x[seen] / repetition)
+    return x
