@@ -11,8 +11,23 @@ SGLang-free: `PenaltyCounts` is the state a host keeps per request row across ro
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
+
+
+class PenaltyRequest(NamedTuple):
+    """What a host knows of one request of a penalised batch (host values)."""
+
+    key: object           # the request itself: a pool row whose key changes holds a new request
+    row: int              # its pool row (PenaltyCounts' row)
+    frequency: float
+    presence: float
+    repetition: float
+    min_new: int
+    stop: tuple           # the tokens min_new_tokens holds back
+    output: list          # its output so far, as the host has it (it may lag the device)
+    prompt_len: int
 
 
 @dataclasses.dataclass
@@ -24,6 +39,18 @@ class PenaltyParams:
     repetition: torch.Tensor
     min_new: torch.Tensor
     stop: torch.Tensor
+
+
+def params_of(reqs: list, vocab: int, device) -> PenaltyParams:
+    """The round's PenaltyParams from its requests (one host→device copy per field)."""
+    f32 = lambda name: torch.tensor([getattr(r, name) for r in reqs], dtype=torch.float32, device=device)
+    stop = torch.zeros(len(reqs), vocab, dtype=torch.bool)
+    for b, r in enumerate(reqs):
+        ids = [t for t in r.stop if 0 <= t < vocab]
+        if ids and r.min_new > 0:
+            stop[b, ids] = True
+    return PenaltyParams(f32("frequency"), f32("presence"), f32("repetition"),
+                         torch.tensor([r.min_new for r in reqs], dtype=torch.int64, device=device), stop.to(device))
 
 
 def path_tokens(tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, depth_limit: int) -> torch.Tensor:
@@ -80,12 +107,27 @@ def apply(logits: torch.Tensor, counts: torch.Tensor, out_len: torch.Tensor, pat
 
 class PenaltyCounts:
     """Occurrences of every token in each request row's committed output, kept across rounds on the device
-    (rows: the host's request slots). A host resets a row when a new request takes it, then adds the round's
-    root before the verify and the accepted tokens after it (`add`)."""
+    (rows: the host's request slots). `begin` makes a row a new request takes (or a retracted one comes back
+    to) from the output the host has, then counts the round's root; `add` the accepted tokens after it."""
 
     def __init__(self, rows: int, vocab: int, device):
         self.counts = torch.zeros(int(rows), int(vocab), dtype=torch.float32, device=device)
         self.lengths = torch.zeros(int(rows), dtype=torch.int64, device=device)
+        self.owner = {}  # row -> the request whose output it holds
+
+    def begin(self, reqs: list, prefix: torch.Tensor, roots: torch.Tensor) -> torch.Tensor:
+        """int64 [B] the rows of reqs (PenaltyRequest), ready for the round: a row whose request changed holds
+        the first prefix[b] − prompt_len tokens of its output (the committed output below the root: the host's
+        list may run ahead of it, never behind once the request has been seen), then every row gains its root."""
+        dev = self.counts.device
+        for b, r in enumerate(reqs):
+            if self.owner.get(r.row) is not r.key:
+                self.owner[r.row] = r.key
+                history = torch.tensor(r.output or [0], dtype=torch.int64, device=dev)
+                self.reset(r.row, history, (prefix[b] - r.prompt_len).clamp(min=0, max=len(r.output)))
+        rows = torch.tensor([r.row for r in reqs], dtype=torch.int64, device=dev)
+        self.add(rows, roots.view(-1, 1), torch.ones_like(rows))
+        return rows
 
     def reset(self, row: int, history: torch.Tensor, upto: torch.Tensor) -> None:
         """Row `row` holds the first `upto` (int64 0-d, may live on the device) tokens of `history`."""

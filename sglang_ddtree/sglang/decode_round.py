@@ -24,8 +24,10 @@ import logging
 
 import torch
 
+from sglang_ddtree import penalties
 from sglang_ddtree.budget import AutoWidth, truncate
 from sglang_ddtree.round import RoundOps
+from sglang_ddtree.sampling import node_tokens, request_seeds
 
 from . import compat, tree_attention
 from .args import ENV_BUDGET, Knobs, auto_budgets, depth_temperatures
@@ -66,7 +68,7 @@ class DecodeRound:
         self._auto_log_every = 200
         self.head = self._make_head()
         self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
-        self._warned_sampling = False
+        self.penalty_counts = None  # penalties.PenaltyCounts, made at the first penalised round
 
     def _make_head(self) -> DraftTreeHead:
         lm_head = self.sgl.lm_head()
@@ -152,22 +154,30 @@ class DecodeRound:
             self.auto.interrupt()
 
     # --- the round ----------------------------------------------------------------------------------
-    def _node_tokens(self, logits, sampling_info) -> torch.Tensor:
-        """Per-node target tokens [bs, n]: argmax for greedy requests, an exact per-node sample otherwise."""
-        if sampling_info is None or sampling_info.is_all_greedy:
-            return self.round.greedy_tokens(logits)
-        if not self._warned_sampling:
-            self._warned_sampling = True
-            logger.warning("DDTREE samples with temperature only (top-p / top-k < vocab / min-p are ignored "
-                           "at T > 0 in this release)")
-        bs = logits.shape[0]
-        temps = sampling_info.temperatures.view(-1, 1, 1).float().clamp(min=1e-6)
-        seed = sampling_info.sampling_seed if getattr(sampling_info, "sampling_seed", None) is not None \
-            else torch.full((bs,), self._seed, dtype=torch.int64, device=logits.device)
-        step = torch.full((bs,), self._round, dtype=torch.int64, device=logits.device)
-        sampled = self.round.sample_tokens(logits.float() / temps, seed.view(-1).expand(bs), step)
-        greedy = self.round.greedy_tokens(logits)
-        return torch.where(sampling_info.top_ks.view(-1, 1) <= 1, greedy, sampled)
+    def _node_tokens(self, logits, batch, prefix) -> torch.Tensor:
+        """Per-node target tokens [bs, n] (sampling.py): argmax for greedy requests, else a draw from each
+        node's law under the request's temperature / top-k / top-p / min-p, from the request's own stream:
+        its seed and position under deterministic inference (reproducible whatever the batch), else the
+        server's seed with the request's pool row and the round counter."""
+        law = self.sgl.node_law(batch)
+        if law is None:
+            return node_tokens(self.round, logits, None, None, None)
+        seed = self.sgl.request_seeds(batch)
+        if seed is not None:
+            step = prefix.to(torch.int64)
+        else:
+            seed = request_seeds(self._seed, batch.req_pool_indices)
+            step = torch.full_like(seed, self._round)
+        return node_tokens(self.round, logits, law, seed.view(-1).to(torch.int64), step)
+
+    def _penalty_counts(self, batch, vocab: int):
+        """The request rows' output counts (penalties.PenaltyCounts) when a request of the batch has a penalty
+        or min_new_tokens, else None (no host work)."""
+        if not self.sgl.penalized(batch):
+            return None
+        if self.penalty_counts is None:
+            self.penalty_counts = penalties.PenaltyCounts(self.sgl.req_to_token().shape[0], vocab, batch.seq_lens.device)
+        return self.penalty_counts
 
     def _tree(self, batch, draft_input, slots, window, bs):
         """The drafter's forward → (the round's widest tree, whether it came from the draft graph's buffers)."""
@@ -188,7 +198,7 @@ class DecodeRound:
                         self.auto.round, self.auto.summary())
         return width
 
-    def decode(self, batch, on_publish):
+    def decode(self, batch, on_publish, grammar_barrier=None):
         sgl = self.sgl
         if batch.spec_info is None:
             batch.spec_info = sgl.idle_draft_input()
@@ -210,6 +220,7 @@ class DecodeRound:
             self.auto.publish(self.head.predicted(tree, from_graph))
             if n < self.verify_width:
                 tree = truncate(tree, n - 1)
+        gtree = sgl.grammar_tree(tree) if getattr(batch, "has_grammar", False) else None
 
         # 2) target verify of the tree: n slots per request at req_to_token[row, prefix : prefix + n]
         host_lens = None if batch.seq_lens_cpu is not None else sgl.draft_kv_lens(draft_input)[0]
@@ -225,11 +236,30 @@ class DecodeRound:
                                             window)
         logits_output = target_out.logits_output
 
-        # 3) accept + commit plan (round.py): one op
-        logits = logits_output.next_token_logits.view(bs, n, -1)
-        plan = self.round.commit(tree, self._node_tokens(logits, batch.sampling_info), prefix, slots)
+        # 3) every node's logits as the plain server adjusts the next token's (penalties, grammar, bias,
+        #    processors), its token, then accept + commit plan (round.py): one op
+        flat = logits_output.next_token_logits
+        logits = flat.view(bs, n, -1)
+        counts = self._penalty_counts(batch, logits.shape[-1])
+        if counts is not None:
+            reqs = sgl.penalty_requests(batch)
+            rows = counts.begin(reqs, prefix, tree.tokens[:, 0])
+            penalties.apply(logits, counts.counts[rows], counts.lengths[rows],
+                            penalties.path_tokens(tree.tokens, tree.parents, tree.depths, tree.depth_limit),
+                            tree.depths, penalties.params_of(reqs, logits.shape[-1], logits.device))
+        if gtree is not None:
+            sgl.apply_grammar(batch, gtree, flat, grammar_barrier)
+        sgl.apply_bias_and_processors(batch, flat, n)
+        targets = self._node_tokens(logits, batch, prefix)
+        plan = self.round.commit(tree, targets, prefix, slots)
         if on_publish is not None:
             on_publish(plan.new_seq_lens)
+        if counts is not None:  # the accepted tokens below the bonus (the next round's root)
+            counts.add(rows, plan.tokens, plan.commit_lens.to(torch.int64) - 1)
+        if getattr(batch, "return_logprob", False):
+            row0 = torch.arange(bs, device=flat.device).view(bs, 1) * n
+            accepted = torch.where(plan.accept_index >= 0, row0 + plan.accept_index.to(torch.int64), row0)
+            sgl.spec_logprobs(batch, logits_output, targets.reshape(-1), accepted)
 
         # 4) apply it: accepted KV to slots prefix..prefix+len (one all-layer copy), drafter context
         sgl.move_kv(plan.kv_dst, plan.kv_src, one_launch=self.knobs.mla_kv_move == "one_launch")

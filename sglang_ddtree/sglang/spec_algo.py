@@ -36,7 +36,8 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
         return True
 
     def supports_grammar_overlap(self) -> bool:
-        return False  # grammar-constrained requests are refused by the worker (tree grammar masks: later)
+        return True  # the round builds each node's grammar mask on the host while the verify runs, after the
+        # scheduler's barrier has advanced the matchers (decode_round.py, adapters: apply_grammar)
 
     def supports_ragged_verify(self) -> bool:
         return False

@@ -49,8 +49,4 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
             self.ddtree.interrupt()
             return self.dflash_forward(batch, on_publish, grammar_barrier, pp_proxy_tensors)
-        if getattr(batch, "return_logprob", False):
-            raise ValueError("DDTREE speculative decoding does not support return_logprob yet.")
-        if getattr(batch, "has_grammar", False):
-            raise ValueError("DDTREE speculative decoding does not support grammar-constrained requests yet.")
-        return self.ddtree.decode(batch, on_publish)
+        return self.ddtree.decode(batch, on_publish, grammar_barrier)

@@ -14,6 +14,9 @@ import statistics
 
 import torch
 
+from sglang_ddtree.penalties import PenaltyRequest
+from sglang_ddtree.sampling import NodeLaw
+
 from .. import hooks
 
 
@@ -27,6 +30,17 @@ def need_graph_runners(need) -> tuple:
     need(backend, "FullCudaGraphBackend.can_run", ("self", "forward_batch", "shape_key"))
     need(backend, "FullCudaGraphBackend.replay", ("self", "shape_key", "static_forward_batch"))
     return need(runner, "DecodeCudaGraphRunner"), need(backend, "FullCudaGraphBackend")
+
+
+def need_request_features(need) -> tuple:
+    """(GrammarTree, build_grammar_vocab_mask, apply_custom_logit_processor) through a release's `need`: a
+    request's grammar over the verify tree and its custom logit processor. Both releases name them alike."""
+    spec = "sglang.srt.speculative.spec_utils"
+    need(spec, "GrammarTree.from_device", ("retrieve_next_token", "retrieve_next_sibling", "draft_token"))
+    return (need(spec, "GrammarTree"),
+            need(spec, "build_grammar_vocab_mask", ("reqs", "tree", "sampling_info", "device", "barrier")),
+            need("sglang.srt.layers.sampler", "apply_custom_logit_processor",
+                 ("logits", "sampling_batch_info", "num_tokens_in_batch")))
 
 
 def need_copy_all_layers(need):
@@ -83,10 +97,15 @@ class DFlashV2Adapter:
     # filled by the release module (Needs): SGLang classes and functions
     FORWARD_BATCH = FORWARD_MODE = CAPTURE_HIDDEN_MODE = SPECULATIVE_ALGORITHM = None
     DRAFT_INPUT = VERIFY_INPUT = BATCH_RESULT = None
-    PREPARE_DRAFT_BLOCK = LOGITS_ADJUSTMENTS = BLOCK_POS_OFFSETS = BLOCK_SPEC_INFO = None
+    PREPARE_DRAFT_BLOCK = BLOCK_POS_OFFSETS = BLOCK_SPEC_INFO = None
     DRAFT_KV_LENS = ("", "")  # DFlashDraftInputV2's host-side next-round KV lengths (cpu [bs], int sum)
     DECODE_GRAPH_RUNNER = FULL_GRAPH_BACKEND = None  # verify graphs at more widths; timing their replays
     COPY_ALL_LAYERS = None  # SGLang's KV-row copy over every layer in one launch (its MHA pool's move)
+    GRAMMAR_TREE = BUILD_GRAMMAR_MASK = None  # the verify tree's grammar bitmask (spec_utils), as EAGLE's trees use
+    CUSTOM_LOGIT_PROCESSOR = None  # sampler.apply_custom_logit_processor
+    # SPEC_LOGPROBS: the release's spec-worker log-probs of committed tokens; each release module defines
+    # `spec_logprobs(batch, logits_output, node_tokens [bs·n], accept_rows [bs, W])` around it (return_logprob)
+    SPEC_LOGPROBS = None
     _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
 
     def __init__(self, host):
@@ -207,8 +226,8 @@ class DFlashV2Adapter:
                                  custom_mask=custom_mask, capture_hidden_mode=self.CAPTURE_HIDDEN_MODE.FULL)
 
     def verify_forward(self, batch, tokens, positions, custom_mask, slots, host_bound, n: int, window):
-        """Target TARGET_VERIFY of the n tree nodes per request at `slots` -> the target's output (logits
-        adjusted for sampling as DFLASH does). The host lengths are the bound's during the preparation."""
+        """Target TARGET_VERIFY of the n tree nodes per request at `slots` -> the target's output (raw logits:
+        the round adjusts them per node). The host lengths are the bound's during the preparation."""
         verify_input = self.verify_input(tokens, positions, custom_mask, n, window)
         batch.out_cache_loc = slots.reshape(-1)
         seq_lens_cpu_backup, seq_lens_sum_backup = batch.seq_lens_cpu, batch.seq_lens_sum
@@ -217,9 +236,6 @@ class DFlashV2Adapter:
         batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
         target_out = self.run_verify(verify_forward_batch)
         self.finish_verify_logits(target_out.logits_output)
-        if batch.sampling_info is not None:
-            self.LOGITS_ADJUSTMENTS(next_token_logits=target_out.logits_output.next_token_logits,
-                                    sampling_info=batch.sampling_info, draft_token_num=n)
         return target_out
 
     def prepare_verify(self, batch, verify_input):
@@ -232,6 +248,66 @@ class DFlashV2Adapter:
 
     def finish_verify_logits(self, logits_output) -> None:
         """Full-vocab verify logits (0.5.23 may hand back a vocab shard)."""
+
+    # --- a request's own sampling, on every node (decode_round.py applies them in the plain server's order) ---
+    def grammar_tree(self, tree):
+        """Start the host copy of the tree's links and tokens (before the verify launch, as SGLang's EAGLE does)."""
+        return self.GRAMMAR_TREE.from_device(tree.retrive_next_token, tree.retrive_next_sibling, tree.tokens)
+
+    def apply_grammar(self, batch, gtree, logits: torch.Tensor, barrier) -> None:
+        """Each node's logits [bs·n, V] masked by its request's grammar state along the node's path (SGLang's
+        tree traversal, on the host while the verify runs); `barrier` first advances the matchers over the
+        previous round's committed tokens."""
+        mask = self.BUILD_GRAMMAR_MASK(reqs=batch.reqs, tree=gtree, sampling_info=batch.sampling_info,
+                                       device=logits.device, barrier=barrier)
+        if mask is not None:
+            mask.apply(logits)
+
+    def apply_bias_and_processors(self, batch, logits: torch.Tensor, n: int) -> None:
+        """After the penalties and the grammar, as the plain server: the request's logit_bias, then its custom
+        logit processor, on every node's logits [bs·n, V]."""
+        info = batch.sampling_info
+        if info is None:
+            return
+        bias = getattr(info, "logit_bias", None)
+        if bias is not None:
+            logits.view(-1, n, logits.shape[-1]).add_(bias.to(logits.dtype).unsqueeze(1))
+        if info.has_custom_logit_processor:
+            self.CUSTOM_LOGIT_PROCESSOR(logits, info, num_tokens_in_batch=n)
+
+    def node_law(self, batch):
+        """The round's NodeLaw (sampling.py) from SGLang's per-request sampling tensors; None: all greedy."""
+        info = batch.sampling_info
+        if info is None or info.is_all_greedy:
+            return None
+        return NodeLaw(info.temperatures.view(-1), info.top_ks.view(-1), info.top_ps.view(-1), info.min_ps.view(-1),
+                       filtered=bool(info.need_top_p_sampling or info.need_top_k_sampling or info.need_min_p_sampling))
+
+    def request_seeds(self, batch):
+        """int64 [bs] the requests' own seeds where SGLang carries them (deterministic inference), else None."""
+        info = batch.sampling_info
+        return None if info is None else getattr(info, "sampling_seed", None)
+
+    def penalized(self, batch) -> bool:
+        """Whether any request of the batch has a penalty or min_new_tokens (SGLang prepared its penalizers)."""
+        info = batch.sampling_info
+        return info is not None and (getattr(info, "acc_additive_penalties", None) is not None
+                                     or getattr(info, "acc_scaling_penalties", None) is not None)
+
+    def penalty_requests(self, batch) -> list:
+        """penalties.PenaltyRequest per request of a penalised batch (host), the held-back tokens as SGLang's
+        min_new_tokens penalizer lists them (stop token ids, the tokenizer's extra stop ids, its eos)."""
+        out = []
+        for req in batch.reqs:
+            sp, tok = req.sampling_params, req.tokenizer
+            stop = set(sp.stop_token_ids or ()) | set(getattr(tok, "additional_stop_token_ids", None) or ())
+            if getattr(tok, "eos_token_id", None) is not None:
+                stop.add(tok.eos_token_id)
+            out.append(PenaltyRequest(req, int(req.req_pool_idx), float(sp.frequency_penalty),
+                                      float(sp.presence_penalty), float(sp.repetition_penalty),
+                                      int(sp.min_new_tokens or 0), tuple(sorted(stop)), list(req.output_ids),
+                                      len(req.origin_input_ids)))
+        return out
 
     def move_kv(self, dst: torch.Tensor, src: torch.Tensor, one_launch: bool = False) -> None:
         """The accepted nodes' KV to the committed slots, every layer. SGLang's MHA pool does it in one launch;

@@ -5,7 +5,7 @@ and the constructor, whose `ps: ParallelState` argument 0.5.23 dropped.
 """
 from __future__ import annotations
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features
 from .need import Needs
 
 need = Needs("0.5.17")
@@ -39,8 +39,10 @@ class Adapter(DFlashV2Adapter):
         "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
         ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
          "cache_loc_out", "mask_token_id")))
-    LOGITS_ADJUSTMENTS = staticmethod(need(_UTILS, "apply_dflash_verify_logits_adjustments",
-                                           ("next_token_logits", "sampling_info", "draft_token_num")))
+    GRAMMAR_TREE, _grammar_mask, _logit_processor = need_request_features(need)
+    BUILD_GRAMMAR_MASK, CUSTOM_LOGIT_PROCESSOR = staticmethod(_grammar_mask), staticmethod(_logit_processor)
+    SPEC_LOGPROBS = staticmethod(need("sglang.srt.layers.logprob_processor", "compute_spec_v2_logprobs",
+                                      ("batch", "logits_output", "predict", "accept_index", "speculative_num_steps")))
     BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
@@ -50,6 +52,10 @@ class Adapter(DFlashV2Adapter):
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
     need("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs",
          ("self", "forward_batch", "pp_proxy_tensors"))
+
+
+    def spec_logprobs(self, batch, logits_output, node_tokens, accept_rows):
+        self.SPEC_LOGPROBS(batch, logits_output, node_tokens, accept_rows, int(accept_rows.shape[1]) - 1)
 
 
 class WorkerBase(DFlashWorkerV2):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features
 from .need import Needs
 
 need = Needs("0.5.23")
@@ -65,8 +65,10 @@ class Adapter(DFlashV2Adapter):
         "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
         ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
          "cache_loc_out", "mask_token_id")))
-    LOGITS_ADJUSTMENTS = staticmethod(need(_UTILS, "apply_dflash_verify_logits_adjustments",
-                                           ("next_token_logits", "sampling_info", "draft_token_num")))
+    GRAMMAR_TREE, _grammar_mask, _logit_processor = need_request_features(need)
+    BUILD_GRAMMAR_MASK, CUSTOM_LOGIT_PROCESSOR = staticmethod(_grammar_mask), staticmethod(_logit_processor)
+    SPEC_LOGPROBS = staticmethod(need("sglang.srt.layers.logprob_processor", "compute_spec_logprobs",
+                                      ("batch", "logits_output", "predict", "accept_index")))
     BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
     EMBEDDING_MODULE = staticmethod(need(_WORKER, "_resolve_dflash_embedding_module",
@@ -162,6 +164,9 @@ class Adapter(DFlashV2Adapter):
         bs, block = plan.kv_dst.shape
         ids = window.write_ids(self.host.draft_model_runner.kv_index_translator, cols=slice(0, block))
         return ids.view(bs, block)
+
+    def spec_logprobs(self, batch, logits_output, node_tokens, accept_rows):
+        self.SPEC_LOGPROBS(batch, logits_output, node_tokens, accept_index=accept_rows)
 
     def result_extras(self, target_out):
         return {"routed_experts_output": target_out.routed_experts_output,
