@@ -105,6 +105,53 @@ def install_backend_default_hook(choose) -> None:
     HookRegistry.apply_hooks()
 
 
+def serving_view():
+    """The running server's resolved arguments (None before SGLang publishes them in this process)."""
+    from sglang.srt.runtime_context import get_server_args
+
+    try:
+        return resolved(get_server_args())
+    except ValueError:  # "Global server args is not set yet!"
+        return None
+
+
+def install_request_hooks(is_ddtree, refusal, row_headroom) -> None:
+    """Through SGLang's plugin hook registry, in a DDTREE server only (is_ddtree(view)): the scheduler's
+    DFlash-family request check answers `refusal(req)` (requests.py), and the req_to_token row headroom
+    becomes `row_headroom(SGLang's, verify width, page size)`. 0.5.17 hands the headroom function the server
+    arguments; 0.5.23 reads them from its runtime context."""
+    import importlib
+    import logging
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    try:  # a process that cannot import the scheduler (a tool without SGLang's GPU dependencies) admits no request
+        for module in (REQUEST_CHECK[0], ROW_HEADROOM[0]):
+            importlib.import_module(module)
+    except ImportError as e:
+        logging.getLogger("sglang_ddtree").warning("sglang-ddtree: request hooks not installed in this process (%s)", e)
+        return
+
+    def check(original, req, *args, **kwargs):
+        view = serving_view()
+        return refusal(req) if view is not None and is_ddtree(view) else original(req, *args, **kwargs)
+
+    def headroom(extra, *args, **kwargs):
+        view = resolved(args[0]) if args else serving_view()
+        if view is None or not is_ddtree(view):
+            return None  # SGLang's own
+        return row_headroom(extra, int(view.speculative_num_draft_tokens), int(getattr(view, "page_size", 1) or 1))
+
+    HookRegistry.register(f"{REQUEST_CHECK[0]}.{REQUEST_CHECK[1]}", check, HookType.AROUND)
+    HookRegistry.register(f"{ROW_HEADROOM[0]}.{ROW_HEADROOM[1]}", headroom, HookType.AFTER)
+    HookRegistry.apply_hooks()
+
+
+# where the scheduler looks up its DFlash-family request check, and the KV configurator its row headroom
+REQUEST_CHECK = ("sglang.srt.managers.scheduler", "validate_dflash_request")
+ROW_HEADROOM = ("sglang.srt.mem_cache.kv_cache_configurator", "get_req_to_token_extra_context_len")
+
+
 def max_batch_size(server_args) -> int:
     """The largest decode batch the worker can see: --max-running-requests or the largest decode CUDA-graph
     batch, whichever is larger (None fields: graphs off, or the default not filled in)."""
@@ -130,6 +177,9 @@ REGISTRATION_SYMBOLS = {
         ("sglang.srt.plugins", "load_plugins"),
         ("sglang.srt.plugins.hook_registry", "HookRegistry"),
         ("sglang.srt.utils.hf_transformers_utils", "get_config"),
+        ("sglang.srt.runtime_context", "get_server_args"),
+        REQUEST_CHECK,
+        ROW_HEADROOM,
     ],
     "0.5.17": [
         ("sglang.srt.arg_groups.speculative_hook", "_resolve_dflash_draft_attention_backend"),

@@ -30,7 +30,7 @@ def _register() -> None:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import get_spec
 
-    from .args import ALGORITHM, ALTERNATIVE_ALGORITHM, choose_attention_backend, set_active_algorithm, \
+    from .args import ALGORITHM, ALTERNATIVE_ALGORITHM, choose_attention_backend, is_ddtree, set_active_algorithm, \
         validate_server_args
     from .spec_algo import DDTreeSpecAlgo
 
@@ -45,6 +45,9 @@ def _register() -> None:
     SpeculativeAlgorithm.register(name, supports_overlap=True, validate_server_args=validate_server_args,
                                   spec_class=DDTreeSpecAlgo)(_factory)
     compat.install_backend_default_hook(choose_attention_backend)
+    from . import requests
+
+    compat.install_request_hooks(is_ddtree, requests.refusal, requests.row_headroom)
 
 
 def name_is_reserved(name: str, algorithms, get_spec) -> bool:
