@@ -281,3 +281,40 @@ def test_no_request_feature_raises_in_the_round(release):
         for t in out[b, :L].tolist():
             assert t in EvenOddGrammar.allowed(last)
             last = t
+
+
+def test_a_prefill_with_logprobs_is_served(release):
+    """0.5.17's DFLASH raises on any batch with return_logprob; the DDTree worker runs DFLASH's prefill steps
+    itself for them: the target's prefill (which computes the logprobs) with the drafter's layers captured,
+    the prompt's hidden states into the draft KV at their positions, the sampled token as the next root."""
+    import types
+
+    if release.Adapter.RELEASE != "0.5.17":
+        pytest.skip("0.5.23's DFLASH serves logprob prefills itself (DDTree calls it)")
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
+    seen = {}
+
+    def target_forward(batch, capture_hidden_mode):
+        seen["capture"] = capture_hidden_mode
+        lo = types.SimpleNamespace(hidden_states=torch.arange(7.0).view(7, 1), next_token_logprobs=torch.zeros(2))
+        return types.SimpleNamespace(logits_output=lo, next_token_ids=torch.tensor([11, 12]))
+
+    host = types.SimpleNamespace(
+        ADAPTER=release.Adapter, target_worker=types.SimpleNamespace(forward_batch_generation=target_forward),
+        model_runner=types.SimpleNamespace(server_args=types.SimpleNamespace(attention_backend="torch_native")),
+        _append_target_hidden_to_draft_kv_by_loc=lambda **kw: seen.update(append=kw))
+    host._make_next_draft_input_prefill = lambda **kw: DFlashWorkerV2._make_next_draft_input_prefill(host, **kw)
+    host._prefill = lambda *a: release.WorkerBase._prefill(host, *a)
+    batch = types.SimpleNamespace(return_logprob=True, forward_mode=ForwardMode.EXTEND, is_extend_in_batch=True,
+                                  extend_lens=[3, 4], prefix_lens=[5, 0], seq_lens=torch.tensor([8, 4]),
+                                  out_cache_loc=torch.arange(100, 107))
+    published = []
+    out = release.WorkerBase.dflash_forward(host, batch, published.append, None, None)
+    assert seen["capture"] == CaptureHiddenMode.FULL
+    assert seen["append"]["positions"].tolist() == [5, 6, 7, 0, 1, 2, 3]
+    assert torch.equal(seen["append"]["cache_loc"], batch.out_cache_loc)
+    assert seen["append"]["target_hidden"].view(-1).tolist() == list(range(7))
+    assert out.logits_output.hidden_states is None and out.next_draft_input.bonus_tokens.tolist() == [11, 12]
+    assert torch.equal(published[0], batch.seq_lens) and torch.equal(out.new_seq_lens, batch.seq_lens)
