@@ -15,7 +15,8 @@ Refused with the fix in the message: rejection sampling / block verification (DD
 already exact), pipeline or tensor parallelism, DP attention, page size > 1 with the FULL_MASK fallback,
 compact draft windows, any attention backend that cannot apply a tree mask in TARGET_VERIFY, and for MLA
 targets any backend but triton / flashmla / flashinfer (the tree kernel verifies them; there is no
-fallback). The default backend is fixed *before* SGLang picks one (its Hopper default, fa3 in causal mode, would silently drop the tree mask).
+fallback), and a prefix library (SGLANG_DDTREE_PREFIX) asked for where it cannot serve.
+The default backend is fixed *before* SGLang picks one (its Hopper default, fa3 in causal mode, would silently drop the tree mask).
 """
 from __future__ import annotations
 
@@ -64,9 +65,12 @@ ENV_OPS_BACKEND = "SGLANG_DDTREE_OPS_BACKEND"
 ENV_GRAPH_HEAD = "SGLANG_DDTREE_DRAFT_GRAPH_HEAD"
 ENV_VERIFY_ATTENTION = "SGLANG_DDTREE_VERIFY_ATTENTION"
 VERIFY_ATTENTION = ("auto", "tree", "full_mask")
-ENV_MLA_PREFIX = "SGLANG_DDTREE_MLA_PREFIX"
-# MLA verify: FlashMLA over the prefix where the target runs on it (auto), or our kernel over prefix and tree
-MLA_PREFIX = ("auto", "tree", "flashmla")
+ENV_PREFIX = "SGLANG_DDTREE_PREFIX"
+ENV_MLA_PREFIX = "SGLANG_DDTREE_MLA_PREFIX"  # its earlier name, still read when ENV_PREFIX is unset
+# the verify's prefix attention (tree_attention.py): auto (FlashMLA for an MLA target on flashmla; MHA/GQA:
+# tree_attention.AUTO_GQA_PREFIX), our kernel over prefix and tree, or a library's over the prefix and ours
+# over the tree, merged by LSE
+PREFIX = ("auto", "tree", "flashmla", "flashinfer")
 # MLA targets' accepted-KV move: SGLang's own, a layer at a time (default), or every layer in one launch
 ENV_MLA_KV_MOVE = "SGLANG_DDTREE_MLA_KV_MOVE"
 MLA_KV_MOVE = ("layers", "one_launch")
@@ -102,8 +106,13 @@ class Knobs:
     auto: bool = False            # SGLANG_DDTREE_BUDGET=auto: the budget is chosen every round (budget is None)
     auto_default: bool = False    # ... because no budget was given (AUTO_DEFAULT), not asked for
     auto_budgets: tuple = ()      # its candidates (SGLANG_DDTREE_AUTO_BUDGETS); () = the default ladder
-    mla_prefix: str = "auto"      # SGLANG_DDTREE_MLA_PREFIX: auto = FlashMLA over the prefix on flashmla, else tree
+    prefix: str = "auto"          # SGLANG_DDTREE_PREFIX (PREFIX above)
     mla_kv_move: str = "layers"   # SGLANG_DDTREE_MLA_KV_MOVE: one_launch = every layer at once (not yet GPU-run)
+
+    @property
+    def mla_prefix(self) -> str:
+        """The prefix knob by its earlier name (callers written before it took MHA/GQA targets too)."""
+        return self.prefix
 
     @classmethod
     def from_env(cls) -> "Knobs":
@@ -116,14 +125,14 @@ class Knobs:
         verify = _env_choice(ENV_VERIFY_ATTENTION, VERIFY_ATTENTION)
         anchor = _env_choice(ENV_ANCHOR, tuple(ANCHORS))
         calibration = os.environ.get(ENV_CALIBRATION, "auto").strip() or "auto"
-        mla_prefix = _env_choice(ENV_MLA_PREFIX, MLA_PREFIX)
+        prefix = _env_prefix()
         mla_kv_move = _env_choice(ENV_MLA_KV_MOVE, MLA_KV_MOVE)
         raw = os.environ.get(ENV_BUDGET, "").strip().lower()
         auto = raw in ("auto", AUTO_DEFAULT)
         return cls(budget=None if auto else _env_int(ENV_BUDGET, 1), topk=_env_int(ENV_TOPK, 1),
                    ops_backend=backend, draft_graph_head=head == "1", verify_attention=verify,
                    anchor=ANCHORS[anchor], calibration=calibration, auto=auto, auto_default=raw == AUTO_DEFAULT,
-                   auto_budgets=_env_int_list(ENV_AUTO_BUDGETS), mla_prefix=mla_prefix, mla_kv_move=mla_kv_move)
+                   auto_budgets=_env_int_list(ENV_AUTO_BUDGETS), prefix=prefix, mla_kv_move=mla_kv_move)
 
 
 def _env_choice(name: str, choices: tuple) -> str:
@@ -132,6 +141,15 @@ def _env_choice(name: str, choices: tuple) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return value
+
+
+def _env_prefix() -> str:
+    """SGLANG_DDTREE_PREFIX, else its earlier name SGLANG_DDTREE_MLA_PREFIX; both set and different is refused."""
+    new, old = (os.environ.get(n, "").strip().lower() for n in (ENV_PREFIX, ENV_MLA_PREFIX))
+    if new and old and new != old:
+        raise ValueError(f"{ENV_PREFIX}={new} and {ENV_MLA_PREFIX}={old} disagree ({ENV_MLA_PREFIX} is its earlier "
+                         f"name); set {ENV_PREFIX} only")
+    return _env_choice(ENV_PREFIX if new or not old else ENV_MLA_PREFIX, PREFIX)
 
 
 def _env_int_list(name: str) -> tuple:
@@ -204,6 +222,45 @@ def mla_dims(view) -> tuple | None:
     rank = getattr(text, "kv_lora_rank", None)
     return None if rank is None else (int(rank), int(getattr(text, "qk_rope_head_dim", 0) or 0))
 
+
+
+def head_dim(view) -> int | None:
+    """The target's attention head dim from its HF config (head_dim, else hidden / heads), or None."""
+    try:
+        cfg = _hf_config(view.model_path, view, getattr(view, "revision", None))
+    except Exception:  # unreadable config: SGLang reports it itself, later and better
+        return None
+    text = getattr(cfg, "text_config", None) or cfg
+    d = getattr(text, "head_dim", None)
+    if d is None and getattr(text, "hidden_size", None) and getattr(text, "num_attention_heads", None):
+        d = text.hidden_size // text.num_attention_heads
+    return None if d is None else int(d)
+
+
+def _flashinfer_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flashinfer") is not None
+
+
+def _flashinfer_prefix_refusal(view, mla: bool, knobs: "Knobs") -> tuple | None:
+    """(what, fix) when SGLANG_DDTREE_PREFIX=flashinfer cannot serve this server, else None."""
+    from sglang_ddtree.attention.libraries import FI_HEAD_DIMS
+
+    unset = f"unset {ENV_PREFIX} (our kernel reads the prefix)"
+    if mla:
+        return (f"{ENV_PREFIX}=flashinfer for an MLA target (its FlashInfer-MLA prefix is not wired)",
+                f"{unset}, or {ENV_PREFIX}=flashmla with --attention-backend flashmla --page-size 64")
+    if knobs.verify_attention == "full_mask":
+        return (f"{ENV_PREFIX}=flashinfer with {ENV_VERIFY_ATTENTION}=full_mask (the prefix split is the tree "
+                f"kernel's; SGLang's FULL_MASK verify has none)", "unset one of the two")
+    d = head_dim(view)
+    if d is not None and d not in FI_HEAD_DIMS:
+        return (f"{ENV_PREFIX}=flashinfer for a target of head dim {d} (FlashInfer's paged prefill takes head dims "
+                f"{', '.join(map(str, FI_HEAD_DIMS))})", unset)
+    if not _flashinfer_installed():
+        return f"{ENV_PREFIX}=flashinfer without flashinfer installed", f"pip install flashinfer-python, or {unset}"
+    return None
 
 
 def draft_block_size(view) -> int:
@@ -352,10 +409,14 @@ def validate_server_args(server_args) -> None:
     if mla and knobs.verify_attention == "full_mask":
         _reject(f"{ENV_VERIFY_ATTENTION}=full_mask for an MLA target (SGLang's MLA backends cannot apply a tree mask)",
                 f"leave {ENV_VERIFY_ATTENTION} unset: the tree kernel verifies MLA trees")
-    if knobs.mla_prefix == "flashmla" and not (mla and getattr(view, "attention_backend", None) == "flashmla"):
-        _reject(f"{ENV_MLA_PREFIX}=flashmla without an MLA target on --attention-backend flashmla (FlashMLA reads "
+    if knobs.prefix == "flashmla" and not (mla and getattr(view, "attention_backend", None) == "flashmla"):
+        _reject(f"{ENV_PREFIX}=flashmla without an MLA target on --attention-backend flashmla (FlashMLA reads "
                 f"the prefix from SGLang's FlashMLA page tables, page size 64)",
-                f"serve the MLA target with --attention-backend flashmla --page-size 64, or unset {ENV_MLA_PREFIX}")
+                f"serve the MLA target with --attention-backend flashmla --page-size 64, or unset {ENV_PREFIX}")
+    if knobs.prefix == "flashinfer":
+        refusal = _flashinfer_prefix_refusal(view, mla, knobs)
+        if refusal is not None:
+            _reject(*refusal)
     page = getattr(view, "page_size", None)
     if page is not None and int(page) != 1 and knobs.verify_attention == "full_mask":
         # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1

@@ -14,17 +14,29 @@ forward mode it has, except TARGET_VERIFY, which becomes:
       ancestor bitset (TreeBatch.mask_bits, loaded by the worker into a static buffer) in one online softmax.
 
 No FULL_MASK is built or read, the graph captured at any prefix length replays at every other one, and the
-page size does not matter (slots are token-level). An MLA target on the flashmla backend (page size 64) has
-its prefix go through FlashMLA instead (SGLANG_DDTREE_MLA_PREFIX=auto, the default; `tree` keeps our kernel
-over the whole prefix): our kernel took 3.8x FlashMLA's time a layer over an MLA prefix at batch 16. The
-metadata fills a page table and the prefix lengths from req_to_token and FlashMLA's split plan for the
-forward's width (out of the graph, into static buffers, as SGLang's own FlashMLA backend does), and per layer
-FlashMLA attends every tree query over its prefix with its LSE, our kernel attends it over the tree alone (an
-empty prefix), and the merge kernel combines the two by LSE — the standalone cascade of
-sglang_ddtree.attention. One instance serves every verify width the worker captures graphs for (the served auto
-budget): a forward's width is its rows per request, and each width has its own static mask buffer. Shapes the
-kernel does not take are refused up front (`unsupported`), and the worker falls back to SGLang's FULL_MASK path
-with the reason logged (MHA/GQA; an MLA target has no fallback: SGLang's MLA backends cannot verify a tree).
+page size does not matter (slots are token-level).
+
+The prefix can instead go through a library, the tree tail through our kernel alone (an empty prefix), the two
+merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTREE_PREFIX, `Knobs.prefix`):
+- `flashmla`: an MLA target on the flashmla backend (page size 64); the default there (`auto`): our kernel took
+  3.8x FlashMLA's time a layer over an MLA prefix at batch 16. The metadata fills a page table and the prefix
+  lengths from req_to_token and FlashMLA's split plan for the forward's width (out of the graph, into static
+  buffers, as SGLang's own FlashMLA backend does); per layer FlashMLA attends every tree query over its prefix.
+- `flashinfer`: an MHA/GQA target on triton or flashinfer, head dim 64/128/256: FlashInfer's paged prefill
+  (the kernel family of DFLASH's chain verify on --attention-backend flashinfer) over the token-level prefix
+  slots, so any page size. Our kernel reads the whole prefix once per 64-row tile of a request's n·G query rows,
+  FlashInfer splits it across CTAs by length. FlashInfer plans on the host from the KV lengths, which SGLang
+  knows there only as an upper bound (overlap scheduling), and a plan made from a bound misplaces the split
+  partial outputs (libraries.py, above FI_HEAD_DIMS): so its host plan is made once per (width, batch) and the
+  length-dependent schedule is written on the device in the metadata (libraries.FlashInferPrefix).
+  `auto` keeps our kernel over the whole prefix for MHA/GQA until measured otherwise (AUTO_GQA_PREFIX).
+`tree` keeps our kernel over prefix and tree everywhere.
+
+One instance serves every verify width the worker captures graphs for (the served auto budget): a forward's width
+is its rows per request, and each width has its own static mask buffer (and its own FlashMLA plan / FlashInfer
+wrappers). Shapes the kernel does not take are refused up front (`unsupported`), and the worker falls back to
+SGLang's FULL_MASK path with the reason logged (MHA/GQA; an MLA target has no fallback: SGLang's MLA backends
+cannot verify a tree); a prefix library that cannot serve is decided at construction too, never at a request.
 """
 from __future__ import annotations
 
@@ -42,6 +54,11 @@ logger = logging.getLogger("sglang_ddtree")
 BACKENDS = {"MHATokenToKVPool": ("TritonAttnBackend", "FlashInferAttnBackend"),
             "MLATokenToKVPool": ("TritonAttnBackend", "FlashMLABackend", "FlashInferMLAAttnBackend")}
 MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
+PREFIXES = ("auto", "tree", "flashmla", "flashinfer")  # SGLANG_DDTREE_PREFIX (args.PREFIX)
+# what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve, `tree`): flip to "flashinfer" once the
+# H200 measurement (scripts/gpu/verify_cascade_bench.py, run by ATTN_STEPS=cascade scripts/gpu/30_attention.sh)
+# shows the cascade ahead
+AUTO_GQA_PREFIX = "tree"
 
 
 def is_mla(model_runner) -> bool:
@@ -97,6 +114,29 @@ def flashmla_unsupported(model_runner, mla: bool) -> str | None:
     return None
 
 
+def flashinfer_unsupported(model_runner, mla: bool) -> str | None:
+    """Why FlashInfer's paged prefill cannot take the prefix of this runner's tree verify (None: it can)."""
+    if mla:
+        return "the target is MLA (its FlashInfer-MLA prefix is not wired: SGLANG_DDTREE_PREFIX=flashmla or tree)"
+    k = model_runner.token_to_kv_pool.get_key_buffer(0)
+    if int(k.shape[-1]) not in libraries.FI_HEAD_DIMS:
+        return (f"the head dim is {int(k.shape[-1])} (FlashInfer's paged prefill takes "
+                f"{', '.join(map(str, libraries.FI_HEAD_DIMS))})")
+    if not libraries.available("flashinfer"):
+        return "flashinfer cannot be imported here"
+    return None
+
+
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def _q_heads(model_runner) -> int:
+    """Query heads of every layer (tensor parallelism is refused, so the model's own count)."""
+    mc = model_runner.model_config
+    return int(mc.get_num_attention_heads(1) if hasattr(mc, "get_num_attention_heads") else mc.num_attention_heads)
+
+
 class TreeVerifyAttention:
     """The static buffers and the patched methods of one target backend (module docstring)."""
 
@@ -114,31 +154,59 @@ class TreeVerifyAttention:
         dev = self.req_to_token.device
         self.device = dev
         ops.ensure_backend("cuda" if dev.type == "cuda" else "cpu")
-        self.sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
+        self.sms = _sm_count(dev)
         self.masks = {w: torch.zeros(int(max_bs), w, ops.mask_words(w), dtype=torch.int32, device=dev)
                       for w in self.widths}
         self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
-        why = flashmla_unsupported(model_runner, self.mla) if prefix in ("auto", "flashmla") else None
-        if prefix == "auto":  # FlashMLA over the prefix wherever it can take it (module docstring: why)
-            prefix = "tree" if why else "flashmla"
+        if prefix not in PREFIXES:
+            raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
+        asked = prefix
+        if prefix == "auto":  # FlashMLA over an MLA prefix wherever it can take it (module docstring: why)
+            prefix = ("tree" if flashmla_unsupported(model_runner, True) else "flashmla") if self.mla else AUTO_GQA_PREFIX
+        why = {"flashmla": lambda: flashmla_unsupported(model_runner, self.mla),
+               "flashinfer": lambda: flashinfer_unsupported(model_runner, self.mla)}.get(prefix, lambda: None)()
+        if why is not None and asked != "auto":
+            raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix}, but {why}")
+        if why is not None:
+            logger.info("sglang-ddtree: the prefix through the tree kernel (%s cannot take it: %s)", prefix, why)
+            prefix = "tree"
+        if prefix in ("flashmla", "flashinfer"):
+            self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
+        if prefix == "flashinfer":
+            why = self._make_flashinfer(int(max_bs))
+            if why is not None and asked != "auto":
+                raise ValueError(f"SGLANG_DDTREE_PREFIX=flashinfer, but {why}")
+            if why is not None:
+                logger.warning("sglang-ddtree: the prefix through the tree kernel (FlashInfer failed to plan: %s)", why)
+                prefix = "tree"
         self.prefix = prefix
         if prefix == "flashmla":
-            if why is not None:
-                raise ValueError(f"SGLANG_DDTREE_MLA_PREFIX=flashmla, but {why}")
             self.page = int(model_runner.page_size)
             self.block_table = torch.zeros(int(max_bs), -(-self.context // self.page), dtype=torch.int32, device=dev)
             self.prefix_lens = torch.zeros(int(max_bs), dtype=torch.int32, device=dev)
-            self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
             self.hq = int(self.backend.num_q_heads)  # FlashMLA's plan is made before the layers see any query
             self._plans = {}  # verify width -> FlashMLA's split plan in static buffers (graphs read their addresses)
             self._plan = None  # the plan of the forward under way: (tile metadata, num_splits[:bs + 1])
-        elif prefix != "tree":
-            raise ValueError(f"prefix must be 'auto', 'tree' or 'flashmla', got {prefix!r}")
         self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
         self._graph_state = None  # (max_bs, max_num_tokens) the backend's own graph buffers were sized for
         self._orig = {}
+
+    def _make_flashinfer(self, max_bs: int) -> str | None:
+        """FlashInfer's prefix for every verify width, planned once here at the widest width and batch 1, so
+        that a FlashInfer that cannot compile or plan is known before any request (None: it planned)."""
+        k = self.pool.get_key_buffer(0)
+        self.fi_width = None  # the width the metadata planned (checked by each layer)
+        try:
+            self.fi = libraries.FlashInferPrefix(
+                self.device, q_heads=_q_heads(self.runner), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
+                dtype=k.dtype, context=self.context, max_bs=max_bs, widths=self.widths, sms=self.sms,
+                workspace=getattr(self.backend, "workspace_buffer", None))
+            self.fi.plan(self.n, 1)
+        except Exception as e:  # noqa: BLE001 — a JIT, import or plan failure: the reason is logged or raised
+            return f"{type(e).__name__}: {e}"
+        return None
 
     @property
     def mask_bits(self) -> torch.Tensor:
@@ -171,7 +239,7 @@ class TreeVerifyAttention:
         self.backend.ddtree_tree_attention = self
         logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK; the prefix through "
                     "%s), verify width%s %s", type(self.backend).__name__,
-                    "FlashMLA" if self.prefix == "flashmla" else "the tree kernel",
+                    {"flashmla": "FlashMLA", "flashinfer": "FlashInfer"}.get(self.prefix, "the tree kernel"),
                     "s" if len(self.widths) > 1 else "", self.widths)
 
     # --- buffers -----------------------------------------------------------------------------------------
@@ -182,14 +250,15 @@ class TreeVerifyAttention:
             mask[: old.shape[0]].copy_(old)
             self.masks[w] = mask
         self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
+        if self.prefix in ("flashmla", "flashinfer"):
+            self.no_prefix = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
         if self.prefix == "flashmla":
             self.block_table = torch.zeros(bs, self.block_table.shape[1], dtype=torch.int32, device=self.device)
             self.prefix_lens = torch.zeros(bs, dtype=torch.int32, device=self.device)
-            self.no_prefix = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
 
     def _ensure_indices(self, bs: int) -> None:
-        # every prefix is at most the context length: no host bound needed (FlashMLA's prefix path reads none:
-        # the tree-only call gets an empty list)
+        # every prefix is at most the context length: no host bound needed (the library prefix paths read none
+        # here: the tree-only call gets an empty list)
         need = bs * self.context if self.prefix == "tree" else 1
         if self.kv_indices.numel() < need:
             self.kv_indices = torch.zeros(need, dtype=torch.int32, device=self.device)
@@ -205,6 +274,10 @@ class TreeVerifyAttention:
                       out=self.block_table[:bs])  # page columns only, two launches
             self.prefix_lens[:bs].copy_(lens)
             self._plan_flashmla(bs, self._width(forward_batch, bs))
+        elif self.prefix == "flashinfer":  # the wrapper of (width, batch), its slot lists and device schedule
+            self.fi_width = self._width(forward_batch, bs)
+            self.fi.prepare(self.fi_width, bs, self.req_to_token, forward_batch.req_pool_indices[:bs],
+                            forward_batch.seq_lens[:bs])
         else:
             ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
                                           forward_batch.seq_lens[:bs], self.kv_indptr, self.kv_indices)
@@ -289,6 +362,8 @@ class TreeVerifyAttention:
         kc, vc = self.pool.get_key_buffer(layer.layer_id), self.pool.get_value_buffer(layer.layer_id)
         if self.prefix == "flashmla":
             o = self._flashmla_cascade(q_full, q, q_pe, kc, vc, k3, v3, bs, n, hq, layer.scaling)
+        elif self.prefix == "flashinfer":
+            o = self._flashinfer_cascade(q, kc, vc, k3, v3, bs, n, hq, layer.scaling)
         else:
             splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
             o, _ = native.attend_ragged(q, q_pe, kc, vc, self.kv_indptr[: bs + 1], self.kv_indices, k3, v3,
@@ -305,6 +380,18 @@ class TreeVerifyAttention:
         o_t, lse_t = native.attend_ragged(q, q_pe, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
                                           self.masks[n][:bs], scale, 1)
         o, _ = native.merge(o_p, lse_p, "e", o_t, lse_t, "e", o_t.dtype)
+        return o
+
+    def _flashinfer_cascade(self, q, kc, vc, k3, v3, bs, n, hq, scale):
+        """FlashInfer over the prefix (its LSE in base 2), our kernel over the tree alone (natural log), merged.
+        A key-less side (a padding row at seq_len 0) has LSE -inf: weight 0, its O never read; rows never mix."""
+        if n != self.fi_width or hq != self.fi.hq:
+            raise RuntimeError(f"DDTREE tree verify: {n} queries x {hq} heads a request, but FlashInfer was planned "
+                               f"for {self.fi_width} x {self.fi.hq}")
+        o_p, lse_p = self.fi.run(n, bs, q, kc, vc, scale)
+        o_t, lse_t = native.attend_ragged(q, None, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
+                                          self.masks[n][:bs], scale, 1)
+        o, _ = native.merge(o_p, lse_p, "2", o_t, lse_t, "e", o_t.dtype)
         return o
 
     def _mla_inputs(self, q, k, q_rope, k_rope, hq, layer, forward_batch, save_kv_cache):

@@ -156,16 +156,47 @@ def test_mla_target_serves_on_the_tree_kernel_backends(resolve, monkeypatch):
         resolve(target=target)
 
 
-def test_flashmla_prefix_needs_an_mla_target_on_flashmla(resolve, monkeypatch):
-    """SGLANG_DDTREE_MLA_PREFIX=flashmla reads the prefix through FlashMLA's page tables: an MLA target on
-    --attention-backend flashmla; elsewhere it is refused at start-up naming the fix."""
-    monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
+@pytest.mark.parametrize("name", ["SGLANG_DDTREE_PREFIX", "SGLANG_DDTREE_MLA_PREFIX"])
+def test_flashmla_prefix_needs_an_mla_target_on_flashmla(resolve, monkeypatch, name):
+    """SGLANG_DDTREE_PREFIX=flashmla (or by its earlier name SGLANG_DDTREE_MLA_PREFIX) reads the prefix through
+    FlashMLA's page tables: an MLA target on --attention-backend flashmla; elsewhere it is refused at start-up
+    naming the fix."""
+    monkeypatch.setenv(name, "flashmla")
     target = os.path.abspath(SHIPPED_MLA)
     assert resolve("--attention-backend", "flashmla", "--page-size", "64", target=target).attention_backend == "flashmla"
     for args, kw in ((("--attention-backend", "triton"), {"target": target}), ((), {})):
-        with pytest.raises(ValueError, match="MLA_PREFIX=flashmla without an MLA target on --attention-backend "
-                                             "flashmla.*Fix: serve the MLA target with --attention-backend flashmla"):
+        with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla without an MLA target on --attention-"
+                                             "backend flashmla.*Fix: serve the MLA target with --attention-backend flashmla"):
             resolve(*args, **kw)
+
+
+def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch):
+    """SGLANG_DDTREE_PREFIX=flashinfer (FlashInfer's paged prefill over an MHA/GQA prefix): served on triton and
+    flashinfer at any page size for head dims 64/128/256 with flashinfer installed; an MLA target, the FULL_MASK
+    path, another head dim (the shipped tiny pair's 32) or no flashinfer are refused at start-up naming the fix.
+    The two names of the knob must agree."""
+    from sglang_ddtree.engine.data import MODELS_DIR
+    from sglang_ddtree.sglang import args as A
+
+    monkeypatch.setattr(A, "_flashinfer_installed", lambda: True)
+    monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "flashinfer")
+    assert A.Knobs.from_env().prefix == A.Knobs.from_env().mla_prefix == "flashinfer"
+    for extra in ((), ("--attention-backend", "flashinfer"), ("--page-size", "16"), ("--page-size", "64")):
+        resolve(*extra)  # the fixture target: head dim 64
+    with pytest.raises(ValueError, match="flashinfer for an MLA target.*Fix: unset SGLANG_DDTREE_PREFIX"):
+        resolve(target=os.path.abspath(SHIPPED_MLA))
+    with pytest.raises(ValueError, match="head dim 32 .*takes head dims 64, 128, 256.*Fix: unset SGLANG_DDTREE_PREFIX"):
+        resolve(target=os.path.join(MODELS_DIR, "tiny-target"))
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
+    with pytest.raises(ValueError, match="flashinfer with SGLANG_DDTREE_VERIFY_ATTENTION=full_mask"):
+        resolve()
+    monkeypatch.delenv("SGLANG_DDTREE_VERIFY_ATTENTION")
+    monkeypatch.setattr(A, "_flashinfer_installed", lambda: False)
+    with pytest.raises(ValueError, match="without flashinfer installed.*Fix: pip install flashinfer-python"):
+        resolve()
+    monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer and SGLANG_DDTREE_MLA_PREFIX=flashmla disagree"):
+        A.Knobs.from_env()
 
 
 def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
@@ -177,7 +208,8 @@ def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
 @pytest.mark.parametrize("name,value,needle", [
     ("SGLANG_DDTREE_BUDGET", "abc", "integer"), ("SGLANG_DDTREE_TOPK", "0", ">= 1"),
     ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda or cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1"),
-    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_MLA_PREFIX", "flashinfer", "tree, flashmla"),
+    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_PREFIX", "fa3", "tree, flashmla, flashinfer"),
+    ("SGLANG_DDTREE_MLA_PREFIX", "flashattn", "tree, flashmla, flashinfer"),
     ("SGLANG_DDTREE_MLA_KV_MOVE", "fast", "layers, one_launch")])
 def test_bad_knobs(monkeypatch, name, value, needle):
     from sglang_ddtree.sglang.args import Knobs

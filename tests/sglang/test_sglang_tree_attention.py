@@ -4,9 +4,14 @@ A stand-in backend records what reaches it; the kernel call is recorded too (its
 GPU against the dense reference: tests/attention/test_attention_ragged_gpu.py). Checked: only TARGET_VERIFY
 is rerouted, its metadata is the prefix slot list of req_to_token (computed here independently), the tree
 tokens' K/V are stored at out_cache_loc before the kernel reads the cache, the mask the kernel reads is the
-one the worker loaded, and unsupported targets are refused with the reason.
+one the worker loaded, and unsupported targets are refused with the reason. The library prefixes (FlashMLA,
+FlashInfer) are checked as cascades against attention over prefix and tree, the libraries replaced by float64
+implementations of their contracts (FlashInfer's: fi_emulator, which runs only what is in its buffers), and on
+the GPU with the real ones.
 """
 import inspect
+import os
+import sys
 import types
 
 import pytest
@@ -14,6 +19,9 @@ import torch
 from sglang.srt.configs.model_config import AttentionArch  # an IntEnum: str() is a number
 
 from sglang_ddtree import ops
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "attention"))
+import fi_emulator as FE  # noqa: E402  (FlashInfer's graph-mode paged prefill, emulated on the CPU)
 
 
 class Mode:
@@ -63,13 +71,13 @@ class MHATokenToKVPool:
         self.k[loc], self.v[loc] = k, v
 
 
-def make_runner(ctx=64, rows=6, hkv=2, d=128):
+def make_runner(ctx=64, rows=6, hkv=2, d=128, hq=8):
     g = torch.Generator().manual_seed(0)
     req_to_token = torch.randperm(rows * ctx, generator=g).to(torch.int32).view(rows, ctx)
     return types.SimpleNamespace(
         attn_backend=TritonAttnBackend(), token_to_kv_pool=MHATokenToKVPool(rows * ctx, hkv, d),
         req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token), sliding_window_size=None,
-        model_config=types.SimpleNamespace(attention_arch=AttentionArch.MHA),
+        model_config=types.SimpleNamespace(attention_arch=AttentionArch.MHA, num_attention_heads=hq),
         server_args=types.SimpleNamespace(dcp_size=1))
 
 
@@ -363,7 +371,7 @@ def _flashmla_cascade_case(TA, device, dtype, h, n=3, lens=(70, 5), req=(3, 1), 
 
 
 def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch):
-    """SGLANG_DDTREE_MLA_PREFIX=flashmla: FlashMLA over each request's prefix through a page table built from
+    """SGLANG_DDTREE_PREFIX=flashmla: FlashMLA over each request's prefix through a page table built from
     req_to_token, our kernel over the tree alone (an empty prefix), merged by LSE. FlashMLA and our kernel are
     replaced by float64 references of their contracts (the real ones: the GPU test below); what is checked is
     the wiring — page table, lengths, layouts, the empty prefix, the merge — against attention over prefix +
@@ -471,14 +479,15 @@ def test_flashmla_prefix_cascade_on_the_gpu(plugins_loaded, h, n, bs):
 
 
 def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypatch):
-    """SGLANG_DDTREE_MLA_PREFIX=auto (the default): an MLA target on the flashmla backend at page size 64 has its
+    """SGLANG_DDTREE_PREFIX=auto (the default): an MLA target on the flashmla backend at page size 64 has its
     prefix through FlashMLA; any other MLA backend or page size, or no importable FlashMLA, keeps the tree kernel
     over the whole prefix; an explicit `flashmla` there is refused with the reason."""
     from sglang_ddtree.sglang import tree_attention as TA
     from sglang_ddtree.sglang.args import Knobs
 
-    monkeypatch.delenv("SGLANG_DDTREE_MLA_PREFIX", raising=False)
-    assert Knobs.from_env().mla_prefix == "auto"
+    for name in ("SGLANG_DDTREE_PREFIX", "SGLANG_DDTREE_MLA_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    assert Knobs.from_env().prefix == Knobs.from_env().mla_prefix == "auto"
     have = {"flashmla": True}
     monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
     for backend, page, importable, want in (("FlashMLABackend", 64, True, "flashmla"),
@@ -490,6 +499,263 @@ def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypa
         runner.page_size, runner.attn_backend.num_q_heads, have["flashmla"] = page, 16, importable
         assert TA.TreeVerifyAttention(runner, n=3, max_bs=2).prefix == want, (backend, page, importable)
         if want == "tree":
-            with pytest.raises(ValueError, match="SGLANG_DDTREE_MLA_PREFIX=flashmla, but"):
+            with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla, but"):
                 TA.TreeVerifyAttention(runner, n=3, max_bs=2, prefix="flashmla")
     assert TA.TreeVerifyAttention(make_runner(), n=3, max_bs=2).prefix == "tree"  # not MLA
+
+
+# --- the FlashInfer prefix for MHA/GQA targets (SGLANG_DDTREE_PREFIX=flashinfer) ------------------------------
+
+def _gqa_runner(backend="TritonAttnBackend", ctx=256, rows=5, hq=8, hkv=2, d=64, page=1, dtype=torch.float32,
+                device="cpu", seed=3):
+    """An MHA/GQA runner on the named backend whose requests' KV pages (of `page` slots) are scattered."""
+    runner = make_runner(ctx, rows, hkv, d, hq)
+    runner.attn_backend = type(backend, (TritonAttnBackend,), {})()
+    runner.page_size = page
+    g = torch.Generator().manual_seed(seed)
+    pages = torch.randperm(rows * ctx // page, generator=g).view(rows, ctx // page)
+    offs = torch.arange(ctx)
+    r2t = (pages[:, offs // page] * page + offs % page).to(torch.int32)
+    runner.req_to_token_pool.req_to_token = r2t.to(device)
+    pool = runner.token_to_kv_pool  # one slot more than req_to_token addresses: graph padding rows store there
+    pool.k = torch.randn(rows * ctx + 1, hkv, d, generator=g).to(device, dtype)
+    pool.v = torch.randn(rows * ctx + 1, hkv, d, generator=g).to(device, dtype)
+    return runner, g
+
+
+def _fake_flashinfer(monkeypatch, TA, sms=8):
+    """FlashInfer replaced by its CPU emulation, on a device of `sms` SMs (small: so short prefixes are split)."""
+    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
+    monkeypatch.setattr(TA.libraries, "_fi_wrapper_class", lambda: FE.Wrapper)
+    monkeypatch.setattr(TA, "_sm_count", lambda device: sms)
+    monkeypatch.setattr(FE.Wrapper, "sms", sms)
+    monkeypatch.setattr(FE.Wrapper, "made", [])
+    monkeypatch.setattr(FE.Wrapper, "fail_plan", None)
+
+
+def _fake_tail(n_of):
+    """Our kernel over the tree alone (an empty prefix), float64: (O, natural LSE)."""
+    from sglang_ddtree.attention.problem import unpack_mask
+
+    def tail(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
+        assert q_pe is None and int(indptr.abs().sum()) == 0  # the prefix is FlashInfer's: none here
+        bs, n = mask_bits.shape[0], mask_bits.shape[1]
+        group = q.shape[1] // kt.shape[1]
+        vis = unpack_mask(mask_bits.cpu(), n)
+        o = torch.zeros(q.shape[0], q.shape[1], vt.shape[-1], dtype=torch.float64)
+        lse = torch.zeros(q.shape[0], q.shape[1], dtype=torch.float64)
+        for b in range(bs):
+            for i in range(n):
+                j = vis[b, i].nonzero().flatten() + b * n
+                for h in range(q.shape[1]):
+                    o[b * n + i, h], lse[b * n + i, h] = _attend(q[b * n + i, h].cpu(), kt[j, h // group].cpu(),
+                                                                 vt[j, h // group].cpu(), scale)
+        return o.to(q.device, q.dtype), lse.float().to(q.device)
+    return tail
+
+
+def _verify_case(runner, g, req, lens, n, hq, hkv, d, device="cpu", dtype=torch.float32):
+    """A TARGET_VERIFY forward batch of requests `req` with prefixes `lens`, random trees, q/k/v, the layer and
+    the expected output [T, Hq, D] (float64: every query over its prefix slots and its tree ancestors)."""
+    from sglang_ddtree.attention.problem import unpack_mask
+
+    r2t = runner.req_to_token_pool.req_to_token.cpu()
+    bs = len(req)
+    loc = torch.stack([r2t[r, L:L + n] for r, L in zip(req, lens)]).flatten().long()
+    fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=torch.tensor(req).to(device),
+                               seq_lens=torch.tensor(lens).to(device), out_cache_loc=loc.to(device),
+                               positions=torch.zeros(bs * n, dtype=torch.int64, device=device))
+    mask = _random_tree_masks(bs, n, g)
+    layer = types.SimpleNamespace(tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=d, layer_id=0,
+                                  scaling=d ** -0.5, logit_cap=0.0)
+    q, k, v = (torch.randn(bs * n, h * d, generator=g).to(device, dtype) for h in (hq, hkv, hkv))
+    pool = runner.token_to_kv_pool
+    kp, vp = pool.k.cpu().clone(), pool.v.cpu().clone()
+    kp[loc], vp[loc] = k.cpu().view(-1, hkv, d), v.cpu().view(-1, hkv, d)
+    vis = unpack_mask(mask, n)
+    want = torch.empty(bs * n, hq, d, dtype=torch.float64)
+    for b in range(bs):
+        for i in range(n):
+            sl = torch.cat([r2t[req[b], : lens[b]].long(), loc[b * n + vis[b, i].nonzero().flatten()]])
+            qi = q.cpu().view(-1, hkv, hq // hkv, d)[b * n + i].double()
+            s = torch.einsum("kgd,jkd->kgj", qi, kp[sl].double()) * layer.scaling
+            want[b * n + i] = torch.einsum("kgj,jkd->kgd", torch.softmax(s, -1), vp[sl].double()).reshape(hq, d)
+    return fb, mask.to(device), layer, q, k, v, want
+
+
+@pytest.mark.parametrize("backend,page", [("TritonAttnBackend", 1), ("FlashInferAttnBackend", 16),
+                                          ("TritonAttnBackend", 64)])
+def test_flashinfer_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch, backend, page):
+    """SGLANG_DDTREE_PREFIX=flashinfer on an MHA/GQA target: FlashInfer over each request's token-level prefix
+    slots (pages of 1/16/64 scattered: FlashInfer reads slots, so every page size), our kernel over the tree alone,
+    merged with FlashInfer's base-2 LSE. FlashInfer is its CPU emulation (fi_emulator: executes only what is in
+    its buffers at run time), the tail a float64 implementation of its contract, the merge the real one; checked
+    against attention over prefix + tree from req_to_token and the ancestor mask, at both verify widths (each its
+    own plan), for prefixes long enough to be split, again after the metadata of a later round (same buffers:
+    the graph's addresses), and at a padded graph replay."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    _fake_flashinfer(monkeypatch, TA)
+    hq, hkv, d, widths = 8, 2, 64, (5, 9)
+    runner, g = _gqa_runner(backend, page=page)
+    if backend == "FlashInferAttnBackend":  # SGLang's own FlashInfer workspace is reused
+        runner.attn_backend.workspace_buffer = torch.empty(16 << 20, dtype=torch.uint8)
+    ta = TA.TreeVerifyAttention(runner, n=9, max_bs=4, widths=widths, prefix="flashinfer")
+    assert ta.prefix == "flashinfer" and list(ta.fi._plans) == [(9, 1)]  # planned at construction
+    assert (ta.fi.float_ws is getattr(runner.attn_backend, "workspace_buffer", None)) == (backend == "FlashInferAttnBackend")
+    ta.install()
+    base = runner.attn_backend
+    monkeypatch.setattr(TA.native, "attend_ragged", _fake_tail(None))
+    for n, req, lens in ((5, [3, 0, 4], [150, 7, 230]), (9, [1, 4, 2], [240, 129, 3])):
+        fb, mask, layer, q, k, v, want = _verify_case(runner, g, req, lens, n, hq, hkv, d)
+        base.init_forward_metadata(fb)
+        ta.load_mask(mask)
+        out = base.forward_extend(q, k, v, layer, fb)
+        torch.testing.assert_close(out.view(-1, hq, d).double(), want, rtol=1e-5, atol=1e-5)
+        wrapper, sched, bufs = ta.fi._plans[(n, 3)]
+        assert sched.kmax > 1 and int(sched.chunk) < max(lens)  # the prefixes were split
+    assert sorted(ta.fi._plans) == [(5, 3), (9, 1), (9, 3)]
+    # a later round, same width and batch: re-written in place, the same buffers (what the graph captured)
+    wrapper, sched, bufs = ta.fi._plans[(9, 3)]
+    addrs = [t.data_ptr() for t in (bufs.kv_indptr, bufs.kv_indices, wrapper._int_workspace_buffer)]
+    fb, mask, layer, q, k, v, want = _verify_case(runner, g, [0, 2, 3], [60, 200, 245], 9, hq, hkv, d)
+    base.init_forward_metadata_out_graph(fb, False)
+    ta.load_mask(mask)
+    torch.testing.assert_close(base.forward_extend(q, k, v, layer, fb).view(-1, hq, d).double(), want, rtol=1e-5,
+                               atol=1e-5)
+    assert ta.fi._plans[(9, 3)][0] is wrapper and len(FE.Wrapper.made) == 3
+    assert [t.data_ptr() for t in (bufs.kv_indptr, bufs.kv_indices, wrapper._int_workspace_buffer)] == addrs
+    # a padded replay as SGLang's graph runner makes it: 2 requests in the 3-request graph, the padding row at
+    # seq_len 1 of request-pool row 0; the view's out_cache_loc is the round's own (2n rows)
+    from sglang.srt.model_executor.runner import decode_cuda_graph_runner as cgr
+
+    class Round(types.SimpleNamespace):
+        def __getattr__(self, name):
+            return None
+
+    n = 9
+    fb2, mask2, layer, q2, k2, v2, want2 = _verify_case(runner, g, [4, 1], [199, 240], n, hq, hkv, d)
+    buffers = types.SimpleNamespace(input_ids=torch.zeros(3 * n, dtype=torch.int64), positions=torch.zeros(
+        3 * n, dtype=torch.int64), req_pool_indices=torch.tensor([4, 1, 0]), seq_lens=torch.tensor([199, 240, 1]),
+        seq_lens_cpu=None, encoder_lens=None, mamba_track_indices=None)
+    args = dict(forward_batch=Round(forward_mode=Mode("TARGET_VERIFY"), out_cache_loc=fb2.out_cache_loc),
+                buffers=buffers, bs=3, raw_bs=2, num_tokens=3 * n, seq_len_fill_value=1,
+                capture_forward_mode=Mode("TARGET_VERIFY"), is_encoder_decoder=False)
+    if "global_num_tokens_cpu" in inspect.signature(cgr.build_replay_fb_view).parameters:
+        args["global_num_tokens_cpu"] = None
+    view = cgr.build_replay_fb_view(**args)
+    base.init_forward_metadata_out_graph(view)
+    ta.load_mask(torch.cat([mask2, mask2[:1]]))
+    pad = lambda t: torch.cat([t, t[:n]])  # noqa: E731  (the padding row's tokens)
+    view.out_cache_loc = pad(fb2.out_cache_loc)  # the layer's stores: the graph's static buffer
+    out = base.forward_extend(pad(q2), pad(k2), pad(v2), layer, view).view(-1, hq, d)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[: 2 * n].double(), want2, rtol=1e-5, atol=1e-5)
+
+
+def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
+    """Which prefix each MHA/GQA target gets, decided at construction: `auto` is AUTO_GQA_PREFIX (our kernel
+    until the H200 says otherwise); with auto set to FlashInfer, FlashInfer wherever it serves (head dims 64 /
+    128 / 256, flashinfer importable, a plan that compiles) and our kernel elsewhere; an explicit `flashinfer`
+    where it cannot serve is refused naming the reason; `tree` is always our kernel; FlashMLA is refused for a
+    non-MLA target and FlashInfer for an MLA one."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    _fake_flashinfer(monkeypatch, TA)
+    have = {"flashinfer": True}
+    monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
+    mk = lambda backend, d: _gqa_runner(backend, ctx=64, rows=2, d=d)[0]  # noqa: E731
+    assert TA.AUTO_GQA_PREFIX == "tree"
+    for backend in ("TritonAttnBackend", "FlashInferAttnBackend"):
+        for d in (32, 64, 128):
+            for importable in (True, False):
+                have["flashinfer"] = importable
+                serves = d in (64, 128) and importable
+                assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2).prefix == "tree"
+                assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="tree").prefix == "tree"
+                with monkeypatch.context() as m:
+                    m.setattr(TA, "AUTO_GQA_PREFIX", "flashinfer")
+                    got = TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2).prefix
+                    assert got == ("flashinfer" if serves else "tree"), (backend, d, importable)
+                if serves:
+                    assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="flashinfer").prefix == "flashinfer"
+                else:
+                    why = "the head dim is 32" if d == 32 else "flashinfer cannot be imported"
+                    with pytest.raises(ValueError, match=f"SGLANG_DDTREE_PREFIX=flashinfer, but {why}"):
+                        TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="flashinfer")
+    have["flashinfer"] = True
+    FE.Wrapper.fail_plan = RuntimeError("nvcc exited with status 1")  # a JIT failure, known before any request
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer, but RuntimeError: nvcc exited"):
+        TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashinfer")
+    monkeypatch.setattr(TA, "AUTO_GQA_PREFIX", "flashinfer")
+    assert TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2).prefix == "tree"
+    FE.Wrapper.fail_plan = None
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla, but the target is not MLA"):
+        TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashmla")
+    mla = make_mla_runner("FlashInferMLAAttnBackend", ctx=64, rows=2)
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer, but the target is MLA"):
+        TA.TreeVerifyAttention(mla, n=3, max_bs=2, prefix="flashinfer")
+    with pytest.raises(ValueError, match="prefix must be one of auto, tree, flashmla, flashinfer"):
+        TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashattn")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend,page", [("TritonAttnBackend", 1), ("FlashInferAttnBackend", 64)])
+def test_flashinfer_prefix_cascade_on_the_gpu(plugins_loaded, backend, page):
+    """The same wiring with the real FlashInfer and our CUDA kernels at Qwen3-8B attention shapes (32 / 8 heads,
+    head dim 128, bf16), widths 16 and 64: eager forwards, then the verify captured as SGLang's graph runner does
+    (metadata out of the graph, the layer inside) at batch 4 and replayed with other prefixes and trees and with
+    a padded batch (1 real request + 3 padding rows at seq_len 1 of pool row 0), against float64 attention."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    if not TA.libraries.available("flashinfer"):
+        pytest.skip("flashinfer is not importable here")
+    hq, hkv, d, bs = 32, 8, 128, 4
+    runner, g = _gqa_runner(backend, ctx=4096, rows=6, hq=hq, hkv=hkv, d=d, page=page, dtype=torch.bfloat16,
+                            device="cuda")
+    ta = TA.TreeVerifyAttention(runner, n=64, max_bs=bs, widths=(16, 64), prefix="flashinfer")
+    ta.install()
+    base = runner.attn_backend
+    tol = dict(rtol=2e-2, atol=2e-2)
+    for n, req, lens in ((16, [3, 0, 5, 1], [4000, 1, 129, 2500]), (64, [2, 4], [3000, 700])):
+        fb, mask, layer, q, k, v, want = _verify_case(runner, g, req, lens, n, hq, hkv, d, "cuda", torch.bfloat16)
+        base.init_forward_metadata(fb)
+        ta.load_mask(mask)
+        out = base.forward_extend(q, k, v, layer, fb)
+        torch.testing.assert_close(out.view(-1, hq, d).double().cpu(), want, **tol)
+    # CUDA graph at batch 4, width 16: static inputs, metadata out of the graph before capture and each replay
+    n = 16
+    fb, mask, layer, q, k, v, _ = _verify_case(runner, g, [1, 2, 3, 4], [100, 200, 300, 400], n, hq, hkv, d, "cuda",
+                                               torch.bfloat16)
+    static = {name: getattr(fb, name).clone() for name in ("req_pool_indices", "seq_lens", "out_cache_loc", "positions")}
+    sfb = types.SimpleNamespace(forward_mode=fb.forward_mode, batch_size=bs, **static)
+    sq, sk, sv = q.clone(), k.clone(), v.clone()
+    base.init_forward_metadata_out_graph(sfb, True)
+    ta.load_mask(mask)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        base.forward_extend(sq, sk, sv, layer, sfb)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = base.forward_extend(sq, sk, sv, layer, sfb)
+    pad = runner.token_to_kv_pool.k.shape[0] - 1  # the padding rows' store slot, in no request's row
+    for req, lens, real in (([5, 0, 2, 3], [3500, 2, 4000, 129], 4), ([3, 0, 0, 0], [2900, 1, 1, 1], 1)):
+        fb, mask, layer, q, k, v, want = _verify_case(runner, g, req[:real], lens[:real], n, hq, hkv, d, "cuda",
+                                                      torch.bfloat16)
+        for name, val in (("req_pool_indices", req), ("seq_lens", lens)):
+            static[name].copy_(torch.tensor(val))
+        static["out_cache_loc"].fill_(pad)
+        static["out_cache_loc"][: real * n].copy_(fb.out_cache_loc)
+        sq.zero_(), sk.zero_(), sv.zero_()
+        sq[: real * n].copy_(q), sk[: real * n].copy_(k), sv[: real * n].copy_(v)
+        full = torch.zeros(bs, n, mask.shape[2], dtype=torch.int32, device="cuda")
+        full[:real], full[real:, :, 0] = mask, 1  # padding rows: each node sees itself
+        base.init_forward_metadata_out_graph(sfb, False)
+        ta.load_mask(full)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.view(-1, hq, d)[: real * n].double().cpu(), want, **tol)
