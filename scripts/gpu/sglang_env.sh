@@ -25,16 +25,15 @@ DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAF
 DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"  # with SGLANG_DDTREE_BUDGET=auto
 ddtree_args() { echo "--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER --speculative-num-draft-tokens $(( $1 + 1 ))"; }
 
-# serve_compare OUTD COMMON REF: start every server named in the ARGS / ENVS arrays together (COMMON flags, then
-# its own; ENVS: its environment), wait until each is ready or has exited, compare every other server greedily
-# with REF on the held-out prompts (scripts/sglang_lossless.py: identity, near-ties explained), stop them all.
-# Correctness only: the servers run in parallel. SG_ONLY keeps the named servers; SG_WAIT, SG_PROMPTS, SG_TOKENS.
-serve_compare() {
-  local OUTD=$1 COMMON=$2 REF=$3 name p
+# serve_start OUTD COMMON: start every server named in the ARGS / ENVS arrays together (COMMON flags, then its own;
+# ENVS: its environment) and wait until each is ready or has exited (PORT / PID: per server; ready.txt). SG_ONLY
+# keeps the named servers; SG_WAIT, SG_PORT0. serve_stop OUTD: stop them, keep each log's errors.
+serve_start() {
+  local OUTD=$1 COMMON=$2 name p
   if [ -n "${SG_ONLY:-}" ]; then
     for name in "${!ARGS[@]}"; do printf '%s\n' $SG_ONLY | grep -qx "$name" || unset "ARGS[$name]"; done
   fi
-  declare -A PORT PID
+  declare -gA PORT PID
   p=${SG_PORT0:-31000}
   for name in "${!ARGS[@]}"; do
     PORT[$name]=$p
@@ -61,16 +60,29 @@ while left and time.time() - t0 < wait:
 for n in left: print(n, "NOT_READY")
 PY
   log "ready: $(grep -c "^[^ ]* READY" "$OUTD/ready.txt") / ${#ARGS[@]}; $(grep NOT_READY "$OUTD/ready.txt" | tr '\n' ' ')"
-  local S=""; for name in "${!ARGS[@]}"; do [ $name != $REF ] && grep -q "^$name READY" "$OUTD/ready.txt" && S="$S --server $name=http://127.0.0.1:${PORT[$name]}"; done
-  if grep -q "^$REF READY" "$OUTD/ready.txt"; then
+}
+ready() { grep -q "^$1 READY" "$OUTD/ready.txt"; }
+serve_stop() {
+  local OUTD=$1 name
+  for name in "${!PID[@]}"; do kill -- -"${PID[$name]}" 2>/dev/null; done
+  for name in "${!ARGS[@]}"; do
+    grep -E "Traceback|Error|error:|DDTREE|sglang-ddtree|FULL_MASK|tree kernel|leak" "$OUTD/server_$name.log" \
+      | grep -v "DeprecationWarning\|FutureWarning" | tail -60 > "$OUTD/server_$name.errors"
+  done
+}
+
+# serve_compare OUTD COMMON REF: serve_start, then compare every other server greedily with REF on the held-out
+# prompts (scripts/sglang_lossless.py: identity, near-ties explained), then serve_stop. Correctness only: the
+# servers run in parallel. SG_PROMPTS, SG_TOKENS.
+serve_compare() {
+  local OUTD=$1 COMMON=$2 REF=$3 name
+  serve_start "$OUTD" "$COMMON"
+  local S=""; for name in "${!ARGS[@]}"; do [ $name != $REF ] && ready $name && S="$S --server $name=http://127.0.0.1:${PORT[$name]}"; done
+  if ready $REF; then
     timeout ${SG_LOSSLESS_TIMEOUT:-240} python3 scripts/sglang_lossless.py --ref $REF=http://127.0.0.1:${PORT[$REF]} $S \
       --prompts-file "$HELDOUT" --num-prompts "${SG_PROMPTS:-64}" --max-new-tokens "${SG_TOKENS:-64}" \
       --out "$OUTD/lossless.json" > "$OUTD/lossless.txt" 2>&1
     log "lossless rc=$?"; cat "$OUTD/lossless.txt"
   fi
-  for name in "${!PID[@]}"; do kill -- -"${PID[$name]}" 2>/dev/null; done
-  for name in "${!ARGS[@]}"; do
-    grep -E "Traceback|Error|error:|DDTREE|sglang-ddtree|FULL_MASK|tree kernel" "$OUTD/server_$name.log" \
-      | grep -v "DeprecationWarning\|FutureWarning" | tail -60 > "$OUTD/server_$name.errors"
-  done
+  serve_stop "$OUTD"
 }
