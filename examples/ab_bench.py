@@ -40,6 +40,87 @@ FIELDS = ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms"
           "median_itl_ms", "accept_length", "completed", "total_output_tokens", "duration")
 
 
+class Parser(argparse.ArgumentParser):
+    """One-line user errors, checked before any server starts (argparse's default prints the usage block)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message} (--help lists the options)\n")
+        sys.exit(2)
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+    return parse
+
+
+positive_int, nonnegative_int = _int_at_least(1), _int_at_least(0)
+
+
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number up to 65535, got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def readable_file(text: str) -> str:
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise argparse.ArgumentTypeError(f"no readable file {text!r}")
+    return text
+
+
+def ab_json(text: str) -> str:
+    """An earlier run's ab.json (PATH, or PATH@C,C.. for --merge): the file exists and holds a report's rows."""
+    path, _, concs = text.partition("@")
+    readable_file(path)
+    try:
+        with open(path) as f:
+            rows = json.load(f).get("rows")
+    except (ValueError, AttributeError) as e:
+        raise argparse.ArgumentTypeError(f"{path!r} is not an ab.json report ({e})") from None
+    if not isinstance(rows, list):
+        raise argparse.ArgumentTypeError(f"{path!r} is not an ab.json report (no list of rows)")
+    if concs and not all(c.strip().isdigit() for c in concs.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not PATH or PATH@C,C..")
+    return text
+
+
+def named(text: str) -> str:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return text
+
+
+def output_dir(text: str) -> str:
+    """The report folder, created now and probed with a file, so a bad path fails before any server starts."""
+    try:
+        os.makedirs(text, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=text, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write into {text!r}: {e.strerror or e}") from None
+    return text
+
+
 def load_prompts(path: str) -> list[str]:
     data = json.load(open(path))
     rows = data["prompts"] if isinstance(data, dict) else data
@@ -394,23 +475,26 @@ def write_table_and_plot(rows: list[dict], out: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--server", action="append", default=[], metavar="NAME=ARGS", help="launch and measure")
-    ap.add_argument("--url", action="append", default=[], metavar="NAME=URL", help="measure a running server")
+    ap = Parser(prog="examples/ab_bench.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--server", type=named, action="append", default=[], metavar="NAME=ARGS",
+                    help="launch and measure")
+    ap.add_argument("--url", type=named, action="append", default=[], metavar="NAME=URL",
+                    help="measure a running server")
     ap.add_argument("--common", default="", help="launch arguments shared by every --server")
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
-    ap.add_argument("--num-prompts", type=int, default=64)
-    ap.add_argument("--prompts-per-conc", type=int, default=4, help="at least this many prompts per slot")
-    ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--prompts-file", help="JSON list of prompt texts (sent as a ShareGPT-format file)")
+    ap.add_argument("--concurrency", type=positive_int, nargs="+", default=[1, 4, 16, 32])
+    ap.add_argument("--num-prompts", type=positive_int, default=64)
+    ap.add_argument("--prompts-per-conc", type=positive_int, default=4, help="at least this many prompts per slot")
+    ap.add_argument("--output-len", type=positive_int, default=64)
+    ap.add_argument("--prompts-file", type=readable_file,
+                    help="JSON list of prompt texts (sent as a ShareGPT-format file)")
     ap.add_argument("--random-input-len", nargs="+", metavar="LEN[@C,C..]",
                     help="random prompts of LEN tokens instead (several lengths allowed; @C,C.. gives that length "
                          "its own concurrencies, else --concurrency)")
     ap.add_argument("--tokenizer", help="tokenizer path for bench_serving (random prompts need one)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--port", type=int, default=31100)
-    ap.add_argument("--start-timeout", type=float, default=600)
-    ap.add_argument("--run-timeout", type=float, default=600)
+    ap.add_argument("--port", type=port, default=31100)
+    ap.add_argument("--start-timeout", type=seconds, default=600)
+    ap.add_argument("--run-timeout", type=seconds, default=600)
     ap.add_argument("--start-all", action="store_true",
                     help="start every --server at once (saves start-up time); each is still measured alone, "
                          "and every server gets --sleep-on-idle (an idle SGLang scheduler otherwise busy-polls "
@@ -419,25 +503,25 @@ def main(argv=None) -> int:
                     help="with --start-all: at each concurrency the servers take turns, one pass each, "
                          "--repeats times (rotating who goes first), instead of all of one server's passes in "
                          "a row; each pass still has one server under load")
-    ap.add_argument("--profile-concurrency", type=int, nargs="*", default=[])
-    ap.add_argument("--profile-steps", type=int, default=20)
+    ap.add_argument("--profile-concurrency", type=positive_int, nargs="*", default=[])
+    ap.add_argument("--profile-steps", type=positive_int, default=20)
     ap.add_argument("--profile-margin", type=float, default=0.2,
                     help="seconds between the whole profile wave decoding (SGLang's /v1/loads) and the capture")
     ap.add_argument("--profile-delay", type=float, default=1.0,
                     help="where the server has no /v1/loads: seconds from the load's start to the capture (at "
                          "least 2x the measured P99 TTFT + 0.5 s)")
-    ap.add_argument("--profile-output-len", type=int, default=512,
+    ap.add_argument("--profile-output-len", type=positive_int, default=512,
                     help="tokens per request of the profile load (its wave must outlast the capture)")
-    ap.add_argument("--profile-timeout", type=float, default=120)
-    ap.add_argument("--warmup-passes", type=int, default=1,
+    ap.add_argument("--profile-timeout", type=seconds, default=120)
+    ap.add_argument("--warmup-passes", type=nonnegative_int, default=1,
                     help="unrecorded bench_serving passes at each concurrency before the measured one")
-    ap.add_argument("--repeats", type=int, default=1,
+    ap.add_argument("--repeats", type=positive_int, default=1,
                     help="measured passes per concurrency; the row is their median (their tok/s listed)")
     ap.add_argument("--client", choices=("inproc", "subprocess"), default="inproc",
                     help="run SGLang's bench_serving in this process (one import) or as a subprocess per run")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--plot-only", metavar="AB_JSON", help="only draw DIR/ab.png from an earlier run's ab.json")
-    ap.add_argument("--merge", nargs="+", metavar="AB_JSON[@C,C..]",
+    ap.add_argument("--out", type=output_dir, required=True, help="report folder (created; checked before any run)")
+    ap.add_argument("--plot-only", type=ab_json, metavar="AB_JSON", help="only draw DIR/ab.png from an earlier run's ab.json")
+    ap.add_argument("--merge", type=ab_json, nargs="+", metavar="AB_JSON[@C,C..]",
                     help="only join earlier runs' ab.json (e.g. concurrencies measured in separate calls) into "
                          "DIR/ab.json, ab.md and ab.png; every row keeps the run it came from; @C,C.. takes only "
                          "those concurrencies from that run")
@@ -453,8 +537,6 @@ def main(argv=None) -> int:
         return 0
     if not a.server and not a.url:
         ap.error("give at least one --server or --url")
-    if a.repeats < 1:
-        ap.error(f"--repeats must be >= 1, got {a.repeats}")
     if a.interleave and not a.start_all:
         ap.error("--interleave needs --start-all (the servers take turns, so all must be up)")
     if a.start_all:

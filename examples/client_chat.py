@@ -11,9 +11,60 @@ Standard library only.
 """
 import argparse
 import json
+import math
 import sys
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
+
+PROG = "examples/client_chat.py"
+
+
+class Parser(argparse.ArgumentParser):
+    """One-line user errors (argparse's default prints the whole usage block first)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message} (--help lists the options)\n")
+        sys.exit(2)
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def temperature(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def server_url(text):
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"expected http://HOST:PORT, got {text!r}")
+    return text.rstrip("/")
+
+
+def reachable(base, timeout=5.0):
+    """None when the server answers (any HTTP status), else why not: checked before the chat starts."""
+    try:
+        urllib.request.urlopen(base + "/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (urllib.error.URLError, OSError) as e:
+        return str(getattr(e, "reason", e))
+    return None
 
 
 def post(url, payload):
@@ -50,20 +101,35 @@ def acceptance(base, prompt, max_tokens, temperature):
     return (tokens / rounds) if rounds else None, meta
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None):
+    ap = Parser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("prompt", nargs="?", default="Explain speculative decoding in three sentences.")
-    ap.add_argument("--url", default="http://127.0.0.1:30000")
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    a = ap.parse_args()
-    ttft, total, usage = chat_stream(a.url, a.prompt, a.max_tokens, a.temperature)
-    accept, meta = acceptance(a.url, a.prompt, a.max_tokens, a.temperature)
+    ap.add_argument("--url", type=server_url, default="http://127.0.0.1:30000", help="the SGLang server")
+    ap.add_argument("--max-tokens", type=positive_int, default=256)
+    ap.add_argument("--temperature", type=temperature, default=0.0)
+    a = ap.parse_args(argv)
+    why = reachable(a.url)
+    if why is not None:
+        sys.stderr.write(f"{PROG}: error: argument --url: no server answers at {a.url} ({why}); start one with "
+                         "bash examples/launch_ddtree.sh\n")
+        return 1
+    try:
+        ttft, total, usage = chat_stream(a.url, a.prompt, a.max_tokens, a.temperature)
+        accept, meta = acceptance(a.url, a.prompt, a.max_tokens, a.temperature)
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace").strip().splitlines()
+        sys.stderr.write(f"{PROG}: error: the server at {a.url} answered {e.code} {e.reason}"
+                         f"{': ' + detail[0][:300] if detail else ''}\n")
+        return 1
+    except (urllib.error.URLError, OSError) as e:
+        sys.stderr.write(f"{PROG}: error: lost the server at {a.url}: {getattr(e, 'reason', e)}\n")
+        return 1
     n = (usage or {}).get("completion_tokens") or meta.get("completion_tokens")
     print(f"--- {n} tokens, TTFT {1e3 * (ttft or total):.0f} ms, {total:.2f} s total; acceptance length "
           f"{'n/a (no speculative rounds reported)' if accept is None else format(accept, '.2f')}"
           f" ({meta.get('spec_verify_ct')} verify rounds)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,18 +1,33 @@
-"""`python -m sglang_ddtree COMMAND`: demo (the standalone engine on the shipped tiny models), check (is
-the SGLang plugin visible), bench (benchmarks). `COMMAND --help` for each."""
+"""`python -m sglang_ddtree COMMAND`: every command-line entry point of the package, listed in one place so
+`--help` shows them all. `COMMAND --help` for each; `--version` prints the package's version."""
 import importlib
 import sys
 
+# name: (module whose main(argv) runs it, one line of help). Each also runs as `python -m MODULE`.
 COMMANDS = {
-    "demo": ("sglang_ddtree.engine.demo", "AR vs DFlash chain vs DDTree on the shipped tiny models"),
+    "demo": ("sglang_ddtree.engine.demo", "DDTree (the served default) vs the DFlash chain vs AR on the shipped tiny "
+                                          "models, CPU or GPU"),
     "check": ("sglang_ddtree.sglang.check", "does SGLang see --speculative-algorithm ddtree, and if not why"),
-    "bench": ("sglang_ddtree.bench.__main__", "benchmarks: python -m sglang_ddtree bench NAME"),
+    "launch_server": ("sglang_ddtree.sglang.launch_server", "SGLang's launch_server with the plugin loaded and the "
+                                                             "DDTree flags (--speculative-ddtree-budget ...)"),
+    "bench": ("sglang_ddtree.bench.__main__", "benchmarks: tree, tree_gpu, attention, verify_splits, engine"),
+    "calibration": ("sglang_ddtree.calibration", "fit and check the drafter's per-depth temperatures"),
+    "budget": ("sglang_ddtree.budget", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
+    "train": ("sglang_ddtree.engine.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
 }
+PROG = "python -m sglang_ddtree"
+
+
+def version() -> str:
+    from . import __version__
+
+    return __version__
 
 
 def usage() -> str:
-    lines = "\n".join(f"  {name:6s} {help_}" for name, (_, help_) in COMMANDS.items())
-    return f"usage: python -m sglang_ddtree COMMAND [options]   (COMMAND --help for its options)\n{lines}"
+    width = max(map(len, COMMANDS))
+    lines = "\n".join(f"  {name:{width}s}  {help_}" for name, (_, help_) in COMMANDS.items())
+    return (f"usage: {PROG} COMMAND [options]   (COMMAND --help for its options; --version)\n\ncommands:\n{lines}")
 
 
 def main(argv=None) -> int:
@@ -20,9 +35,12 @@ def main(argv=None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(usage())
         return 0
+    if argv and argv[0] == "--version":
+        print(f"sglang-ddtree {version()}")
+        return 0
     if not argv or argv[0] not in COMMANDS:
         given = f"unknown command {argv[0]!r}" if argv else "no command given"
-        sys.stderr.write(f"python -m sglang_ddtree: error: {given}\n{usage()}\n")
+        sys.stderr.write(f"{PROG}: error: {given}; choose from {', '.join(COMMANDS)} (--help says what each does)\n")
         return 2
     name, rest = argv[0], argv[1:]
     return importlib.import_module(COMMANDS[name][0]).main(rest) or 0

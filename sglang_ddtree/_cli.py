@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
 
 
 class Parser(argparse.ArgumentParser):
@@ -32,6 +34,16 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def int_at_most(limit: int, why: str):
+    """A positive integer no larger than `limit` (`why` says where the limit comes from, in the error)."""
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"at most {limit} ({why}), got {value}")
+        return value
+    return parse
 
 
 def positive_int_list(text: str) -> list[int]:
@@ -64,3 +76,31 @@ def device(text: str) -> str:
                  else f"with CUDA {torch.version.cuda}, but no GPU is visible")
         raise argparse.ArgumentTypeError(f"{text!r} is not available: torch {torch.__version__} is built {build}")
     return name
+
+
+def _probe_writable(folder: str) -> None:
+    """Create and delete a file in `folder` (permission bits do not tell: root passes them, /proc refuses)."""
+    fd, name = tempfile.mkstemp(dir=folder or ".", prefix=".write-probe-")
+    os.close(fd)
+    os.unlink(name)
+
+
+def output_file(text: str) -> str:
+    """A file this run may write: its folder exists and takes a new file (checked before the run, not after)."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, expected a file path")
+    try:
+        _probe_writable(os.path.dirname(text))
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {e.strerror or e}") from None
+    return text
+
+
+def output_dir(text: str) -> str:
+    """A folder this run may write into, created now if missing (so a bad path fails before the run)."""
+    try:
+        os.makedirs(text, exist_ok=True)
+        _probe_writable(text)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write into {text!r}: {e.strerror or e}") from None
+    return text

@@ -111,7 +111,8 @@ def main(argv=None) -> int:
     from .engine import Engine, summarize
     from .engine.data import heldout_prompts
 
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.calibration", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.calibration",
+                                 description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--out", default="calibration.json")
     ap.add_argument("--fit-prompts", type=int, default=100, help="the first N held-out prompts fit; the rest test")
     ap.add_argument("--max-new", type=int, default=48)

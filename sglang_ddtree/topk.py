@@ -7,6 +7,8 @@ to permutation inside exact-tie groups, log-normaliser within 2 ulp).
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from . import ops
@@ -48,9 +50,12 @@ def _topk_rows(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def topk_logprobs(logits: torch.Tensor, k: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stage 1 on the chosen native backend ('cpu' or 'cuda'; see tree.build_tree for 'auto')."""
+    """Stage 1 on the chosen native backend ('cpu' or 'cuda'; see tree.build_tree for 'auto'). k in [1, V]: a
+    k of 0 would otherwise surface as a shape mismatch deep inside the top-k."""
+    V = logits.shape[-1]
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= V:
+        raise ValueError(f"k must be an int in [1, {V}] (the vocabulary), got {k!r}")
     if backend == "cuda":
-        V = logits.shape[-1]
         lp, ids = ops.op("topk_lse")(logits.reshape(-1, V).contiguous(), k)
         return lp.reshape(*logits.shape[:-1], k), ids.reshape(*logits.shape[:-1], k)
     return topk_logprobs_torch(logits, k)

@@ -6,6 +6,7 @@ captured in a CUDA graph; nothing here is read on the host.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 import torch
@@ -105,6 +106,24 @@ def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0) ->
             torch.tensor([p["flags"] for p in per], dtype=torch.int32))
 
 
+def _in_range(name: str, value, lo: int, hi: int | None = None) -> None:
+    """Values of a per-request argument inside [lo, hi): checked for Python ints and CPU tensors only. A CUDA
+    tensor is not read back on the host (that would add a sync to every round); its bad values are not caught
+    here, and a seq_len < 0 or a token outside the vocabulary gives a meaningless tree, not a crash."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu" or value.numel() == 0 or value.dtype not in C.INT_DTYPES:
+            return  # not read on the host, empty, or the wrong type (per_request names that)
+        low, high = int(value.min()), int(value.max())
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        low = high = int(value)
+    else:
+        return
+    if low < lo or (hi is not None and high >= hi):
+        bad = low if low < lo else high
+        want = f">= {lo}" if hi is None else f"in [{lo}, {hi})"
+        raise ValueError(f"{name} must be {want}, got {bad}")
+
+
 def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
     """bool [..., n, n] → int32 [..., n, words], bit j%32 of word j//32 = mask[..., j]."""
     n = mask.shape[-1]
@@ -120,9 +139,10 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     """Best-first DDTree build (DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
 
     top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
-    root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth).
-    backend: 'auto' (the tensors' device), 'cuda', 'cpu' or 'reference' (the numpy oracle); all agree
-    exactly on the same inputs. anchor: None (the paper's tree) or 'chain' (the drafter's greedy chain is
+    root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth); a
+    negative token or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
+    budget 0 is the root alone (an autoregressive step). backend: 'auto' (the tensors' device), 'cuda', 'cpu'
+    or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or 'chain' (the drafter's greedy chain is
     popped first, so it is always a path of the tree: DESIGN.md §3.7).
     """
     C.tensor("top_logprobs", top_logprobs, ndim=3, dtypes=(torch.float32,))
@@ -134,6 +154,10 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     forced = chain_pops(anchor, L)
     roots = C.per_request("root_tokens", root_tokens, B, device)
     lens = C.per_request("seq_lens", seq_lens, B, device)
+    if root_tokens is not None:
+        _in_range("root_tokens", root_tokens, 0)
+    if seq_lens is not None:
+        _in_range("seq_lens", seq_lens, 0)
     backend = ops.resolve_backend(backend, device)
     lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
     if backend == "reference":
@@ -148,7 +172,8 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
     """Stage 1 (canonical top-k + log-normaliser) then the best-first build.
 
     draft_logits: [B, L, V] (bf16/fp16/fp32) for the L = block_size − 1 draft positions.
-    k = min(topk or budget, V) as in the paper (topk=1 gives the DFlash chain); anchor as in
+    k = min(topk or budget, V) as in the paper (topk=1 gives the DFlash chain); budget 0 is the root alone.
+    root_tokens must lie in [0, V) when budget > 0 (checked for ints and CPU tensors); anchor and the rest as in
     build_tree_from_topk.
     """
     C.tensor("draft_logits", draft_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
@@ -158,8 +183,10 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
     B, L, V = draft_logits.shape
     if V < 1:
         raise ValueError(f"draft_logits must have a non-empty vocabulary dimension, got shape {tuple(draft_logits.shape)}")
-    k = min(topk if topk is not None else budget, V)
+    k = min(topk if topk is not None else max(budget, 1), V)  # budget 0 (the root alone) still reads one candidate
     chain_pops(anchor, L)  # refuse a bad anchor before any work
+    if root_tokens is not None and budget > 0:  # budget 0 reads no draft token, so any vocabulary will do
+        _in_range("root_tokens", root_tokens, 0, V)
     native = ops.resolve_backend(backend, draft_logits.device)
     stage1 = "cuda" if native == "cuda" else "cpu"
     lp, ids = topk_logprobs(draft_logits, k, stage1)

@@ -20,7 +20,8 @@ def main(argv=None) -> int:
         return 0
     if not argv or argv[0] not in names():
         given = f"unknown benchmark {argv[0]!r}" if argv else "no benchmark named"
-        sys.stderr.write(f"python -m sglang_ddtree.bench: error: {given}; choose from {', '.join(names())}\n{usage}\n")
+        sys.stderr.write(f"python -m sglang_ddtree.bench: error: {given}; choose from {', '.join(names())} "
+                         "(NAME --help for each)\n")
         return 2
     return importlib.import_module(f"sglang_ddtree.bench.{argv[0]}").main(argv[1:]) or 0
 

@@ -12,7 +12,6 @@ Times: CUDA events, median of repeated calls after warm-up; library planning is 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -21,6 +20,7 @@ import time
 
 import torch
 
+from .. import _cli
 from ..attention import libraries, make_problem, native, tree_verify_attention
 from .common import capture_graph, metadata, time_fn, write_outputs
 
@@ -275,8 +275,9 @@ def to_markdown(res) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.bench attention")
-    ap.add_argument("--out", default=os.environ.get("STEP_OUT", "bench_out"))
+    ap = _cli.Parser(prog="python -m sglang_ddtree.bench attention", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", type=_cli.output_dir, default=os.environ.get("STEP_OUT", "bench_out"),
+                    help="output folder (default $STEP_OUT, else bench_out)")
     ap.add_argument("--quick", action="store_true", help="a small grid (smoke run)")
     ap.add_argument("--layouts", default="mla,gqa")
     ap.add_argument("--grid", action="append", default=None, metavar="LAYOUT:Ns:Ts:Bs",

@@ -15,7 +15,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -23,6 +22,7 @@ import time
 
 import torch
 
+from .. import _cli
 from ..engine import Engine, summarize
 from ..engine.data import PAIRS, heldout_prompts
 from ..engine.dflash import DFlashDraftModel, dflash_config
@@ -126,18 +126,18 @@ def timing(engine: Engine, batches, budgets, prompt_len: int, rounds: int, warmu
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.bench engine", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="engine.json")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--budgets", default="8,32,64")
-    ap.add_argument("--prompt-len", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--lossless-prompts", type=int, default=200)
+    ap = _cli.Parser(prog="python -m sglang_ddtree.bench engine", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", type=_cli.output_file, default="engine.json", help="the JSON to write")
+    ap.add_argument("--device", type=_cli.device, default=None, help="cpu / cuda (default: cuda when present)")
+    ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 8, 32])
+    ap.add_argument("--budgets", type=_cli.positive_int_list, default=[8, 32, 64])
+    ap.add_argument("--prompt-len", type=_cli.positive_int, default=1024)
+    ap.add_argument("--rounds", type=_cli.positive_int, default=12)
+    ap.add_argument("--warmup", type=_cli.positive_int, default=3)
+    ap.add_argument("--lossless-prompts", type=_cli.positive_int, default=200)
     ap.add_argument("--lossless-dtypes", default="float32,bfloat16")
-    ap.add_argument("--lossless-max-new", type=int, default=48)
-    ap.add_argument("--lossless-batch", type=int, default=None, help="requests decoded together (default: all)")
+    ap.add_argument("--lossless-max-new", type=_cli.positive_int, default=48)
+    ap.add_argument("--lossless-batch", type=_cli.positive_int, default=None, help="requests decoded together (default: all)")
     ap.add_argument("--pair", default="qwen3", choices=sorted(PAIRS), help="the shipped tiny pair to check")
     ap.add_argument("--skip-8b", action="store_true", help="only the lossless part (e.g. on CPU)")
     ap.add_argument("--skip-lossless", action="store_true", help="only the 8B-shaped timing")
@@ -145,7 +145,6 @@ def main(argv=None) -> int:
     ap.add_argument("--no-heapq", action="store_true")
     a = ap.parse_args(argv)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    ints = lambda s: [int(x) for x in s.split(",") if x]
     out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
            "torch": torch.__version__, "args": vars(a)}
     t0 = time.time()
@@ -156,14 +155,14 @@ def main(argv=None) -> int:
 
     if not a.skip_lossless:
         dtypes = [getattr(torch, d) for d in a.lossless_dtypes.split(",") if d]
-        out["lossless"] = lossless(device, a.lossless_prompts, a.lossless_max_new, ints(a.budgets), dtypes, a.pair,
+        out["lossless"] = lossless(device, a.lossless_prompts, a.lossless_max_new, a.budgets, dtypes, a.pair,
                                    a.lossless_batch)
         out["lossless_s"] = time.time() - t0
         save()
     if not a.skip_8b:
         eng = random_8b(device, attention=a.attention)
         out["shapes"] = {"target": QWEN3_8B, "drafter": DRAFT_8B, "dtype": "bfloat16"}
-        args = (ints(a.batches), ints(a.budgets), a.prompt_len, a.rounds, a.warmup, not a.no_heapq)
+        args = (a.batches, a.budgets, a.prompt_len, a.rounds, a.warmup, not a.no_heapq)
         out["timing"] = []
         try:
             timing(eng, *args, rows=out["timing"], save=save)

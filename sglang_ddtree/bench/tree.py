@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", type=_cli.positive_int_list, default=None,
                     help="comma list (default 8,32,64,128,256; quick: 8,64)")
     ap.add_argument("--repeats", type=_cli.positive_int, default=None)
-    ap.add_argument("--out", default="bench_out", help="output folder for tree-<device>.json/.md/.png")
+    ap.add_argument("--out", type=_cli.output_dir, default="bench_out",
+                    help="output folder for tree-<device>.json/.md/.png (checked before the run)")
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend = device.type

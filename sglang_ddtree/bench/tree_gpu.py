@@ -10,13 +10,13 @@ Device times are per call, measured by replaying a CUDA graph that holds `inner`
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
 import torch
 
+from .. import _cli
 from . import baseline, common
 
 L_DEFAULT = 15            # depth limit = block size 16 - 1
@@ -293,8 +293,8 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.bench tree_gpu", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=".", help="folder for tree_gpu.json / tree_gpu.md")
+    ap = _cli.Parser(prog="python -m sglang_ddtree.bench tree_gpu", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", type=_cli.output_dir, default=".", help="folder for tree_gpu.json / tree_gpu.md")
     ap.add_argument("--quick", action="store_true", help="a reduced sweep")
     ap.add_argument("--no-pr-baseline", action="store_true", help="skip the Triton PR-style builder")
     args = ap.parse_args(argv)

@@ -84,7 +84,8 @@ def to_markdown(res) -> str:
 
 def main(argv=None):
     ap = _cli.Parser(prog="python -m sglang_ddtree.bench verify_splits", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("STEP_OUT", "bench_out"))
+    ap.add_argument("--out", type=_cli.output_dir, default=os.environ.get("STEP_OUT", "bench_out"),
+                    help="output folder (default $STEP_OUT, else bench_out)")
     ap.add_argument("--batch", type=_cli.positive_int_list, default=[1, 4, 16], help="batch sizes, e.g. 1,4,16")
     ap.add_argument("--prefix", type=_cli.positive_int_list, default=[1024, 8192, 32768], help="prefix lengths")
     ap.add_argument("--splits", type=_cli.positive_int_list, default=[1, 4, 16, 32, 64, 128], help="split counts")

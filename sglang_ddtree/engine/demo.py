@@ -1,14 +1,16 @@
-"""`python -m sglang_ddtree demo`: AR vs the DFlash chain vs DDTree on held-out prompts, one process.
+"""`python -m sglang_ddtree demo`: DDTree as served by default vs the DFlash chain vs plain autoregressive decoding.
 
-Runs the shipped tiny pair (or --target-dir/--draft-dir) on prompts from stdlib files the models never
-saw, prints tau (tokens committed per target forward), rounds, tokens/s and whether each method's
-output is token-identical to plain autoregressive decoding, ends with a one-line verdict, and writes the
-numbers as JSON. The default run is small (well under a minute of decoding on 2 CPU cores); --full runs
-the grid of docs/benchmarks/engine-cpu.md.
+Decodes held-out prompts (stdlib files the shipped tiny models never saw) in one process with AR, the DFlash chain,
+DDTree as the SGLang plugin serves it by default (chain-anchored tree, the drafter's calibration, the budget chosen
+every round) and, labelled as a comparison, the paper's tree at fixed budgets. Prints tau (tokens committed per
+target forward), rounds, tokens/s and whether each greedy output is token-identical to AR, one prompt's
+continuation, and a one-line verdict; writes the numbers as JSON. The default run takes well under a minute on 2
+CPU cores once the native kernels are built; --full runs more prompts and budgets.
 """
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import textwrap
@@ -21,8 +23,21 @@ from .data import heldout_prompts
 from .engine import Engine, summarize
 
 PROG = "python -m sglang_ddtree demo"
-QUICK = {"prompts": 16, "budgets": [8, 32]}
-FULL = {"prompts": 64, "budgets": [8, 16, 32, 64]}
+QUICK = {"prompts": 16, "budgets": [31, 63]}
+FULL = {"prompts": 64, "budgets": [15, 31, 63]}
+MAX_NEW_TOKENS = 1024  # the shipped target saw 256-token windows; longer runs only cost time
+MAX_BUDGET = 1023      # the largest budget the SGLang plugin serves (sglang_ddtree/sglang/args.py)
+# The served auto budget's candidates: the chain's width (block - 1) and 15, 31, 63 (sglang_ddtree/sglang/args.py).
+AUTO_LADDER = (15, 31, 63)
+# The auto budget weighs predicted tokens against each width's round cost. On a CPU a tree of n nodes costs about
+# n one-token forwards, so costs measured here would pick the chain's width every round; a GPU verifies a wide
+# tree for little more than a narrow one. On the CPU the demo therefore uses the costs the tiny pair's SGLang
+# server measured on the H200 at start-up (CUDA-graph replay, ms, per batch bucket and verify width):
+# docs/benchmarks/sglang-h200-2026-12-04-auto-log.txt, line "call3 ... start-up round cost (ms)".
+H200_GRAPH_MS = {1: {8: 0.291, 16: 0.285, 32: 0.285, 64: 0.299}, 2: {8: 0.294, 16: 0.294, 32: 0.297, 64: 0.306},
+                 4: {8: 0.288, 16: 0.298, 32: 0.296, 64: 0.32}, 8: {8: 0.306, 16: 0.312, 32: 0.321, 64: 0.348},
+                 16: {8: 0.318, 16: 0.326, 32: 0.346, 64: 0.38}, 32: {8: 0.335, 16: 0.353, 32: 0.388, 64: 0.462}}
+SERVED = "served"
 
 
 class Progress:
@@ -85,23 +100,48 @@ class Progress:
 
 
 def method_label(method: str, budget) -> str:
-    return {"ar": "AR", "chain": "DFlash chain"}.get(method, f"DDTree B={budget}")
+    return {"ar": "AR", "chain": "DFlash chain", SERVED: "DDTree"}.get(method, f"paper's tree B={budget}")
 
 
-def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, seed=0, progress=None):
-    """Rows for AR, chain and DDTree at each budget (same prompts, same batching)."""
-    configs = [("ar", None), ("chain", None)] + [("ddtree", b) for b in budgets]
+def h200_costs(batch: int, budgets) -> list[float]:
+    """The H200 start-up costs for this batch (the smallest logged bucket that holds it) at each budget's width."""
+    bucket = min((b for b in H200_GRAPH_MS if b >= batch), default=max(H200_GRAPH_MS))
+    return [H200_GRAPH_MS[bucket][b + 1] for b in budgets]
+
+
+def configs(engine: Engine, budgets, costs: str) -> list[tuple[str, object, dict]]:
+    """(method label key, budget shown, Engine.generate arguments): AR, the chain, the served default, the paper's
+    tree at each budget."""
+    L = engine.block_size - 1
+    ladder = tuple(sorted({L, *AUTO_LADDER}))
+    calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, "ddtree_calibration.json"))
+    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder,
+              "draft_temperature": "drafter" if calibrated else None}
+    if costs == "h200" and all(b + 1 in H200_GRAPH_MS[1] for b in ladder):
+        served["round_cost"] = "h200"  # resolved per batch in run(); a drafter of another block size measures here
+    return ([("ar", 0, {"method": "ar"}), ("chain", L, {"method": "chain"}), (SERVED, "auto", served)]
+            + [("ddtree", b, {"method": "ddtree", "budget": b}) for b in budgets])
+
+
+def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, seed=0, progress=None,
+        costs: str = "here"):
+    """Rows for each method of configs() on the same prompts and batches; each row keeps its per-prompt results."""
     chunks = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
     rows, ref = [], None
-    for method, budget in configs:
-        engine.generate(prompts[:1], 4, method=method, budget=budget)          # warm-up
+    for method, shown, kwargs in configs(engine, budgets, costs):
+        def args(n):
+            if kwargs.get("round_cost") == "h200":
+                return {**kwargs, "round_cost": h200_costs(n, kwargs["auto_budgets"])}
+            return kwargs
+
+        engine.generate(prompts[:1], 4, **args(1))          # warm-up
         results, wall, stages = [], 0.0, {}
         for ch in chunks:
             if progress:
-                progress.start(f"{method_label(method, budget)} T={temperature:g}")
+                progress.start(f"{method_label(method, shown)} T={temperature:g}")
             t0 = time.perf_counter()
-            res = engine.generate(ch, max_new, method=method, budget=budget, temperature=temperature,
-                                  seed=seed + len(results), on_round=progress.round if progress else None)
+            res = engine.generate(ch, max_new, temperature=temperature, seed=seed + len(results),
+                                  on_round=progress.round if progress else None, **args(len(ch)))
             if engine.device.type == "cuda":
                 torch.cuda.synchronize()
             wall += time.perf_counter() - t0
@@ -114,73 +154,119 @@ def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, 
         if ref is None:
             ref = ids
         s = summarize(results)
-        hist = {}
+        hist, chosen = {}, {}
         for r in results:
             for a in r.accept_lengths:
                 hist[a] = hist.get(a, 0) + 1
-        rows.append({"method": method, "temperature": temperature,
-                     "budget": budget if method == "ddtree" else
-                     ({"chain": engine.block_size - 1, "ar": 0}[method]), **s,
+            if method == SERVED:
+                for b in r.round_budgets:
+                    chosen[b] = chosen.get(b, 0) + 1
+        rows.append({"method": method, "temperature": temperature, "budget": shown, **s,
                      "tokens_per_s": s["tokens"] / wall, "wall_s": wall,
                      "identical_to_ar": ids == ref if temperature == 0 else None,
                      "requests_identical": sum(a == b for a, b in zip(ids, ref)),
                      "stage_times_s": stages, "accept_length_hist": dict(sorted(hist.items())),
-                     "sample": results[0].text})
+                     "budgets_chosen": dict(sorted(chosen.items())) or None,
+                     "per_prompt": [{"tau": sum(r.accept_lengths) / max(1, r.rounds), "rounds": r.rounds,
+                                     "text": r.text} for r in results],
+                     "generate_args": {k: v for k, v in args(batch_size).items() if k != "method"}})
     return rows
 
 
 def table(rows) -> str:
-    head = f"{'method':<13} {'T':>4} {'budget':>6} {'tau':>6} {'rounds':>7} {'tok/s':>8}  identical to AR"
+    head = f"{'method':<20} {'T':>4} {'budget':>6} {'tau':>6} {'rounds':>7} {'tok/s':>8}  identical to AR"
     lines = [head, "-" * len(head)]
     for r in rows:
         same = "yes" if r["identical_to_ar"] else f"NO ({r['requests_identical']} requests identical)"
         if r["identical_to_ar"] is None:
             same = "n/a (sampled; distribution-tested in CI)"
-        lines.append(f"{method_label(r['method'], r['budget']):<13} {r['temperature']:>4.1f} {r['budget']:>6} "
+        lines.append(f"{method_label(r['method'], r['budget']):<20} {r['temperature']:>4.1f} {r['budget']!s:>6} "
                      f"{r['tau']:>6.2f} {r['rounds']:>7} {r['tokens_per_s']:>8.0f}  {same}")
     return "\n".join(lines)
 
 
-def legend(engine: Engine) -> str:
+def _chosen(rows) -> str:
+    counts = {}
+    for r in rows:
+        for b, n in (r["budgets_chosen"] or {}).items():
+            counts[b] = counts.get(b, 0) + n
+    total = sum(counts.values()) or 1
+    return ", ".join(f"{b}: {100 * n / total:.0f}%" for b, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def legend(engine: Engine, rows, costs: str) -> str:
     params = sum(p.numel() for p in engine.target.parameters()) / 1e6
+    served = next(r for r in rows if r["method"] == SERVED)
     where = (f"On a CPU it favours AR: this {params:.2f}M-parameter target's forward is compute-bound here, so "
              "verifying n tree nodes costs about n one-token forwards; speculation pays where the target's "
              "forward is memory-bound (a large model on a GPU)."
-             if engine.device.type == "cpu" else "The tiny model's wall clock; docs/benchmarks has the GPU runs.")
+             if engine.device.type == "cpu" else "The tiny model's wall clock; docs/benchmarks has the served runs.")
+    cost_src = ("the round costs the tiny pair's SGLang server measured on the H200 (the CPU's own would pick the "
+                "chain's width every round; --auto-costs here uses them)" if costs == "h200"
+                else "round costs measured here at the start of each run")
+    calib = ("the drafter's calibration file" if served["generate_args"].get("draft_temperature")
+             else "no calibration (the drafter directory has no ddtree_calibration.json)")
     items = [
+        ("DDTree", "the SGLang plugin's default: the tree always holds the drafter's greedy chain (chain-anchored), "
+                   f"ranked with {calib}, and each round's budget chosen among "
+                   f"{', '.join(map(str, served['generate_args']['auto_budgets']))} from the previous round's tree and "
+                   f"{cost_src}. Budgets it ran: {_chosen([r for r in rows if r['method'] == SERVED])} of rounds."),
+        ("paper", "the paper's tree (Ringel & Romano): best-first from the uncalibrated draft, no anchor, fixed budget."),
         ("tau", "tokens committed per target forward (accepted tree nodes + the bonus token) over all rounds of "
                 f"all prompts: AR is 1.00 by definition, the drafter's block size ({engine.block_size}) the ceiling."),
         ("rounds", "target forwards, summed over prompts. budget: tree nodes per round (the chain: the block's "
                    "draft positions, one candidate each)."),
         ("tok/s", "wall-clock tokens per second. " + where),
-        ("note", "greedy text of a model this small falls into loops that any drafter predicts, so the greedy "
-                 "chain already sits near the ceiling; sampled text varies, and there the tree's extra branches "
-                 "pay (the T > 0 rows)."),
     ]
-    return "\n".join(textwrap.fill(text, 104, initial_indent=f"{name:<7}= " if name != "note" else "note:    ",
+    sampled = [r for r in rows if r["temperature"] > 0]
+    paper_best = max((r["tau"] for r in sampled if r["method"] == "ddtree"), default=None)
+    served_sampled = next((r["tau"] for r in sampled if r["method"] == SERVED), None)
+    if served["generate_args"].get("draft_temperature") and paper_best and paper_best > served_sampled:
+        items.append(("note", "sampled, the paper's tree accepted more than the served default in this run: the "
+                              "shipped calibration was fitted on greedy decoding (python -m sglang_ddtree.calibration) "
+                              "and sharpens the draft, which costs acceptance when the target samples."))
+    return "\n".join(textwrap.fill(text, 108, initial_indent=f"{name:<7}= " if name != "note" else "note:    ",
                                    subsequent_indent=" " * 9) for name, text in items)
 
 
+def _loop_share(text: str) -> float:
+    """Share of repeated 4-byte substrings: near 1 for a degenerate loop ("the string the string ..."), low for code."""
+    grams = [text[i:i + 4] for i in range(len(text) - 3)]
+    return 1 - len(set(grams)) / len(grams) if grams else 1.0
+
+
+def example(rows) -> int:
+    """The greedy prompt that shows the point: among continuations that are not a loop, the one where the served
+    tree needed the fewest rounds relative to the chain (then the least repetitive)."""
+    greedy = {r["method"]: r for r in rows if r["temperature"] == 0}
+    served, chain = greedy[SERVED]["per_prompt"], greedy["chain"]["per_prompt"]
+    order = sorted(range(len(served)), key=lambda i: (_loop_share(served[i]["text"]) > 0.5,
+                                                       served[i]["rounds"] - chain[i]["rounds"],
+                                                       _loop_share(served[i]["text"])))
+    return order[0]
+
+
 def verdict(rows, n_prompts: int) -> tuple[bool, str]:
-    """(every greedy speculative row identical to AR, the one-line summary)."""
+    """(every greedy row identical to AR, the one-line summary: the served default against the chain and AR, the
+    paper's tree in brackets)."""
     greedy = [r for r in rows if r["temperature"] == 0]
-    tree = [r for r in greedy if r["method"] == "ddtree"]
-    worst = min(tree, key=lambda r: r["requests_identical"])
     lossless = all(r["identical_to_ar"] for r in greedy)
 
     def taus(t):
         at = [r for r in rows if r["temperature"] == t]
-        best = max((r for r in at if r["method"] == "ddtree"), key=lambda r: r["tau"])
-        chain = next(r for r in at if r["method"] == "chain")
-        ar = next(r for r in at if r["method"] == "ar")
-        return f"tau {best['tau']:.2f} (budget {best['budget']}) vs chain {chain['tau']:.2f} vs AR {ar['tau']:.2f}"
+        pick = {m: next(r for r in at if r["method"] == m) for m in (SERVED, "chain", "ar")}
+        paper = ", ".join(f"B={r['budget']} {r['tau']:.2f}" for r in at if r["method"] == "ddtree")
+        return (f"tau {pick[SERVED]['tau']:.2f} vs chain {pick['chain']['tau']:.2f} vs AR {pick['ar']['tau']:.2f}"
+                + (f" (paper's tree {paper})" if paper else ""))
 
-    same = ("identical to AR on %d/%d prompts at every budget" % (n_prompts, n_prompts) if lossless else
-            "DIFFERS from AR: %d/%d prompts identical at budget %s" % (worst["requests_identical"], n_prompts,
-                                                                       worst["budget"]))
-    text = f"VERDICT: DDTree greedy output {same}; greedy {taus(0.0)}"
-    sampled = sorted({r["temperature"] for r in rows} - {0.0})
-    for t in sampled:
+    if lossless:
+        same = f"identical to AR on {n_prompts}/{n_prompts} prompts, as is every greedy method"
+    else:
+        worst = min((r for r in greedy if not r["identical_to_ar"]), key=lambda r: r["requests_identical"])
+        same = (f"DIFFERS from AR: {method_label(worst['method'], worst['budget'])} identical on "
+                f"{worst['requests_identical']}/{n_prompts} prompts")
+    text = f"VERDICT: DDTree (served default) greedy output {same}; greedy {taus(0.0)}"
+    for t in sorted({r["temperature"] for r in rows} - {0.0}):
         text += f"; sampled T={t:g} {taus(t)}"
     return lossless, text
 
@@ -188,32 +274,46 @@ def verdict(rows, n_prompts: int) -> tuple[bool, str]:
 def parse_args(argv):
     ap = _cli.Parser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--full", action="store_true",
-                    help=f"the full grid ({FULL['prompts']} prompts, budgets "
-                         f"{','.join(map(str, FULL['budgets']))}; about 1.5 min on 2 shared cores)")
+                    help=f"the larger grid ({FULL['prompts']} prompts, the paper's tree at budgets "
+                         f"{','.join(map(str, FULL['budgets']))})")
     ap.add_argument("--prompts", type=_cli.positive_int, default=None,
                     help=f"held-out prompts to decode (default {QUICK['prompts']}; --full: {FULL['prompts']})")
-    ap.add_argument("--max-new-tokens", type=_cli.positive_int, default=64)
+    ap.add_argument("--max-new-tokens", type=_cli.int_at_most(MAX_NEW_TOKENS, "the demo compares short "
+                    "continuations; the shipped target was trained on 256-token windows"), default=64,
+                    help=f"tokens to generate per prompt (default 64, at most {MAX_NEW_TOKENS})")
     ap.add_argument("--budgets", type=_cli.positive_int_list, default=None,
-                    help=f"DDTree node budgets, comma-separated (default {','.join(map(str, QUICK['budgets']))}; "
-                         f"--full: {','.join(map(str, FULL['budgets']))})")
+                    help=f"the paper's tree's node budgets, comma-separated, at most {MAX_BUDGET} (default "
+                         f"{','.join(map(str, QUICK['budgets']))}; --full: {','.join(map(str, FULL['budgets']))})")
+    ap.add_argument("--auto-costs", choices=("h200", "here"), default=None,
+                    help="round costs the served default's auto budget weighs: the tiny pair's H200 measurements "
+                         "(default on a CPU) or measured here (default on a GPU)")
     ap.add_argument("--batch-size", type=_cli.positive_int, default=None, help="requests per batch (default: all)")
     ap.add_argument("--device", type=_cli.device, default=None, help="cpu / cuda (default: cuda when present)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    ap.add_argument("--target-dir", default=None)
-    ap.add_argument("--draft-dir", default=None)
+    ap.add_argument("--target-dir", default=None, help="a target model directory (default: the shipped tiny one)")
+    ap.add_argument("--draft-dir", default=None, help="its DFlash drafter's directory (needed with --target-dir)")
     ap.add_argument("--threads", type=_cli.positive_int, default=None,
                     help="torch CPU threads (default 1 on the CPU: the tiny model's ops are too small to share, "
                          "and on a loaded machine every extra thread stalls at each op's barrier)")
     ap.add_argument("--sampled-temperature", type=_cli.nonnegative_float, default=1.0,
                     help="also run every method sampled at this temperature (0: greedy only)")
-    ap.add_argument("--json", default="ddtree_demo.json", help="where to write the results")
+    ap.add_argument("--json", type=_cli.output_file, default="ddtree_demo.json",
+                    help="where to write the results (checked before the run)")
     a = ap.parse_args(argv)
     grid = FULL if a.full else QUICK
     a.prompts = a.prompts or grid["prompts"]
     a.budgets = a.budgets or grid["budgets"]
+    if max(a.budgets) > MAX_BUDGET:
+        ap.error(f"argument --budgets: at most {MAX_BUDGET} (the largest budget SGLang serves), got {max(a.budgets)}")
     available = len(heldout_prompts())
     if a.prompts > available:
         ap.error(f"argument --prompts: at most {available} held-out prompts are shipped, got {a.prompts}")
+    for flag, path in (("--target-dir", a.target_dir), ("--draft-dir", a.draft_dir)):
+        if path is not None and not os.path.isfile(os.path.join(path, "config.json")):
+            ap.error(f"argument {flag}: no config.json in {path!r}")
+    if (a.target_dir is None) != (a.draft_dir is None):
+        ap.error("argument --draft-dir: the demo compares speculative methods: give --target-dir and --draft-dir "
+                 "together")
     return a
 
 
@@ -242,6 +342,7 @@ def _demo(a, engine: Engine, t_start: float) -> int:
     ops.ensure_backend("cuda" if engine.device.type == "cuda" else "cpu")  # a first use builds it (notice)
     prompts = heldout_prompts(a.prompts)
     bs = a.batch_size or len(prompts)
+    costs = a.auto_costs or ("here" if engine.device.type == "cuda" else "h200")
     threads = torch.get_num_threads()
     print(f"DDTree demo: {len(prompts)} held-out prompts, {a.max_new_tokens} new tokens each, "
           f"device {engine.device} ({a.dtype}, {threads} CPU thread{'s' if threads > 1 else ''}), "
@@ -249,20 +350,26 @@ def _demo(a, engine: Engine, t_start: float) -> int:
           f"batch {bs}{'' if a.full else '  (--full: the larger grid)'}", flush=True)
     nchunks = -(-len(prompts) // bs)
     temps = [0.0] + ([a.sampled_temperature] if a.sampled_temperature > 0 else [])
-    progress = Progress(len(temps) * (2 + len(a.budgets)) * nchunks, max(1, a.max_new_tokens - 1))
+    progress = Progress(len(temps) * (3 + len(a.budgets)) * nchunks, max(1, a.max_new_tokens - 1))
     rows = []
     for t in temps:
-        rows += run(engine, prompts, a.max_new_tokens, a.budgets, bs, temperature=t, progress=progress)
+        rows += run(engine, prompts, a.max_new_tokens, a.budgets, bs, temperature=t, progress=progress, costs=costs)
     lossless, line = verdict(rows, len(prompts))
     print(table(rows))
-    print(legend(engine))
-    greedy = [r for r in rows if r["temperature"] == 0]
-    print(f"prompt  : {prompts[0]!r}\ncontinue: {greedy[-1]['sample']!r}")
+    print(legend(engine, rows, costs))
+    i = example(rows)
+    greedy = {r["method"]: r for r in rows if r["temperature"] == 0}
+    s, c = greedy[SERVED]["per_prompt"][i], greedy["chain"]["per_prompt"][i]
+    print(f"prompt {i} (…its end): {prompts[i][-70:]!r}\ncontinued greedily:   {s['text']!r}\n"
+          f"on this prompt DDTree took {s['rounds']} target forwards (tau {s['tau']:.2f}), the chain {c['rounds']} "
+          f"(tau {c['tau']:.2f}), AR {greedy['ar']['per_prompt'][i]['rounds']}; "
+          + ("the three texts are identical" if s["text"] == c["text"] == greedy["ar"]["per_prompt"][i]["text"]
+             else "the texts DIFFER"))
     wall = time.perf_counter() - t_start
     out = {"device": str(engine.device), "dtype": a.dtype, "torch": torch.__version__,
            "platform": platform.platform(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
            "batch_size": bs, "block_size": engine.block_size, "full": a.full, "threads": torch.get_num_threads(),
-           "wall_s": wall, "verdict": line, "rows": rows}
+           "auto_costs": costs, "example_prompt": i, "wall_s": wall, "verdict": line, "rows": rows}
     with open(a.json, "w") as f:
         json.dump(out, f, indent=1)
     print(f"wrote {a.json} ({wall:.0f} s in all)")

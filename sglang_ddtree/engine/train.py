@@ -18,7 +18,6 @@ thread count). About 15 minutes on 2 idle CPU cores (`--stage target|drafter` ru
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -27,6 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from .. import _cli
 from . import data
 from .checkpoint import save_model
 from .dflash import DFlashDraftModel, dflash_config
@@ -205,15 +205,15 @@ ARCHS = {
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = _cli.Parser(prog="python -m sglang_ddtree.engine.train", description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--arch", default="qwen3", choices=sorted(ARCHS))
-    ap.add_argument("--out", default=data.MODELS_DIR)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=data.MODELS_DIR, help="folder for the two model directories (default: the shipped ones)")
+    ap.add_argument("--threads", type=_cli.positive_int, default=2, help="torch CPU threads (results are bit-stable per count)")
     ap.add_argument("--stage", default="all", choices=("all", "target", "drafter"),
                     help="drafter: reuse the target already saved in --out")
-    ap.add_argument("--target-steps", type=int, default=None, help="default: the architecture's (ARCHS)")
-    ap.add_argument("--drafter-steps", type=int, default=800)
-    ap.add_argument("--gen-seqs", type=int, default=384)
+    ap.add_argument("--target-steps", type=_cli.positive_int, default=None, help="default: the architecture's (ARCHS)")
+    ap.add_argument("--drafter-steps", type=_cli.positive_int, default=800)
+    ap.add_argument("--gen-seqs", type=_cli.positive_int, default=384, help="target continuations the drafter learns from")
     a = ap.parse_args(argv)
     arch = ARCHS[a.arch]
     torch.set_num_threads(a.threads)

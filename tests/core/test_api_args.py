@@ -52,6 +52,15 @@ CASES = [
     (lambda: build_tree(LOGITS, 4, seq_lens=-2**63 - 1), ValueError, "seq_lens"),
     (lambda: sample_node_tokens(LOGITS, 1.0, seed=2**63), ValueError, "seed"),
     (lambda: sample_node_tokens(LOGITS, 1.0, step=2**64), ValueError, "step"),
+    # values a tree cannot have (issue 30): checked on CPU tensors and ints before any work
+    (lambda: build_tree(LOGITS, 4, seq_lens=torch.tensor([-5, 3])), ValueError, "seq_lens"),
+    (lambda: build_tree(LOGITS, 4, seq_lens=-1), ValueError, "seq_lens"),
+    (lambda: build_tree_from_topk(LP, IDS, 4, seq_lens=torch.tensor([3, -1], dtype=torch.int32)), ValueError,
+     "seq_lens"),
+    (lambda: build_tree(LOGITS, 4, root_tokens=torch.tensor([999, 3])), ValueError, "root_tokens"),
+    (lambda: build_tree(LOGITS, 4, root_tokens=50), ValueError, "root_tokens"),  # V = 50: ids 0..49
+    (lambda: build_tree(LOGITS, 4, root_tokens=torch.tensor([-1, 3])), ValueError, "root_tokens"),
+    (lambda: build_tree_from_topk(LP, IDS, 4, root_tokens=-7), ValueError, "root_tokens"),
 ]
 
 
@@ -111,3 +120,26 @@ def test_default_per_request_vectors_are_shared_and_never_written():
     b = build_tree_from_topk(lp, ids, 6, backend="cpu", root_tokens=3, seq_lens=7)
     assert torch.equal(shared, torch.zeros(2, dtype=torch.long))
     assert (b.tokens[:, 0] == 3).all() and (a.tokens[:, 0] == 0).all() and torch.equal(b.positions, a.positions + 7)
+
+
+def test_budget_0_is_the_root_alone_not_a_crash():
+    """build_tree(logits, budget=0) used to fail inside the top-k with a shape mismatch; it is the root-only tree
+    (one slot, no children), the same tree build_tree_from_topk gives for budget 0."""
+    t = build_tree(LOGITS, 0, root_tokens=torch.tensor([7, 9]), seq_lens=torch.tensor([4, 0]))
+    assert t.n == 1 and t.tokens.tolist() == [[7], [9]] and t.positions.tolist() == [[4], [0]]
+    ref = build_tree_from_topk(LP, IDS, 0, root_tokens=torch.tensor([7, 9]), seq_lens=torch.tensor([4, 0]))
+    assert torch.equal(t.tokens, ref.tokens) and torch.equal(t.retrive_next_token, ref.retrive_next_token)
+    assert (t.retrive_next_token == -1).all()
+
+
+def test_in_range_values_at_the_edges_are_accepted():
+    t = build_tree(LOGITS, 4, root_tokens=torch.tensor([0, 49]), seq_lens=torch.tensor([0, 5]))
+    assert t.tokens[:, 0].tolist() == [0, 49] and t.positions[:, 0].tolist() == [0, 5]
+
+
+def test_topk_stage_names_a_bad_k():
+    from sglang_ddtree.topk import topk_logprobs
+
+    for k in (0, 51, 2.0):
+        with pytest.raises(ValueError, match="k must be an int in \\[1, 50\\]"):
+            topk_logprobs(LOGITS, k, "cpu")

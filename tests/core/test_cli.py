@@ -31,7 +31,50 @@ def one_line_error(capsys, call, *needles):
 def test_top_level_help_and_errors(capsys):
     assert top.main(["--help"]) == 0 and "demo" in capsys.readouterr().out
     assert top.main([]) == 2
-    assert top.main(["bogus"]) == 2 and "unknown command 'bogus'" in capsys.readouterr().err
+    capsys.readouterr()
+    assert top.main(["bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'bogus'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_top_level_help_lists_every_entry_point(capsys):
+    """Every `python -m sglang_ddtree.X` with a main(argv) is a command of the top-level help."""
+    import importlib
+
+    assert top.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    entry_points = {"demo", "check", "launch_server", "bench", "calibration", "budget", "train"}
+    assert set(top.COMMANDS) == entry_points
+    for name, (module, _) in top.COMMANDS.items():
+        assert f"  {name} " in out
+        assert callable(importlib.import_module(module).main), module
+
+
+def test_version_is_the_package_version(capsys):
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert top.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"sglang-ddtree {declared}"
+
+
+@pytest.mark.parametrize("argv,prog", [
+    (["calibration", "--help"], "python -m sglang_ddtree.calibration"),
+    (["train", "--help"], "python -m sglang_ddtree.engine.train"),
+    (["bench", "tree_gpu", "--help"], "python -m sglang_ddtree.bench tree_gpu"),
+    (["bench", "attention", "--help"], "python -m sglang_ddtree.bench attention"),
+    (["bench", "engine", "--help"], "python -m sglang_ddtree.bench engine"),
+])
+def test_help_names_the_command_and_ends_its_description(capsys, argv, prog):
+    """The usage line names how the command is run, and the description is whole sentences (it was cut
+    mid-sentence where a docstring's first line was taken)."""
+    with pytest.raises(SystemExit) as info:
+        top.main(argv)
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: {prog} ")
+    description = " ".join(out.split("\n\n")[1].split())
+    assert description.endswith((".", ".`")), description
 
 
 def test_top_level_help_exits_0_as_a_module():
@@ -82,9 +125,36 @@ def test_bench_verify_splits_rejects_bad_values_and_a_missing_gpu(capsys):
     (["--sampled-temperature", "nan"], "--sampled-temperature"),
     (["--sampled-temperature", "inf"], "--sampled-temperature"),
     (["--batch-size", "0"], "--batch-size"), (["--threads", "-2"], "--threads"), (["--bogus"], "--bogus"),
+    (["--budgets", "5000"], "--budgets"), (["--budgets", "8,1024"], "--budgets"),
+    (["--max-new-tokens", "100000"], "--max-new-tokens"),
+    (["--json", "/nonexistent/dir/x.json"], "--json"), (["--json", "."], "--json"),
+    (["--target-dir", "/nonexistent"], "--target-dir"),
 ])
-def test_demo_user_errors_are_one_line(capsys, argv, needle):
+def test_demo_user_errors_are_one_line(capsys, monkeypatch, argv, needle):
+    """One line naming the argument, before any work: the models are never loaded."""
+    def no_work(*args, **kwargs):
+        raise AssertionError("the demo started work before refusing its arguments")
+
+    monkeypatch.setattr(demo.Engine, "from_pretrained", no_work)
     one_line_error(capsys, lambda: demo.main(argv), needle)
+
+
+def test_demo_json_under_a_file_is_refused_before_work(capsys, monkeypatch, tmp_path):
+    (tmp_path / "plain").write_text("")
+    monkeypatch.setattr(demo.Engine, "from_pretrained", lambda *a, **k: pytest.fail("work started"))
+    one_line_error(capsys, lambda: demo.main(["--json", str(tmp_path / "plain" / "x.json")]), "--json")
+
+
+@pytest.mark.parametrize("bench_name", ["tree", "engine", "tree_gpu", "attention", "verify_splits"])
+def test_bench_out_that_cannot_be_written_is_refused_before_work(capsys, tmp_path, bench_name):
+    """`bench tree --out /proc/nope` used to run minutes of benchmark before failing to write. A path under a
+    plain file can never be a folder, on any machine."""
+    import importlib
+
+    (tmp_path / "plain").write_text("")
+    bad = str(tmp_path / "plain" / "out" / ("engine.json" if bench_name == "engine" else ""))
+    module = importlib.import_module(f"sglang_ddtree.bench.{bench_name}")
+    one_line_error(capsys, lambda: module.main(["--out", bad]), "--out")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -108,20 +178,74 @@ def test_demo_defaults_are_the_small_grid():
 def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
     out = tmp_path / "demo.json"
     threads = torch.get_num_threads()
-    rc = demo.main(["--prompts", "2", "--budgets", "4,8", "--max-new-tokens", "6", "--device", "cpu",
+    rc = demo.main(["--prompts", "3", "--budgets", "4,8", "--max-new-tokens", "12", "--device", "cpu",
                     "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0 and torch.get_num_threads() == threads  # the demo's 1 thread does not leak out
     lines = text.strip().splitlines()
-    assert lines[-1].startswith("VERDICT: DDTree greedy output identical to AR on 2/2 prompts")
+    assert lines[-1].startswith("VERDICT: DDTree (served default) greedy output identical to AR on 3/3 prompts")
     assert "vs chain" in lines[-1] and "vs AR 1.00" in lines[-1] and "sampled T=1" in lines[-1]
+    assert "(paper's tree B=4 " in lines[-1] and ", B=8 " in lines[-1]
     assert "tau    = tokens committed per target forward" in text and "favours AR" in text
+    assert "DDTree = the SGLang plugin's default" in text and "the three texts are identical" in text
     data = json.loads(out.read_text())
-    assert data["prompts"] == 2 and data["verdict"] == lines[-1] and data["threads"] == 1
+    assert data["prompts"] == 3 and data["verdict"] == lines[-1] and data["threads"] == 1
     assert [(r["method"], r["budget"], r["temperature"]) for r in data["rows"]] == [
-        (m, b, t) for t in (0.0, 1.0) for m, b in (("ar", 0), ("chain", 7), ("ddtree", 4), ("ddtree", 8))]
+        (m, b, t) for t in (0.0, 1.0)
+        for m, b in (("ar", 0), ("chain", 7), ("served", "auto"), ("ddtree", 4), ("ddtree", 8))]
     assert all(r["identical_to_ar"] for r in data["rows"] if r["temperature"] == 0)
     assert all(r["identical_to_ar"] is None for r in data["rows"] if r["temperature"] == 1.0)
+    served = [r for r in data["rows"] if r["method"] == "served"]
+    for r in served:  # the served default: anchored, calibrated, auto over the served ladder, the H200's costs
+        args = r["generate_args"]
+        assert (args["anchor"], args["budget"], args["draft_temperature"]) == ("chain", "auto", "drafter")
+        assert tuple(args["auto_budgets"]) == (7, 15, 31, 63) and len(args["round_cost"]) == 4
+        assert sum(r["budgets_chosen"].values()) == r["rounds"] and {int(b) for b in r["budgets_chosen"]} <= {7, 15, 31, 63}
+
+
+def test_demo_h200_costs_match_the_committed_log():
+    """The costs the demo's auto budget weighs on a CPU are the H200 start-up table it cites, number for number."""
+    import ast
+
+    log = (ROOT / "docs" / "benchmarks" / "sglang-h200-2026-12-04-auto-log.txt").read_text().splitlines()
+    (line,) = [ln for ln in log if ln.startswith("call3 ") and "start-up round cost (ms) " in ln]
+    assert ast.literal_eval(line.split("start-up round cost (ms) ", 1)[1]) == demo.H200_GRAPH_MS
+    assert demo.h200_costs(16, (7, 15, 31, 63)) == [0.318, 0.326, 0.346, 0.38]
+    assert demo.h200_costs(3, (7, 15, 31, 63)) == [0.288, 0.298, 0.296, 0.32]  # the bucket that holds 3: 4
+    assert demo.h200_costs(100, (7,)) == [0.335]  # past the largest bucket: the largest
+
+
+def _rows(**greedy_tau):
+    """Minimal demo rows: AR, chain, served and one paper's tree, greedy and sampled."""
+    rows = []
+    for t in (0.0, 1.0):
+        for m, b, tau in (("ar", 0, 1.0), ("chain", 7, greedy_tau.get("chain", 6.0)),
+                          ("served", "auto", greedy_tau.get("served", 7.0)), ("ddtree", 63, 6.5)):
+            rows.append({"method": m, "budget": b, "temperature": t, "tau": tau,
+                         "identical_to_ar": True if t == 0 else None, "requests_identical": 4})
+    return rows
+
+
+def test_verdict_puts_the_served_default_against_chain_and_ar():
+    ok, line = demo.verdict(_rows(served=7.2, chain=6.76), 4)
+    assert ok and line.startswith("VERDICT: DDTree (served default) greedy output identical to AR on 4/4 prompts")
+    assert "greedy tau 7.20 vs chain 6.76 vs AR 1.00 (paper's tree B=63 6.50)" in line
+    rows = _rows()
+    rows[3]["identical_to_ar"], rows[3]["requests_identical"] = False, 3
+    ok, line = demo.verdict(rows, 4)
+    assert not ok and "DIFFERS from AR: paper's tree B=63 identical on 3/4 prompts" in line
+
+
+def test_example_prompt_is_not_a_loop_and_shows_fewer_rounds():
+    def row(method, per):
+        return {"method": method, "temperature": 0.0, "per_prompt": [{"rounds": r, "text": t} for r, t in per]}
+
+    loop = "the string " * 6
+    code = "def __init__(self, context):\n    return self._context"
+    rows = [row("served", [(5, loop), (9, code), (9, code + "x")]),
+            row("chain", [(9, loop), (10, code), (12, code + "x")])]
+    assert demo.example(rows) == 2  # the loop saves the most rounds but is a loop; of the others, 3 fewer rounds
+    assert demo._loop_share(loop) > 0.5 > demo._loop_share(code)
 
 
 def test_progress_reports_an_eta_and_ends_at_100():
