@@ -2,39 +2,56 @@
 PY ?= python3
 PIP = $(PY) -m pip
 DEPS = .deps
-# SGLang itself is installed without its GPU dependencies (CPU tests of the plugin); the wheels are
-# cp312-only, so each release goes into its own --target folder.
+# One install for both commands (`install`: the package with its pinned `test` extra). SGLang itself is installed
+# without its GPU dependencies (CPU tests of the plugin); the wheels are cp312-only, so each release goes into
+# its own --target folder.
 SGL_WHEEL = --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64
 SGL_LIGHT_DEPS = aiohttp dill ipython msgspec orjson pillow psutil pybase64 pydantic pyzmq requests starlette tqdm \
-  "transformers==5.19.0" triton "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" compressed_tensors gguf \
+  triton "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" compressed_tensors gguf \
   "openai==2.8.0" partial-json-parser einops setproctitle uvicorn fastapi
 PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
-.PHONY: install sglang-deps demo test test-core bench-tree gpu-bundle
+.PHONY: install sglang-deps no-hub-kernels demo test test-core bench-tree gpu-bundle
 install:
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test,bench]'
 
-# torch first, and held at the installed release while SGLang's light dependencies install (some of them
-# depend on torch; unpinned, pip would replace the CPU build with a multi-GB CUDA one).
+# torch and transformers are held at the releases `install` put in place while SGLang's light dependencies
+# install (some depend on them; unpinned, pip would replace the CPU torch with a multi-GB CUDA one, and a newer
+# transformers pulls in `kernels`, which SGLang 0.5.17's transformers cannot import). The transformers pin lives
+# in one place: pyproject.toml's `test` extra.
 TORCH_PIN = torch==$$($(PY) -c "import torch; print(torch.__version__.split('+')[0])")
+TRANSFORMERS_PIN = transformers==$$($(PY) -c "import importlib.metadata as m; print(m.version('transformers'))")
+
+# The light dependencies go into the running Python's environment, so their stamp names that environment (a fresh
+# venv in an old checkout installs them again); the --target folders are the same for every environment.
+ENV_ID := $(shell $(PY) -c "import hashlib, sys; print(hashlib.sha1(sys.prefix.encode()).hexdigest()[:10])")
+
+$(DEPS)/light-$(ENV_ID).stamp: | install
+	$(PIP) install -q $(SGL_LIGHT_DEPS) "$(TORCH_PIN)" "$(TRANSFORMERS_PIN)"
+	mkdir -p $(DEPS) && touch $@
 
 $(DEPS)/sglang.stamp:
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q $(SGL_LIGHT_DEPS) "$(TORCH_PIN)"
 	$(PIP) install -q $(SGL_WHEEL) --target $(DEPS)/sgl-0.5.23 sglang==0.5.23
 	$(PIP) install -q $(SGL_WHEEL) --target $(DEPS)/sgl-0.5.17 sglang==0.5.17
 	$(PIP) install -q --no-deps --target $(DEPS)/sgl-0.5.17 transformers==5.12.1 tokenizers==0.22.2 \
 	  "huggingface-hub>=1.5,<2" xgrammar==0.2.1
 	touch $@
 
-sglang-deps: $(DEPS)/sglang.stamp
+sglang-deps: $(DEPS)/light-$(ENV_ID).stamp $(DEPS)/sglang.stamp
 
 demo: install
 	$(PY) -m sglang_ddtree demo
 
+# An environment that an older install left with `kernels` (pulled in by transformers newer than the pin) fails
+# SGLang 0.5.17's collection with "Either a revision or a version must be specified": say so first.
+no-hub-kernels:
+	@$(PY) -c "import importlib.metadata as m, sys; names = {(d.metadata['Name'] or '').lower() for d in m.distributions()}; \
+	  sys.exit('kernels' in names and 'make test: the kernels package is installed and SGLang 0.5.17 transformers' \
+	  ' cannot import with it: pip uninstall -y kernels')"
+
 # Everything (plugin tests against sglang 0.5.23), then the plugin tests again against 0.5.17.
-test: sglang-deps install
+test: install sglang-deps no-hub-kernels
 	PYTHONPATH=$(DEPS)/sgl-0.5.23 $(PYTEST)
 	PYTHONPATH=$(DEPS)/sgl-0.5.17 $(PYTEST) tests/sglang
 
