@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Serve Qwen3-8B with DDTree speculative decoding (its DFlash drafter, block 16) on one GPU.
-#   pip install "sglang==0.5.17" sglang-ddtree        # the plugin registers itself with SGLang
+#   pip install "sglang==0.5.17" && pip install .     # in this checkout (not on PyPI yet); the plugin registers
+#                                                     # itself with SGLang (docs/SERVING.md)
 #   bash examples/launch_ddtree.sh                    # then: python examples/client_chat.py
 # BUDGET: tree nodes verified per round (>= block size − 1 = 15; the verify width is BUDGET + 1), or auto (the
 # default): chosen every round for the batch among 15, 31 and 63.

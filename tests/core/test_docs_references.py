@@ -59,3 +59,47 @@ def test_license_is_the_promised_apache_2():
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
     assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def markdown_pages():
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def test_every_relative_link_resolves():
+    bad = []
+    for page in markdown_pages():
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            if not path.exists():
+                bad.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not bad, bad
+
+
+BENCH = ROOT / "docs" / "benchmarks"
+
+
+def test_benchmarks_index_lists_every_current_file_and_only_those():
+    index = (BENCH / "README.md").read_text()
+    linked = {t for t in LINK.findall(index) if "/" not in t.rstrip("/")}
+    files = {p.name for p in BENCH.iterdir() if p.is_file() and p.name != "README.md"}
+    assert files - linked == set(), f"current results the index does not list: {sorted(files - linked)}"
+    assert linked - files == set(), f"the index lists missing files: {sorted(linked - files)}"
+
+
+def test_archive_is_indexed_and_cited_by_nothing_current():
+    archive = BENCH / "archive"
+    listed = set(LINK.findall((archive / "README.md").read_text())) - {"../README.md"}
+    files = {p.name for p in archive.iterdir() if p.is_file() and p.name != "README.md"}
+    assert listed == files, (sorted(files - listed), sorted(listed - files))
+    cited = [f"{p.relative_to(ROOT)} cites {name}" for p in files_outside_archive() for name in files
+             if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", p.read_text(errors="replace"))]
+    assert not cited, cited
+
+
+def files_outside_archive():
+    return [p for p in files() if "archive" not in p.relative_to(ROOT).parts]

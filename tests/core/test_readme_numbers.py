@@ -19,8 +19,14 @@ def test_readme_numbers_match_their_sources():
     assert crn.check() == []
 
 
-def test_results_table_has_no_unchecked_number():
+def test_readme_has_no_unchecked_number():
     assert crn.unchecked() == []
+
+
+def test_an_unchecked_number_anywhere_is_reported():
+    """Outside the results table too (the Limits and the demo's timing are measured numbers), not in code blocks."""
+    extra = crn._flat(README) + " A new limit: it took 4.2 ms more. ```bash\nsleep 3 s\n``` Also 12% slower."
+    assert crn.unchecked(extra) == ["4.2 ms", "12%"]
 
 
 def test_script_exits_0():
@@ -57,7 +63,7 @@ def test_a_vanished_claim_is_reported():
 
 
 def test_a_source_without_the_value_is_reported():
-    broken = [("**{} µs** on the GPU", crn.GPU_TREE, crn.at("stage.no_such_field"), None)]
+    broken = [("**{} µs** vs {} ms", crn.GPU_TREE, crn.at("stage.no_such_field"), None)]
     (failure,) = crn.check(claims=broken)
     assert "cannot read the value" in failure and "no_such_field" in failure
 
