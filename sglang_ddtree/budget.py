@@ -143,9 +143,13 @@ class AutoWidth:
     - E_w: the predicted tokens a round commits at width w (`expected_commit` at budget w − 1, mean over the
       batch), published by an earlier round's tree through `LaggedValue` (one or two rounds stale: under
       overlap scheduling round r is launched before round r−1's tree can be read without a sync);
-    - cost(bucket, w) = G(bucket, w) + H(bucket). G is the replay time of the round's CUDA graphs at width w in
-      this graph batch bucket (draft graph + verify graph), measured at start-up: what differs between widths
-      is GPU work, and the graphs hold nearly all of it. H is what a round costs beyond its graphs — host work,
+    - cost(bucket, w, c) = G(bucket, w) + A(bucket, w, c) + H(bucket). G is the replay time of the round's CUDA
+      graphs at width w in this graph batch bucket (draft graph + verify graph), measured at start-up: what
+      differs between widths is GPU work, and the graphs hold nearly all of it. The graphs are replayed at
+      prefix length 1, so A adds what the verify's attention costs over a prefix of c tokens (the batch's mean)
+      beyond that, from start-up timings of the verify attention at a few prefix lengths, interpolated
+      linearly in c: a wide tree's attention grows with the context, so at long context the chain's width
+      can be the best even where the tree is accepted. H is what a round costs beyond its graphs — host work,
       eager kernels, scheduling — which is about the same at every width: the median, over the bucket's last
       `window` clean periods between round launches, of the period minus its round's G, whatever width ran.
       One H per bucket, not a cost per width: learning each width's period on its own (the design served until
@@ -154,7 +158,7 @@ class AutoWidth:
       budget on the H200). The median also shrugs off a stalled round (the whole server paused).
     Rounds separated by another forward (a prefill, `interrupt`) or by a change of bucket give no period."""
 
-    def __init__(self, widths, buckets=(), prior=None, device="cpu", *, window: int = 64, clock=None):
+    def __init__(self, widths, buckets=(), prior=None, device="cpu", *, attention=None, window: int = 64, clock=None):
         import time
 
         ws = sorted({int(w) for w in widths})
@@ -163,7 +167,7 @@ class AutoWidth:
         if int(window) < 1:
             raise ValueError(f"window must be >= 1 periods, got {window!r}")
         self.widths = ws
-        self.set_costs(buckets, prior)
+        self.set_costs(buckets, prior, attention)
         self.window = int(window)
         self.clock = clock or time.perf_counter
         self._expected = LaggedValue(torch.zeros(len(ws), dtype=torch.float32), device)
@@ -173,12 +177,17 @@ class AutoWidth:
         self.round = 0
         self.rounds = {}      # (bucket, width) -> rounds run (what a user sees in the log)
 
-    def set_costs(self, buckets, prior) -> None:
-        """The graph batch buckets and the start-up graph table G {(bucket, width): seconds} (once graphs exist)."""
+    def set_costs(self, buckets, prior, attention=None) -> None:
+        """The graph batch buckets, the start-up graph table G {(bucket, width): seconds} (once graphs exist) and
+        the verify attention's table A {(bucket, width): [(prefix tokens, seconds a round beyond prefix 1)]}."""
         prior = {(int(b), int(w)): float(t) for (b, w), t in (prior or {}).items()}
         if any(t < 0 for t in prior.values()):
             raise ValueError("prior costs must be >= 0 seconds")
-        self.buckets, self.prior = sorted({int(b) for b in buckets}), prior
+        attention = {(int(b), int(w)): sorted((int(c), float(t)) for c, t in pts)
+                     for (b, w), pts in (attention or {}).items() if pts}
+        if any(c < 1 for pts in attention.values() for c, _ in pts):
+            raise ValueError("attention costs are keyed by prefix lengths >= 1")
+        self.buckets, self.prior, self.attention = sorted({int(b) for b in buckets}), prior, attention
 
     def bucket(self, bs: int) -> int:
         """The graph batch bucket a batch of bs requests replays in (bs itself where none is captured)."""
@@ -195,38 +204,53 @@ class AutoWidth:
             g = max((t for (b, _), t in self.prior.items() if b == bucket), default=0.0)
         return g
 
+    def attention_cost(self, bucket: int, width: int, context: float) -> float:
+        """A: the verify attention over a mean prefix of `context` tokens beyond its cost at prefix 1, linear in
+        the context between the timed lengths (and past the last, along its last segment; 0 at prefix 1)."""
+        pts = self.attention.get((bucket, width))
+        if not pts or context <= 1:
+            return 0.0
+        pts = [(1, 0.0)] + [p for p in pts if p[0] > 1]
+        for (c0, t0), (c1, t1) in zip(pts, pts[1:]):
+            if context <= c1:
+                return max(t0 + (t1 - t0) * (context - c0) / (c1 - c0), 0.0)
+        (c0, t0), (c1, t1) = pts[-2], pts[-1]
+        return max(t1 + (t1 - t0) * (context - c1) / (c1 - c0), 0.0)
+
     def beyond_graphs(self, bucket: int) -> float:
         """H: the median time a round of this bucket spent beyond its graphs (0 until one is measured)."""
         d = self._beyond.get(bucket)
         return statistics.median(d) if d else 0.0
 
-    def cost(self, bucket: int, width: int) -> float:
-        return self.graph_cost(bucket, width) + self.beyond_graphs(bucket)
+    def cost(self, bucket: int, width: int, context: float = 1) -> float:
+        return self.graph_cost(bucket, width) + self.attention_cost(bucket, width, context) + self.beyond_graphs(bucket)
 
-    def choose(self, bs: int) -> int:
-        """The width of the round being launched now (call once per decode round, at its launch)."""
+    def choose(self, bs: int, context: float = 1) -> int:
+        """The width of the round being launched now (call once per decode round, at its launch); context: the
+        batch's mean prefix length, as the host knows it."""
         now, bucket = self.clock(), self.bucket(bs)
         self.round += 1
         if self._last is not None:
-            t, b, w = self._last
+            t, b, w, c = self._last
             if b == bucket:  # the previous round's launch-to-launch period, in this bucket
-                self._measure(b, w, now - t)
+                self._measure(b, w, c, now - t)
         if not self._expected.landed():
             width = self.widths[0]
         else:
             e = self._expected.current().tolist()
             h = self.beyond_graphs(bucket)
-            score = lambda i: e[i] / max(self.graph_cost(bucket, self.widths[i]) + h, 1e-9)  # noqa: E731
+            gpu = lambda w: self.graph_cost(bucket, w) + self.attention_cost(bucket, w, context)  # noqa: E731
+            score = lambda i: e[i] / max(gpu(self.widths[i]) + h, 1e-9)  # noqa: E731
             width = self.widths[max(range(len(self.widths)), key=score)]  # ties: the narrower width
-        self._last = (now, bucket, width)
+        self._last = (now, bucket, width, context)
         self.rounds[(bucket, width)] = self.rounds.get((bucket, width), 0) + 1
         return width
 
-    def _measure(self, bucket: int, width: int, period: float) -> None:
+    def _measure(self, bucket: int, width: int, context: float, period: float) -> None:
         d = self._beyond.get(bucket)
         if d is None:
             d = self._beyond[bucket] = collections.deque(maxlen=self.window)
-        d.append(max(period - self.graph_cost(bucket, width), 0.0))
+        d.append(max(period - self.graph_cost(bucket, width) - self.attention_cost(bucket, width, context), 0.0))
 
     def interrupt(self) -> None:
         """Another forward ran since the last decode round: the next interval is not a round's period."""

@@ -35,6 +35,8 @@ from .draft_head import DraftTreeHead
 from .verify_input import full_tree_mask, host_mask_bound
 
 logger = logging.getLogger("sglang_ddtree")
+# prefix lengths the auto budget's verify attention is timed at (those within the server's context)
+AUTO_CONTEXTS = (1024, 4096, 16384, 65536)
 
 
 class DecodeRound:
@@ -128,8 +130,9 @@ class DecodeRound:
 
     def capture_widths(self) -> None:
         """After every graph of the server exists (auto only): the target's verify graphs at each candidate
-        width, and the start-up cost table — the replay time of the draft graph plus each width's verify graph
-        per batch bucket (what differs between widths; budget.AutoWidth adds the measured time beyond the graphs)."""
+        width, and the start-up cost tables — the replay time of the draft graph plus each width's verify graph
+        per batch bucket (what differs between widths; budget.AutoWidth adds the measured time beyond the
+        graphs), and the verify attention's time at longer prefixes than the graphs' (AUTO_CONTEXTS)."""
         if self.auto is None:
             return
         self.verify_runners = self.sgl.capture_verify_widths(self.auto.widths)
@@ -142,11 +145,29 @@ class DecodeRound:
                 t_verify = self.sgl.time_graph(runner, bs)
                 if t_draft is not None and t_verify is not None:
                     prior[(bs, w)] = t_draft + t_verify
-        self.auto.set_costs(buckets, prior)
-        logger.info("DDTREE auto budget: verify widths %s, graphs at %s, start-up round cost (ms) %s",
+        attention = self._attention_table(buckets or [1])
+        self.auto.set_costs(buckets, prior, attention)
+        logger.info("DDTREE auto budget: verify widths %s, graphs at %s, start-up round cost (ms) %s; verify attention "
+                    "beyond prefix 1 (ms a round) %s",
                     self.auto.widths, sorted(self.verify_runners),
                     {b: {w: round(prior[(b, w)] * 1e3, 3) for w in self.auto.widths if (b, w) in prior}
-                     for b in buckets})
+                     for b in buckets},
+                    {f"{b}x{w}": [(c, round(t * 1e3, 3)) for c, t in pts] for (b, w), pts in attention.items()})
+
+    def _attention_table(self, buckets) -> dict:
+        """{(bucket, width): [(prefix, seconds a round beyond prefix 1)]}: the tree kernel's verify attention
+        timed on the serving GPU for every layer of the target, at AUTO_CONTEXTS prefix lengths the server's
+        context allows (empty where the verify is not the tree kernel's)."""
+        ta = self.tree_attn
+        if ta is None or self.device.type != "cuda":
+            return {}
+        contexts = [c for c in AUTO_CONTEXTS if c + self.verify_width <= ta.context]
+        table = {}
+        for bs in buckets:
+            for w in self.auto.widths:
+                base = ta.time_verify(bs, w, 1)
+                table[(bs, w)] = [(c, ta.layers * max(ta.time_verify(bs, w, c) - base, 0.0)) for c in contexts]
+        return table
 
     def interrupt(self) -> None:
         """Another forward (prefill, idle) ran between decode rounds."""
@@ -189,10 +210,10 @@ class DecodeRound:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
         return self.head.build(hidden, bs, roots, batch.seq_lens), False
 
-    def _choose_width(self, bs: int) -> int:
+    def _choose_width(self, bs: int, host_lens) -> int:
         if self.auto is None:
             return self.verify_width
-        width = self.auto.choose(bs)
+        width = self.auto.choose(bs, float(host_lens.float().mean()) if host_lens is not None and bs else 1.0)
         if self.auto.round % self._auto_log_every == 0:
             logger.info("DDTREE auto budget after %d rounds: {bucket: {width: rounds, cost ms}} %s",
                         self.auto.round, self.auto.summary())
@@ -206,7 +227,8 @@ class DecodeRound:
         if batch.seq_lens.is_cuda:  # produced on another stream under overlap
             batch.seq_lens.record_stream(torch.cuda.current_stream(batch.seq_lens.device))
         bs = len(batch.seq_lens)
-        n = self._choose_width(bs)  # this round's verify width (the server's, unless the budget is auto)
+        host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else sgl.draft_kv_lens(draft_input)[0]
+        n = self._choose_width(bs, host_lens)  # this round's verify width (the server's, unless the budget is auto)
         self._round += 1
         prefix = batch.seq_lens
 
@@ -223,8 +245,7 @@ class DecodeRound:
         gtree = sgl.grammar_tree(tree) if getattr(batch, "has_grammar", False) else None
 
         # 2) target verify of the tree: n slots per request at req_to_token[row, prefix : prefix + n]
-        host_lens = None if batch.seq_lens_cpu is not None else sgl.draft_kv_lens(draft_input)[0]
-        host_bound = host_mask_bound(batch.seq_lens_cpu, host_lens, n)
+        host_bound = host_mask_bound(batch.seq_lens_cpu, None if batch.seq_lens_cpu is not None else host_lens, n)
         if self.tree_attn is not None:
             self.tree_attn.load_mask(tree.mask_bits)
             custom_mask = None

@@ -210,7 +210,7 @@ def test_auto_width_choice_survives_drift_and_stalls():
     slower = _run(auto, clock, {16: 6.0, 32: 6.0, 64: 6.0}, 20)
     assert before[-10:] == slower[:10] and slower == [64] * 20
     assert auto.beyond_graphs(1) == pytest.approx(6.0 - 0.33)
-    auto._measure(1, 64, 600.0)
+    auto._measure(1, 64, 1, 600.0)
     assert auto.beyond_graphs(1) == pytest.approx(6.0 - 0.33)
     assert _run(auto, clock, {16: 6.0, 32: 6.0, 64: 6.0}, 3)[-1] == 64
     # what the tiny pair's server showed: passes (a prefill between them) at host speeds drifting 2x apart,
@@ -273,3 +273,28 @@ def test_auto_width_prediction_is_expected_commit_at_each_width():
     auto = AutoWidth([5, 9, 13], [1])
     want = expected_commit(tree)[:, [4, 8, 12]].float()
     assert torch.equal(auto.predict(tree), want)
+
+
+def test_auto_width_prices_the_verify_attention_at_the_batch_context():
+    """The graphs are timed at prefix 1; a wider tree's verify attention grows with the context. With equal
+    graph costs the widest tree wins at a short context, and the chain's width at a long one, where the
+    attention table (prefix length -> time beyond prefix 1) makes the wide verify dear."""
+    from sglang_ddtree.budget import AutoWidth
+
+    clock = _Clock()
+    graphs = {(1, 16): 1.0, (1, 64): 1.0}
+    attn = {(1, 16): [(8193, 1.0)], (1, 64): [(8193, 4.0), (16385, 8.0)]}
+    auto = AutoWidth([16, 64], [1], graphs, attention=attn, clock=clock)
+    assert auto.attention_cost(1, 16, 1) == 0.0 and auto.attention_cost(1, 16, 4097) == pytest.approx(0.5)
+    assert auto.attention_cost(1, 16, 16385) == pytest.approx(2.0)  # past the last point: along its segment
+    assert auto.attention_cost(1, 64, 12289) == pytest.approx(6.0)
+    auto.publish(torch.tensor([[6.0, 8.0]]))
+    auto.choose(1)  # the chain until a prediction landed
+    assert auto.choose(1, context=100) == 64     # 8 / 1.05 > 6 / 1.01
+    assert auto.choose(1, context=8193) == 16    # 6 / 2 > 8 / 5
+    # a round's period beyond its graphs and its attention is what the host adds (0.5 s here)
+    auto.interrupt()
+    for _ in range(5):
+        auto.choose(1, context=8193)
+        clock.t += 1.0 + 1.0 + 0.5
+    assert auto.beyond_graphs(1) == pytest.approx(0.5)

@@ -445,10 +445,12 @@ def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(releas
 
         rnd.sgl.verify_with = verify_with
         if width == 4:
-            assert rnd._choose_width(3) == 4  # nothing predicted yet: the chain's width
+            assert rnd._choose_width(3, seq_lens) == 4  # nothing predicted yet: the chain's width
             rnd.auto.round -= 1
-        rnd.auto.choose = lambda bs, w=width: w
+        contexts = []
+        rnd.auto.choose = lambda bs, context=1, w=width: contexts.append(context) or w
         got = rnd.decode(batch, None)
+        assert contexts == [pytest.approx((5 + 9 + 12) / 3)]  # the batch's mean prefix prices the verify
         assert rnd.auto._expected.landed()  # this round's prediction is on its way to a later round's choice
         assert used == ([] if width == 13 else [f"runner{width}"])  # the widest is the server's own runner
         assert captured["verify"].draft_token_num == width
