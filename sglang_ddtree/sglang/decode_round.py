@@ -166,7 +166,8 @@ class DecodeRound:
         for bs in buckets:
             for w in self.auto.widths:
                 base = ta.time_verify(bs, w, 1)
-                table[(bs, w)] = [(c, ta.layers * max(ta.time_verify(bs, w, c) - base, 0.0)) for c in contexts]
+                at = [(c, ta.time_verify(bs, w, c)) for c in contexts] if base is not None else []
+                table[(bs, w)] = [(c, ta.layers * max(t - base, 0.0)) for c, t in at if t is not None]
         return table
 
     def interrupt(self) -> None:

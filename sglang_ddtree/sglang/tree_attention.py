@@ -242,6 +242,53 @@ class TreeVerifyAttention:
                     {"flashmla": "FlashMLA", "flashinfer": "FlashInfer"}.get(self.prefix, "the tree kernel"),
                     "s" if len(self.widths) > 1 else "", self.widths)
 
+    @property
+    def layers(self) -> int:
+        """The target's attention layers (each runs one verify attention a round)."""
+        return int(getattr(self.pool, "layer_num", 0) or 1)
+
+    def time_verify(self, bs: int, n: int, prefix: int, reps: int = 5) -> float | None:
+        """Median seconds of one layer's verify attention (this path's metadata excluded) for bs requests of
+        verify width n over prefixes of `prefix` tokens, by CUDA events after two warm calls, through this
+        path's own metadata and layer code on random queries: the auto budget's start-up table (before any
+        request: rows 0..bs-1 of req_to_token hold distinct pool slots meanwhile, and are restored). None
+        where the pool has fewer request rows than bs."""
+        import types
+
+        rt = self.req_to_token
+        if bs > rt.shape[0] or prefix + n > rt.shape[1] or n not in self.masks:
+            return None
+        kc, vc = self.pool.get_key_buffer(0), self.pool.get_value_buffer(0)
+        dev, dt = self.device, kc.dtype
+        saved = rt[:bs].clone()
+        span = prefix + n
+        rt[:bs, :span] = ((torch.arange(bs * span, device=dev) % (kc.shape[0] - 1)) + 1).view(bs, span).to(rt.dtype)
+        rows = torch.arange(bs, device=dev)
+        hq = _q_heads(self.runner)
+        hkv, d, dv = (1, kc.shape[-1], MLA_LATENT) if self.mla else (int(kc.shape[1]), int(kc.shape[-1]), int(vc.shape[-1]))
+        layer = types.SimpleNamespace(layer_id=0, tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=dv,
+                                      scaling=d ** -0.5, logit_cap=0)
+        fb = types.SimpleNamespace(batch_size=bs, req_pool_indices=rows, seq_lens=torch.full((bs,), prefix, device=dev),
+                                   positions=torch.zeros(bs * n, dtype=torch.int64, device=dev),
+                                   out_cache_loc=rt[rows, prefix:span].reshape(-1).to(torch.int64),
+                                   forward_mode=types.SimpleNamespace(is_target_verify=lambda: True))
+        q = torch.randn(bs * n, hq * d, device=dev, dtype=dt)
+        k, v = torch.randn(bs * n, hkv * d, device=dev, dtype=dt), torch.randn(bs * n, hkv * dv, device=dev, dtype=dt)
+        times = []
+        try:
+            self._metadata(fb)
+            for i in range(reps + 2):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                self._forward_extend(q, k, v, layer, fb, save_kv_cache=False)
+                end.record()
+                end.synchronize()
+                if i >= 2:
+                    times.append(start.elapsed_time(end) / 1e3)
+        finally:
+            rt[:bs].copy_(saved)
+        return sorted(times)[len(times) // 2]
+
     # --- buffers -----------------------------------------------------------------------------------------
     def _grow(self, bs: int) -> None:
         """An eager batch above every graph's (graphs keep the buffers they captured: they never grow)."""
