@@ -97,7 +97,7 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=2048, help="the servers' --context-length")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    prompts = load_prompts(args.prompts_file, args.num_prompts)
+    prompts = load_prompts(args.prompts_file)[: args.num_prompts]
     dd, plain, sync = args.ddtree, args.plain, args.plain_sync
     greedy = {"temperature": 0.0, "max_new_tokens": 48}
     report = {"checks": {}, "alive": True}
@@ -134,8 +134,9 @@ def main(argv=None):
                      ("repetition_penalty", {"repetition_penalty": 1.3}),
                      ("min_new_tokens", {"min_new_tokens": 40, "max_new_tokens": 56})):
         record(name, lambda sp=sp: identity({**greedy, **sp}, sync, 8))
-        if name == "frequency_penalty":  # SGLang's overlap path, for the record (one token of lag)
-            record(name + "_vs_plain_overlap", lambda sp=sp: identity({**greedy, **sp}, plain, 8))
+        if name == "frequency_penalty":  # SGLang's overlap path, for the record (one token of lag): not judged
+            record(name + "_vs_plain_overlap",
+                   lambda sp=sp: {**identity({**greedy, **sp}, plain, 8), "ok": None, "informational": True})
 
     def independent():
         sp = {"temperature": 1.0, "max_new_tokens": 24}
@@ -169,7 +170,7 @@ def main(argv=None):
     def context_edge():
         rng = random.Random(0)
         long = [[rng.randrange(32, 200) for _ in range(args.context - 300)] for _ in range(2)]
-        sp_long = {"temperature": 0.0, "max_new_tokens": 400, "ignore_eos": True}
+        sp_long = {"temperature": 0.0, "max_new_tokens": 300, "ignore_eos": True}  # prompt + output = the context
         short = prompts[:20]
         with cf.ThreadPoolExecutor(22) as pool:
             fl = [pool.submit(gen, dd, p, sp_long) for p in long]
@@ -210,7 +211,8 @@ def main(argv=None):
                 "ok": healthy(dd) and all(o is not None for o in done)}
     record("load_256_with_disconnects", load_with_disconnects)
 
-    report["ok"] = report["alive"] and all(c.get("ok", False) for c in report["checks"].values())
+    report["ok"] = report["alive"] and all(c.get("ok", False) for c in report["checks"].values()
+                                           if not c.get("informational"))
     json.dump(report, open(args.out, "w"), indent=1)
     print("alive" if report["alive"] else "THE DDTREE SERVER STOPPED ANSWERING", "ok" if report["ok"] else "NOT OK")
     return 0 if report["ok"] else 1
