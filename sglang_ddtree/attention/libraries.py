@@ -274,6 +274,11 @@ class FlashInferPrefix:
         if q_heads % kv_heads:
             raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
         self.device, self.dtype = torch.device(device), dtype
+        from .. import ops
+
+        # prepare's gather_prefix_slots is the project's op: its library is loaded here, as native's entry points
+        # load theirs (not loaded, a CUDA call finds only the CPU kernel: NotImplementedError)
+        ops.ensure_backend("cuda" if self.device.type == "cuda" else "cpu")
         self.hq, self.hkv, self.d, self.context, self.sms = q_heads, kv_heads, head_dim, int(context), int(sms)
         self._bufs = _Buffers(int(max_bs), self.context, self.device)
         need = max(self._shape(int(max_bs), int(w))["float_bytes"] for w in widths)
