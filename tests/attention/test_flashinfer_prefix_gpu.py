@@ -12,6 +12,7 @@ import torch
 
 import attn_cases as A
 import fi_emulator as FE
+from sglang_ddtree import ops
 from sglang_ddtree.attention import libraries as L
 from sglang_ddtree.attention import native, reference_tree_attention
 
@@ -21,6 +22,14 @@ pytestmark = [pytest.mark.gpu,
 
 HQ, HKV, D = 32, 8, 128
 TOL = 1e-2  # bf16 relative error, as the kernel's own tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cuda_ops():
+    """The project's CUDA library (FlashInferPrefix.prepare's gather_prefix_slots, the tree kernel, the merge),
+    loaded by this module before any of its tests, whatever ran before them: until it is, those ops have only
+    their CPU kernels (NotImplementedError on CUDA tensors; test_flashinfer_prefix_cpu.py loads the CPU one)."""
+    ops.ensure_backend("cuda")
 
 
 def _sms():
@@ -138,7 +147,8 @@ def test_graph_capture_then_replay_other_prefixes_slots_trees_and_padding():
     outside it, as the served metadata does every replay), then replayed: with much longer and different
     prefixes and slots, other trees and queries written in place, and with the last requests as graph padding
     (seq_len 1 and 0 of request-pool row 0): the real rows equal the reference, nothing is NaN."""
-    n, bs, ctx, slots_total = 16, 4, 12000, 4 * 12000 + 64
+    n, bs, ctx = 16, 4, 12000
+    slots_total = (bs + 1) * ctx + 64  # req_to_token has bs + 1 rows (pool row 0 is the padding's), slots distinct
     g = torch.Generator(device="cuda").manual_seed(7)
     rnd = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
     kc, vc = rnd(slots_total, HKV, D), rnd(slots_total, HKV, D)
@@ -159,9 +169,11 @@ def test_graph_capture_then_replay_other_prefixes_slots_trees_and_padding():
         fi.prepare(n, bs, r2t, rows, lens)  # the metadata: out of the graph
 
     problem(1, [3, 40, 200, 7], [1, 2, 3, 4])
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # warm-up off the capture, after the metadata written on the default stream
+    stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         _cascade(fi, n, bs, q, kc, vc, kt, vt, mask, scale, no_prefix, dummy)
+    torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
