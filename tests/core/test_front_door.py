@@ -3,6 +3,7 @@ whose pins cannot drift apart, and CI runs exactly those two commands, in that o
 
 (An unpinned `transformers` in the test extra let `make demo` install a release that pulls in `kernels`; `make test`
 then pinned an older transformers but left `kernels`, and SGLang 0.5.17's own transformers failed to import.)"""
+import os
 import re
 import shutil
 import subprocess
@@ -31,7 +32,9 @@ def test_transformers_is_pinned_once_in_the_test_extra():
 def _dry_run(target: str) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    r = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under `make test`
+    r = subprocess.run(["make", "-n", "-B", "--no-print-directory", target], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=env)
     assert r.returncode == 0, r.stderr
     return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
 
