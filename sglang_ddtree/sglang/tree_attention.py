@@ -55,10 +55,11 @@ BACKENDS = {"MHATokenToKVPool": ("TritonAttnBackend", "FlashInferAttnBackend"),
             "MLATokenToKVPool": ("TritonAttnBackend", "FlashMLABackend", "FlashInferMLAAttnBackend")}
 MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
 PREFIXES = ("auto", "tree", "flashmla", "flashinfer")  # SGLANG_DDTREE_PREFIX (args.PREFIX)
-# what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve, `tree`): flip to "flashinfer" once the
-# H200 measurement (scripts/gpu/verify_cascade_bench.py, run by ATTN_STEPS=cascade scripts/gpu/30_attention.sh)
-# shows the cascade ahead
-AUTO_GQA_PREFIX = "tree"
+# what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve: `tree`). The cascade, measured a layer on
+# the H200 at Qwen3-8B shapes (docs/benchmarks/verify-cascade-h200-2026-12-04.md), took 0.45-0.88x the whole-prefix
+# kernel's time at 8k prefixes and at width >= 32, and lost only at a 1k prefix with one or four requests at width
+# 16 (by 7 us a layer); served greedy, every divergence from the plain server a near-tie
+AUTO_GQA_PREFIX = "flashinfer"
 
 
 def is_mla(model_runner) -> bool:
@@ -247,12 +248,13 @@ class TreeVerifyAttention:
         """The target's attention layers (each runs one verify attention a round)."""
         return int(getattr(self.pool, "layer_num", 0) or 1)
 
-    def time_verify(self, bs: int, n: int, prefix: int, reps: int = 5) -> float | None:
-        """Median seconds of one layer's verify attention (this path's metadata excluded) for bs requests of
-        verify width n over prefixes of `prefix` tokens, by CUDA events after two warm calls, through this
-        path's own metadata and layer code on random queries: the auto budget's start-up table (before any
-        request: rows 0..bs-1 of req_to_token hold distinct pool slots meanwhile, and are restored). None
-        where the pool has fewer request rows than bs."""
+    def time_verify(self, bs: int, n: int, prefix: int, reps: int = 5, calls: int = 4) -> float | None:
+        """Seconds of GPU time of one layer's verify attention (the metadata excluded) for bs requests of verify
+        width n over prefixes of `prefix` tokens: `calls` layer calls captured in a CUDA graph, as the server
+        runs them (eagerly, the host's launches would hide the GPU's time), the median of `reps` replays by CUDA
+        events, per call. Through this path's own metadata and layer code on random queries: the auto budget's
+        start-up table (before any request: rows 0..bs-1 of req_to_token hold distinct pool slots meanwhile,
+        and are restored). None where the pool has fewer request rows than bs."""
         import types
 
         rt = self.req_to_token
@@ -274,17 +276,28 @@ class TreeVerifyAttention:
                                    forward_mode=types.SimpleNamespace(is_target_verify=lambda: True))
         q = torch.randn(bs * n, hq * d, device=dev, dtype=dt)
         k, v = torch.randn(bs * n, hkv * d, device=dev, dtype=dt), torch.randn(bs * n, hkv * dv, device=dev, dtype=dt)
+        layer_call = lambda: self._forward_extend(q, k, v, layer, fb, save_kv_cache=False)  # noqa: E731
         times = []
         try:
             self._metadata(fb)
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):  # warm-up off the capture (planning, lazy allocations)
+                layer_call()
+            torch.cuda.current_stream(dev).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    layer_call()
             for i in range(reps + 2):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                self._forward_extend(q, k, v, layer, fb, save_kv_cache=False)
+                graph.replay()
                 end.record()
                 end.synchronize()
                 if i >= 2:
-                    times.append(start.elapsed_time(end) / 1e3)
+                    times.append(start.elapsed_time(end) / 1e3 / calls)
+            del graph
         finally:
             rt[:bs].copy_(saved)
         return sorted(times)[len(times) // 2]

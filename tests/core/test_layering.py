@@ -18,7 +18,7 @@ REGISTRATION = {
                             "sglang.srt.managers.overlap_utils"},
     "sglang/args.py": {"sglang.srt.utils.hf_transformers_utils", "sglang.srt.speculative.dflash_utils",
                        "sglang.srt.arg_groups.speculative_hook"},
-    "sglang/compat.py": {"sglang.srt.server_args", "sglang.srt.arg_groups.overrides",
+    "sglang/compat.py": {"sglang.srt.server_args", "sglang.srt.arg_groups.overrides", "sglang.srt.runtime_context",
                          "sglang.srt.plugins.hook_registry", "sglang.srt.arg_groups.resolution_hooks"},
     "sglang/check.py": {"sglang.srt.plugins", "sglang.srt.speculative.spec_info"},
 }

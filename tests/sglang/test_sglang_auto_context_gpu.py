@@ -42,5 +42,5 @@ def test_verify_attention_time_grows_with_the_prefix_and_the_width(plugins_loade
     before = req_to_token.clone()
     t = {(w, p): ta.time_verify(4, w, p) for w in (16, 64) for p in (1, 16384)}
     assert torch.equal(req_to_token, before)  # the borrowed rows are restored
-    assert t[(16, 16384)] > 2 * t[(16, 1)] and t[(64, 16384)] > t[(16, 16384)]
+    assert t[(16, 16384)] > 1.5 * t[(16, 1)] and t[(64, 16384)] > t[(16, 16384)]
     assert ta.layers == 36 and ta.time_verify(rows + 1, 16, 1) is None

@@ -87,7 +87,7 @@ def test_only_target_verify_is_rerouted_and_its_metadata_is_the_prefix_slot_list
     runner = make_runner()
     base = runner.attn_backend
     n, hq, hkv, d = 5, 8, 2, 128
-    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=4)
+    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=4, prefix="tree")
     ta.install()
     assert base.ddtree_tree_attention is ta
     decode = types.SimpleNamespace(forward_mode=Mode("DECODE"))
@@ -313,16 +313,16 @@ def _attend(q, keys, values, scale):
 
 def _random_tree_masks(bs, n, g):
     """Ancestor bitsets int32 [bs, n, words] of random trees (node 0 the root, each node's parent before it)."""
-    bits = torch.zeros(bs, n, dtype=torch.int64)
-    for b in range(bs):
-        for i in range(n):
-            parent = int(torch.randint(0, i, (1,), generator=g)) if i else None
-            bits[b, i] = (1 << i) | (int(bits[b, parent]) if parent is not None else 0)
     words = (n + 31) // 32
     out = torch.zeros(bs, n, words, dtype=torch.int32)
-    for w in range(words):
-        part = (bits >> (32 * w)) & 0xFFFFFFFF
-        out[..., w] = torch.where(part >= 2**31, part - 2**32, part).to(torch.int32)
+    for b in range(bs):
+        bits = []  # Python ints: any width (a 64-node tree's bit 63 overflows an int64)
+        for i in range(n):
+            parent = int(torch.randint(0, i, (1,), generator=g)) if i else None
+            bits.append((1 << i) | (bits[parent] if parent is not None else 0))
+            for w in range(words):
+                part = (bits[i] >> (32 * w)) & 0xFFFFFFFF
+                out[b, i, w] = part - 2**32 if part >= 2**31 else part
     return out
 
 
@@ -501,7 +501,8 @@ def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypa
         if want == "tree":
             with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla, but"):
                 TA.TreeVerifyAttention(runner, n=3, max_bs=2, prefix="flashmla")
-    assert TA.TreeVerifyAttention(make_runner(), n=3, max_bs=2).prefix == "tree"  # not MLA
+    have["flashinfer"] = False
+    assert TA.TreeVerifyAttention(make_runner(), n=3, max_bs=2).prefix == "tree"  # not MLA (and no FlashInfer)
 
 
 # --- the FlashInfer prefix for MHA/GQA targets (SGLANG_DDTREE_PREFIX=flashinfer) ------------------------------
@@ -654,9 +655,9 @@ def test_flashinfer_prefix_cascade_equals_attention_over_prefix_and_tree(plugins
 
 
 def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
-    """Which prefix each MHA/GQA target gets, decided at construction: `auto` is AUTO_GQA_PREFIX (our kernel
-    until the H200 says otherwise); with auto set to FlashInfer, FlashInfer wherever it serves (head dims 64 /
-    128 / 256, flashinfer importable, a plan that compiles) and our kernel elsewhere; an explicit `flashinfer`
+    """Which prefix each MHA/GQA target gets, decided at construction: `auto` is AUTO_GQA_PREFIX (FlashInfer
+    since the H200 measured it ahead): FlashInfer wherever it serves (head dims 64 / 128 / 256, flashinfer
+    importable, a plan that compiles) and our kernel elsewhere, or always our kernel with AUTO_GQA_PREFIX `tree`; an explicit `flashinfer`
     where it cannot serve is refused naming the reason; `tree` is always our kernel; FlashMLA is refused for a
     non-MLA target and FlashInfer for an MLA one."""
     from sglang_ddtree.sglang import tree_attention as TA
@@ -665,18 +666,18 @@ def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
     have = {"flashinfer": True}
     monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
     mk = lambda backend, d: _gqa_runner(backend, ctx=64, rows=2, d=d)[0]  # noqa: E731
-    assert TA.AUTO_GQA_PREFIX == "tree"
+    assert TA.AUTO_GQA_PREFIX == "flashinfer"
     for backend in ("TritonAttnBackend", "FlashInferAttnBackend"):
         for d in (32, 64, 128):
             for importable in (True, False):
                 have["flashinfer"] = importable
                 serves = d in (64, 128) and importable
-                assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2).prefix == "tree"
+                got = TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2).prefix
+                assert got == ("flashinfer" if serves else "tree"), (backend, d, importable)
                 assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="tree").prefix == "tree"
                 with monkeypatch.context() as m:
-                    m.setattr(TA, "AUTO_GQA_PREFIX", "flashinfer")
-                    got = TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2).prefix
-                    assert got == ("flashinfer" if serves else "tree"), (backend, d, importable)
+                    m.setattr(TA, "AUTO_GQA_PREFIX", "tree")
+                    assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2).prefix == "tree"
                 if serves:
                     assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="flashinfer").prefix == "flashinfer"
                 else:
