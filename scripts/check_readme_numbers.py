@@ -110,6 +110,8 @@ AUTO_AB = BENCH + "sglang-h200-2026-12-04-auto-ab.json"  # tiny pair: calls 1 an
 AUTO_RC = BENCH + "round-cost-h200-2026-12-04-auto.json"  # 8B-shaped, auto vs budgets 15 / 63 and DFLASH
 KIMI_TURNS = BENCH + "round-cost-kimi-h200-2026-12-04-cascade-interleaved.json"  # servers taking turns
 DEMO = BENCH + "demo-cpu-2026-12-04.json"  # `make demo`, kernels already built
+ROBUST = BENCH + "robust-h200-2026-12-04.json"  # every request feature against the plain server (issue 29)
+CASCADE_LOSSLESS = BENCH + "sglang-cascade-h200-2026-12-04-lossless.json"  # the FlashInfer cascade served
 DEMO_COLD = BENCH + "demo-cpu-2026-12-04-cold.json"  # the same, on a first run (native kernels built)
 # the Kimi-shaped run's server names (measured before the cascade became the default on flashmla)
 CASCADE = "ddtree_b15_flashmla_prefix"
@@ -149,6 +151,23 @@ def _demo_tau(doc, method: str, temperature: float, budget=None) -> float:
     return row["tau"]
 
 
+def _robust(doc, name, *fields):
+    """A check of the requests run (robust_check.py), which must have passed, and the DDTree server alive."""
+    c = doc["checks"][name]
+    if not (doc["alive"] and c["ok"] and c["healthy_after"]):
+        raise LookupError(f"the requests run's {name} did not pass")
+    return tuple(c[f] for f in fields) if len(fields) > 1 else c[fields[0]]
+
+
+def _cascade_identity(doc):
+    """(fewest, most) prompts identical among the cascade servers, and the prompt count; every divergence a tie."""
+    servers = {k: v for k, v in doc["servers"].items() if k.startswith("dd_cascade")}
+    if any(v["unexplained"] for v in servers.values()):
+        raise LookupError("a cascade server has an unexplained divergence")
+    same = [v["identical"] for v in servers.values()]
+    return min(same), doc["prompts"], max(same), doc["prompts"]
+
+
 def _demo_lossless(doc) -> int:
     """The demo's prompt count, when every greedy row was identical to AR."""
     if not all(r["identical_to_ar"] for r in doc["rows"] if r["temperature"] == 0):
@@ -163,7 +182,21 @@ CLAIMS = [
      lambda warm, cold: (warm["wall_s"], cold["wall_s"]), None),
     ("greedy, DDTree committed **{} tokens per target forward** against the chain's {}", DEMO,
      lambda d: (_demo_tau(d, "served", 0.0), _demo_tau(d, "chain", 0.0)), None),
+    # --- Requests
+    ("greedy output identical on **{}/{}** prompts for each kind", ROBUST,
+     lambda d: min(_robust(d, f"grammar_{k}", "identical", "of") for k in ("json_schema", "regex", "ebnf")), None),
+    ("`top_p` 1e-6 at T = 1.5 identical to greedy on {}/{}", ROBUST,
+     lambda d: _robust(d, "top_p_1e-6", "identical", "of"), None),
+    ("`n` = 8 gave {} distinct samples", ROBUST, lambda d: _robust(d, "independent_samples", "n8_distinct"), None),
+    ("identical on {}/{} each to the plain server run", ROBUST,
+     lambda d: min(_robust(d, k, "identical", "of") for k in ("frequency_penalty", "presence_penalty",
+                                                              "repetition_penalty", "min_new_tokens")), None),
+    ("within **{}** of the plain server's", ROBUST, lambda d: _robust(d, "logprobs", "max_abs_logprob_diff"), None),
+    ("256 streams with {} disconnected mid-stream under retraction: the server stayed healthy, {}/{} completed",
+     ROBUST, lambda d: (256 - _robust(d, "load_256_with_disconnects", "of"),)
+     + _robust(d, "load_256_with_disconnects", "identical", "of"), None),
     # --- Results
+    ("**{}/{}** to {}/{} identical on triton, flashinfer, pages 16 and 64", CASCADE_LOSSLESS, _cascade_identity, None),
     ("**{} µs** vs {} ms: **×{}**", GPU_TREE,
      lambda d: (at("stage.gpu_stage_us")(d), at("stage.ported_total_ms")(d),
                 at("stage.speedup_stage_vs_ported_total")(d)), None),

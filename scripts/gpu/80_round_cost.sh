@@ -16,8 +16,8 @@
 # RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=tree), RC_MLA_KV_MOVE (1: also
 # with SGLANG_DDTREE_MLA_KV_MOVE=one_launch), RC_SERVERS (names to keep, in order), RC_PROFILE
 # (the profiled concurrencies, "1 16"; empty: none),
-# RC_CASCADE (GQA, 1 by default: also DFLASH on flashinfer and DDTree with SGLANG_DDTREE_PREFIX=flashinfer: auto on
-# triton and on flashinfer, and the first budget on triton),
+# RC_CASCADE (GQA, 1 by default: also DFLASH on flashinfer, DDTree's auto budget with SGLANG_DDTREE_PREFIX=tree and
+# on the flashinfer backend),
 # RC_START_ALL (0: one server up at a time; 1: all start together, memory split, and take turns pass by pass,
 # RC_REPEATS passes each, 3 by default), RC_TRITON (0: leave out the DFLASH
 # and DDTree servers on triton, e.g. to measure only the FlashMLA pair in one call)
@@ -50,13 +50,12 @@ b0=${BUDGETS%% *}
 [ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $D"
 [ "${RC_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DD")
-# DFLASH on flashinfer (its fastest backend here at long context), and DDTree's auto budget with the prefix
-# through FlashInfer (the cascade) on triton (the plugin's default backend) and on flashinfer
+# DFLASH on flashinfer (its fastest backend here at long context); DDTree's auto budget with our kernel over the
+# whole prefix (SGLANG_DDTREE_PREFIX=tree: the GQA default before the cascade) and with the cascade on flashinfer
 if [ $MLA = 0 ] && [ "${RC_CASCADE:-1}" = 1 ]; then
   S+=(--server "dflash_flashinfer=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend flashinfer")
-  S+=(--server "ddtree_auto_cascade=SGLANG_DDTREE_PREFIX=flashinfer SGLANG_DDTREE_BUDGET=auto $DD")
-  S+=(--server "ddtree_auto_cascade_fi=SGLANG_DDTREE_PREFIX=flashinfer SGLANG_DDTREE_BUDGET=auto $DD --attention-backend flashinfer")
-  S+=(--server "ddtree_b${b0}_cascade=SGLANG_DDTREE_PREFIX=flashinfer $DD --speculative-num-draft-tokens $((b0 + 1))")
+  S+=(--server "ddtree_auto_tree=SGLANG_DDTREE_PREFIX=tree SGLANG_DDTREE_BUDGET=auto $DD")
+  S+=(--server "ddtree_auto_fi=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend flashinfer")
 fi
 if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
   FM="--attention-backend flashmla --page-size 64 --speculative-draft-attention-backend triton"

@@ -123,7 +123,7 @@ class DecodeRound:
             return
         self.tree_attn = tree_attention.TreeVerifyAttention(runner, n=self.verify_width, max_bs=self._max_bs,
                                                             widths=() if self.auto is None else self.auto.widths,
-                                                            prefix=self.knobs.mla_prefix)
+                                                            prefix=self.knobs.prefix)
         if self.head.static_tree is not None:  # the draft graph writes the bitsets straight where verify reads
             self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
         self.tree_attn.install()

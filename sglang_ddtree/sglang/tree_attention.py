@@ -55,10 +55,9 @@ BACKENDS = {"MHATokenToKVPool": ("TritonAttnBackend", "FlashInferAttnBackend"),
             "MLATokenToKVPool": ("TritonAttnBackend", "FlashMLABackend", "FlashInferMLAAttnBackend")}
 MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
 PREFIXES = ("auto", "tree", "flashmla", "flashinfer")  # SGLANG_DDTREE_PREFIX (args.PREFIX)
-# what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve: `tree`). The cascade, measured a layer on
-# the H200 at Qwen3-8B shapes (docs/benchmarks/verify-cascade-h200-2026-12-04.md), took 0.45-0.88x the whole-prefix
-# kernel's time at 8k prefixes and at width >= 32, and lost only at a 1k prefix with one or four requests at width
-# 16 (by 7 us a layer); served greedy, every divergence from the plain server a near-tie
+# what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve: `tree`): the cascade, which a layer's
+# timing on the H200 puts well ahead of the whole-prefix kernel at long prefixes and wide trees and a few µs behind
+# at short prefixes (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md §3)
 AUTO_GQA_PREFIX = "flashinfer"
 
 
