@@ -211,26 +211,29 @@ def _hf_config(path, view, revision=None):
     return get_config(path, trust_remote_code=bool(getattr(view, "trust_remote_code", False)), revision=revision)
 
 
+def _text_config(view):
+    """The target's (text) HF config, or None where it cannot be read (SGLang reports that itself, later and
+    better)."""
+    try:
+        cfg = _hf_config(view.model_path, view, getattr(view, "revision", None))
+    except Exception:
+        return None
+    return getattr(cfg, "text_config", None) or cfg
+
+
 def mla_dims(view) -> tuple | None:
     """(latent KV rank, rope head dim) of an MLA target (DeepSeek-V2/V3, Kimi: the HF config carries a latent
     KV rank), else None."""
-    try:
-        cfg = _hf_config(view.model_path, view, getattr(view, "revision", None))
-    except Exception:  # unreadable config: SGLang reports it itself, later and better
-        return None
-    text = getattr(cfg, "text_config", None) or cfg
+    text = _text_config(view)
     rank = getattr(text, "kv_lora_rank", None)
     return None if rank is None else (int(rank), int(getattr(text, "qk_rope_head_dim", 0) or 0))
 
 
-
 def head_dim(view) -> int | None:
     """The target's attention head dim from its HF config (head_dim, else hidden / heads), or None."""
-    try:
-        cfg = _hf_config(view.model_path, view, getattr(view, "revision", None))
-    except Exception:  # unreadable config: SGLang reports it itself, later and better
+    text = _text_config(view)
+    if text is None:
         return None
-    text = getattr(cfg, "text_config", None) or cfg
     d = getattr(text, "head_dim", None)
     if d is None and getattr(text, "hidden_size", None) and getattr(text, "num_attention_heads", None):
         d = text.hidden_size // text.num_attention_heads
