@@ -41,16 +41,25 @@ class PenaltyParams:
     stop: torch.Tensor
 
 
+def _to_device(host: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device's queue (pinned, non-blocking on CUDA)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def params_of(reqs: list, vocab: int, device) -> PenaltyParams:
-    """The round's PenaltyParams from its requests (one host→device copy per field)."""
-    f32 = lambda name: torch.tensor([getattr(r, name) for r in reqs], dtype=torch.float32, device=device)
+    """The round's PenaltyParams from its requests (one host→device copy per field, none waiting on the device)."""
+    f32 = lambda name: _to_device(torch.tensor([getattr(r, name) for r in reqs], dtype=torch.float32), device)
     stop = torch.zeros(len(reqs), vocab, dtype=torch.bool)
     for b, r in enumerate(reqs):
         ids = [t for t in r.stop if 0 <= t < vocab]
         if ids and r.min_new > 0:
             stop[b, ids] = True
     return PenaltyParams(f32("frequency"), f32("presence"), f32("repetition"),
-                         torch.tensor([r.min_new for r in reqs], dtype=torch.int64, device=device), stop.to(device))
+                         _to_device(torch.tensor([r.min_new for r in reqs], dtype=torch.int64), device),
+                         _to_device(stop, device))
 
 
 def path_tokens(tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor, depth_limit: int) -> torch.Tensor:
@@ -123,9 +132,9 @@ class PenaltyCounts:
         for b, r in enumerate(reqs):
             if self.owner.get(r.row) is not r.key:
                 self.owner[r.row] = r.key
-                history = torch.tensor(r.output or [0], dtype=torch.int64, device=dev)
+                history = _to_device(torch.tensor(r.output or [0], dtype=torch.int64), dev)
                 self.reset(r.row, history, (prefix[b] - r.prompt_len).clamp(min=0, max=len(r.output)))
-        rows = torch.tensor([r.row for r in reqs], dtype=torch.int64, device=dev)
+        rows = _to_device(torch.tensor([r.row for r in reqs], dtype=torch.int64), dev)
         self.add(rows, roots.view(-1, 1), torch.ones_like(rows))
         return rows
 
