@@ -50,6 +50,8 @@ b0=${BUDGETS%% *}
 [ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $D"
 [ "${RC_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DD")
+# exactly what a user types: no budget, no backend (auto on triton, the prefix through FlashInfer for GQA)
+S+=(--server "ddtree_default=$DD")
 # DFLASH on flashinfer (its fastest backend here at long context); DDTree's auto budget with our kernel over the
 # whole prefix (SGLANG_DDTREE_PREFIX=tree: the GQA default before the cascade) and with the cascade on flashinfer
 if [ $MLA = 0 ] && [ "${RC_CASCADE:-1}" = 1 ]; then
