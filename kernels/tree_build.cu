@@ -1,7 +1,7 @@
 // Best-first DDTree build (DESIGN.md §3, bit for bit) for a whole batch in one launch.
 //
 // One block per request. Warp 0 runs the pops; the other warps only help to stage the input and to emit
-// the outputs. The frontier is one slot per emitted node (kernels.md §1.3): a node's pending candidate is
+// the outputs. The frontier is one slot per emitted node: a node's pending candidate is
 // its lowest unpopped child rank, so slot p holds (key, rank, depth) of the next child of node p. Slot p
 // lives in lane p % 32, register p / 32. Every pop is a warp argmax:
 //   key = float64 path log-weight mapped to a monotone uint64 (0 = empty slot; -0.0 folded into +0.0 as
@@ -27,9 +27,6 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint64_t kSign = 0x8000000000000000ull;
 constexpr uint32_t kNegZero = 1u << 31;       // metadata bit: the weight is -0.0
-constexpr int32_t kFlagNonfinite = 1;
-constexpr int32_t kFlagExhausted = 2;
-constexpr int32_t kFlagUnsorted = 16;
 
 __device__ __forceinline__ uint64_t order_key(double x) {
   const uint64_t b = static_cast<uint64_t>(__double_as_longlong(__dadd_rn(x, 0.0)));
@@ -274,8 +271,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   }
   if (tid == 0) {
     out.num_nodes[b] = count + 1;
-    out.flags[b] = refused ? ((nonfinite ? kFlagNonfinite : 0) | (out_of_order ? kFlagUnsorted : 0))
-                           : (count < budget ? kFlagExhausted : 0);
+    out.flags[b] = refused ? ((nonfinite ? kFlagNonfiniteInput : 0) | (out_of_order ? kFlagUnsortedInput : 0))
+                           : (count < budget ? kFlagHeapExhausted : 0);
   }
   int32_t* bits_b = out.mask_bits + b * nn * W;
   for (int e = tid; e < n * W; e += nthreads) bits_b[e] = static_cast<int32_t>(s_bits[e]);

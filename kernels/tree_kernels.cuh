@@ -7,11 +7,12 @@
 #include <cuda_runtime_api.h>
 #include <cstdint>
 
+#include "tree_constants.h"
+
 namespace ddtree {
 
-// Limits of the CUDA builder (the binding checks them): n = budget + 1 <= kMaxTreeSlots keeps one mask
-// word per lane; ranks and depths are packed into 10 + 11 bits of the frontier metadata.
-constexpr int kMaxTreeSlots = 1024;
+// Limits of the CUDA builder (the binding checks them): n = budget + 1 <= kMaxTreeSlots (tree_constants.h);
+// ranks and depths are packed into 10 + 11 bits of the frontier metadata.
 constexpr int kMaxDepth = 2047;
 constexpr int kMaxTopK = 1024;
 

@@ -2,12 +2,14 @@
 // place for every backend: the CPU ops (kernels/cpu/*.cpp) and the CUDA kernels (kernels/*.cu) include it.
 //
 // Links must point strictly forward and stay inside [1, num_nodes); the path may not exceed the depth limit.
-// Anything else sets kWalkMalformed and stops the walk, so a request finishes after at most n link reads,
+// Anything else sets kFlagMalformedTree and stops the walk, so a request finishes after at most n link reads,
 // whatever the input (cyclic, out-of-range or corrupted trees included). Link values outside [-1, n) may be
 // passed as they are or squashed to n (the CUDA kernels stage 32-bit links): both fail the range check.
 #pragma once
 
 #include <cstdint>
+
+#include "tree_constants.h"
 
 #ifdef __CUDACC__
 #define DDTREE_HD __host__ __device__ __forceinline__
@@ -17,12 +19,10 @@
 
 namespace ddtree {
 
-constexpr int32_t kWalkMalformed = 4;  // flags.MALFORMED_TREE
-
 struct WalkResult {
   int len;        // accepted nodes incl. the root (= tokens committed incl. the bonus)
   int last;       // the last accepted node (its target token is the bonus)
-  int32_t flags;  // kWalkMalformed or 0
+  int32_t flags;  // kFlagMalformedTree or 0
 };
 
 // tok/tgt/nt/ns: one request's n tokens, per-node target tokens and links; acc: depth_limit + 1 slots,
@@ -33,7 +33,7 @@ DDTREE_HD WalkResult walk_tree(const Tok* tok, const Tok* tgt, const Link* nt, c
   int32_t flg = 0;
   int64_t nn = num_nodes;
   if (nn < 1 || nn > n) {
-    flg |= kWalkMalformed;
+    flg |= kFlagMalformedTree;
     nn = nn < 1 ? 1 : n;
   }
   acc[0] = 0;
@@ -45,7 +45,7 @@ DDTREE_HD WalkResult walk_tree(const Tok* tok, const Tok* tgt, const Link* nt, c
     while (c != -1) {
       ++steps;
       if (!(prev < c && c < nn) || steps > n) {
-        flg |= kWalkMalformed;
+        flg |= kFlagMalformedTree;
         broken = true;
         break;
       }
@@ -58,7 +58,7 @@ DDTREE_HD WalkResult walk_tree(const Tok* tok, const Tok* tgt, const Link* nt, c
     }
     if (broken || matched == -1) break;
     if (len == depth_limit + 1) {
-      flg |= kWalkMalformed;
+      flg |= kFlagMalformedTree;
       break;
     }
     acc[len++] = static_cast<int32_t>(matched);

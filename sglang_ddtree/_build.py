@@ -27,6 +27,16 @@ def kernels_dir() -> Path:
     raise FileNotFoundError(f"kernels/ sources not found next to {_PKG}")
 
 
+@functools.cache
+def header_constants(header: str = "tree_constants.h") -> dict[str, int]:
+    """The `constexpr <int type> kName = value;` lines of a kernels/ header, by name: how Python reads the
+    numbers the kernels share with it (flags.py, sizes.py), so they are written down once."""
+    import re
+
+    text = (kernels_dir() / header).read_text()
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"constexpr\s+\w+\s+(k\w+)\s*=\s*(-?\d+)\s*;", text)}
+
+
 def _verbose() -> bool:
     return os.environ.get("SGLANG_DDTREE_BUILD_VERBOSE", "0") == "1"
 

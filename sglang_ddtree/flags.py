@@ -1,15 +1,18 @@
-"""Status bits shared by every backend (one home, so CPU, CUDA and the oracle cannot drift).
+"""Status bits shared by every backend; their values are kernels/tree_constants.h's, so CPU, CUDA and the oracle
+cannot drift.
 
 A flag never stops a batch: the request gets a well-defined fallback (root-only tree, or the walk
 stopped where the input went bad) and the caller decides what to do with it.
 """
+from ._build import header_constants
 
+_H = header_constants()
 OK = 0
-NONFINITE_INPUT = 1   # a NaN/+inf draft log-prob was seen; the tree is root-only (−inf is a masked token: never emitted)
-HEAP_EXHAUSTED = 2    # fewer than `budget` nodes exist (k^1 + … + k^L < budget)
-MALFORMED_TREE = 4    # accept walk met an out-of-range / non-increasing link or exceeded the depth limit
-NONFINITE_TARGET = 8  # accept walk reached a node whose target logits had no token (NaN / all −inf): bonus −1
-UNSORTED_INPUT = 16   # a draft top-k row was not sorted descending; the tree is root-only
+NONFINITE_INPUT = _H["kFlagNonfiniteInput"]    # a NaN/+inf draft log-prob was seen; the tree is root-only (−inf is a masked token: never emitted)
+HEAP_EXHAUSTED = _H["kFlagHeapExhausted"]      # fewer than `budget` nodes exist (k^1 + … + k^L < budget)
+MALFORMED_TREE = _H["kFlagMalformedTree"]      # accept walk met an out-of-range / non-increasing link or exceeded the depth limit
+NONFINITE_TARGET = _H["kFlagNonfiniteTarget"]  # accept walk reached a node whose target logits had no token (NaN / all −inf): bonus −1
+UNSORTED_INPUT = _H["kFlagUnsortedInput"]      # a draft top-k row was not sorted descending; the tree is root-only
 
 NAMES = {NONFINITE_INPUT: "nonfinite_input", HEAP_EXHAUSTED: "heap_exhausted", MALFORMED_TREE: "malformed_tree",
          NONFINITE_TARGET: "nonfinite_target", UNSORTED_INPUT: "unsorted_input"}

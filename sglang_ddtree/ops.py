@@ -11,6 +11,8 @@ import functools
 
 import torch
 
+from .sizes import verify_width
+
 NS = "sglang_ddtree"
 
 _TREE_OUT = ("num_nodes", "tokens", "parents", "depths", "ranks", "logw", "positions", "retrive_index",
@@ -49,7 +51,7 @@ def mask_words(n: int) -> int:
 
 @torch.library.register_fake(f"{NS}::build_tree_from_topk")
 def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget, chain_pops=0):
-    B, n = lp.shape[0], budget + 1
+    B, n = lp.shape[0], verify_width(budget)
     i32 = dict(dtype=torch.int32, device=lp.device)
     i64 = dict(dtype=torch.int64, device=lp.device)
     return (lp.new_empty((B,), **i32), lp.new_empty((B, n), **i64), lp.new_empty((B, n), **i32),

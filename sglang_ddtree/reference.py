@@ -12,6 +12,7 @@ import heapq
 import numpy as np
 
 from . import flags as F
+from .sizes import verify_width
 
 
 def _empty_tree(n: int, root_token: int, seq_len: int) -> dict:
@@ -57,7 +58,7 @@ def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: 
         raise ValueError(f"chain_pops must be >= 0, got {chain_pops}")
     L, k = lp.shape
     forced = min(chain_pops, budget, L)
-    n = budget + 1
+    n = verify_width(budget)
     out = _empty_tree(n, root_token, seq_len)
     out.pop("_root_token")
     out["tokens"][0] = root_token

@@ -13,9 +13,8 @@ import torch
 
 from . import _checks as C
 from . import ops
+from .sizes import MAX_BUDGET, verify_width
 from .topk import topk_logprobs
-
-MAX_BUDGET = 4096  # bounds mask memory (B·n² bytes); the CUDA builder supports up to 512
 
 
 @dataclasses.dataclass
@@ -41,7 +40,7 @@ class TreeBatch:
 
     @property
     def n(self) -> int:
-        return self.budget + 1
+        return verify_width(self.budget)
 
     @property
     def batch_size(self) -> int:
@@ -56,18 +55,6 @@ class TreeBatch:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if isinstance(getattr(self, f.name), torch.Tensor)}
 
-    def full_mask(self, prefix_lens: torch.Tensor) -> torch.Tensor:
-        """SGLang's FULL_MASK layout: per request, n rows of (prefix_len + n) columns, prefix all visible,
-        flattened and concatenated over requests (bool [Σ n·(prefix_len + n)]).
-        Sizes come from host-side prefix lengths, as SGLang's scheduler provides them."""
-        lens = [int(x) for x in (prefix_lens.tolist() if isinstance(prefix_lens, torch.Tensor) else prefix_lens)]
-        parts = []
-        for b, plen in enumerate(lens):
-            rows = torch.ones(self.n, plen + self.n, dtype=torch.bool, device=self.tree_mask.device)
-            rows[:, plen:] = self.tree_mask[b]
-            parts.append(rows.reshape(-1))
-        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool, device=self.tree_mask.device)
-
 
 assert tuple(f.name for f in dataclasses.fields(TreeBatch))[:len(ops._TREE_OUT)] == ops._TREE_OUT
 
@@ -76,13 +63,15 @@ def _tree_from_outputs(outs, budget: int, depth_limit: int, topk: int) -> TreeBa
     return TreeBatch(*outs, budget, depth_limit, topk)  # the op's outputs are in field order (ops._TREE_OUT)
 
 
-ANCHORS = (None, "chain")
+# the tree's anchor, by the name a user types: 'chain' (the drafter's greedy chain always in the tree) or 'none'
+# (None, the paper's tree)
+ANCHORS = {"chain": "chain", "none": None}
 
 
 def chain_pops(anchor, depth_limit: int) -> int:
     """The builder's forced greedy-chain pops for `anchor`: None -> 0 (the paper's tree), 'chain' -> L."""
-    if anchor not in ANCHORS:
-        raise ValueError(f"anchor must be one of {ANCHORS}, got {anchor!r}")
+    if anchor not in ANCHORS.values():
+        raise ValueError(f"anchor must be one of {tuple(ANCHORS.values())}, got {anchor!r}")
     return depth_limit if anchor == "chain" else 0
 
 
@@ -90,7 +79,7 @@ def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0) ->
     """Loop the numpy oracle over requests (tests and tools; never a hot path)."""
     from .reference import build_tree_reference
 
-    B, n = lp.shape[0], budget + 1
+    B, n = lp.shape[0], verify_width(budget)
     lp_np, ids_np = lp.detach().cpu().numpy(), ids.detach().cpu().numpy()
     roots, lens = root_tokens.cpu().tolist(), seq_lens.cpu().tolist()
     per = [build_tree_reference(lp_np[b], ids_np[b], budget, root_token=roots[b], seq_len=lens[b],

@@ -17,11 +17,13 @@
 #include <cstring>
 #include <vector>
 
+#include "tree_constants.h"
+
 namespace {
 
-constexpr int32_t kNonfiniteInput = 1;
-constexpr int32_t kHeapExhausted = 2;
-constexpr int32_t kUnsortedInput = 16;
+using ddtree::kFlagHeapExhausted;
+using ddtree::kFlagNonfiniteInput;
+using ddtree::kFlagUnsortedInput;
 
 // Branch-free scan (vectorises): NaN or +inf anywhere (an exponent of all ones, except -inf, a masked token).
 inline bool no_nan_or_posinf(const float* x, int64_t count) {
@@ -84,7 +86,7 @@ class Builder {
     *flags = 0;
     // NaN / +inf, or a row not sorted descending: the request is root-only and flagged. -inf entries are
     // masked tokens, never emitted (the pops stop when only -inf candidates are left).
-    *flags = (no_nan_or_posinf(lp, L_ * k_) ? 0 : kNonfiniteInput) | (rows_sorted(lp, L_, k_) ? 0 : kUnsortedInput);
+    *flags = (no_nan_or_posinf(lp, L_ * k_) ? 0 : kFlagNonfiniteInput) | (rows_sorted(lp, L_, k_) ? 0 : kFlagUnsortedInput);
     if (*flags) return;
 
     const int64_t L = L_, k = k_;
@@ -183,7 +185,7 @@ class Builder {
       replace_at(at, has_sib, {sib, e.parent, static_cast<int32_t>(d), static_cast<int32_t>(r + 1)});
       if (d < L) push({e.logw + static_cast<double>(lp[d * k]), static_cast<int32_t>(i), static_cast<int32_t>(d + 1), 0});
     }
-    if (count < budget_) *flags |= kHeapExhausted;
+    if (count < budget_) *flags |= kFlagHeapExhausted;
     *num_nodes = static_cast<int32_t>(count + 1);
   }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tree_commit.cuh"
+#include "tree_constants.h"
 
 namespace {
 
@@ -40,8 +41,9 @@ std::vector<at::Tensor> commit_tree_cuda(const at::Tensor& tokens, const at::Ten
   TORCH_CHECK(prefix_lens.is_cuda() && prefix_lens.numel() == B && prefix_lens.is_contiguous() &&
                   (prefix_lens.scalar_type() == at::kInt || prefix_lens.scalar_type() == at::kLong),
               "prefix_lens must be contiguous int32 or int64 [B]");
-  TORCH_CHECK(n >= 1 && n <= 4096, "n must be in [1, 4096], got ", n);
-  TORCH_CHECK(depth_limit >= 0 && depth_limit < 4096, "depth_limit must be in [0, 4096)");
+  TORCH_CHECK(n >= 1 && n <= ddtree::kMaxNodes, "n must be in [1, ", ddtree::kMaxNodes, "], got ", n);
+  TORCH_CHECK(depth_limit >= 0 && depth_limit < ddtree::kMaxNodes, "depth_limit must be in [0, ", ddtree::kMaxNodes,
+              ")");
   const c10::cuda::CUDAGuard guard(tokens.device());
   const int64_t W = depth_limit + 1;
   const auto opt = tokens.options();

@@ -94,7 +94,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> accept_tree_cuda(
                   target.sizes() == tokens.sizes(), "tokens, next_token, next_sibling, target must all be [B, n]");
   const int64_t B = tokens.size(0), n = tokens.size(1);
   TORCH_CHECK(num_nodes.size(0) == B, "num_nodes must be [B]");
-  TORCH_CHECK(n >= 1 && n <= 4096, "n must be in [1, 4096], got ", n);
+  TORCH_CHECK(n >= 1 && n <= ddtree::kMaxNodes, "n must be in [1, ", ddtree::kMaxNodes, "], got ", n);
   TORCH_CHECK(depth_limit >= 0 && depth_limit < (int64_t{1} << 20), "depth_limit must be >= 0");
   const c10::cuda::CUDAGuard guard(dev);
   auto opt = tokens.options();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Machine facts and the two ceilings every benchmark is judged against (METHOD.md): device copy bandwidth
+# Machine facts and the two ceilings every benchmark is judged against: device copy bandwidth
 # and bf16 matrix rate, measured on random data with CUDA events.
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
 nvcc --version | tail -1

@@ -21,11 +21,11 @@ __all__ = ["tree_verify_attention", "reference_tree_attention", "merge_states", 
 
 
 def resolve_backend(prob: Problem, backend: str) -> str:
-    """'auto', from the H200 measurements (docs/benchmarks/attention-*): MLA → the FlashMLA cascade (page
-    size 64), else FlashInfer's, else our fused kernel (tensor cores, but mma.sync: 3-4x slower than
-    FlashMLA's wgmma when compute-bound). GQA → our fused kernel while a request's n·G query rows fit one
-    64-row tile (memory-bound: one KV pass, 2x FlashInfer at T=9), else the FlashInfer cascade. The torch
-    path on the CPU and for dtypes/shapes the kernel does not take."""
+    """'auto', from the H200 measurements (docs/benchmarks/attention-notes.md): MLA → the FlashMLA cascade (page
+    size 64), else FlashInfer's, else our fused kernel (tensor cores, but mma.sync: slower than FlashMLA's wgmma
+    when compute-bound). GQA → our fused kernel while a request's n·G query rows fit one 64-row tile
+    (memory-bound: one KV pass), else the FlashInfer cascade. The torch path on the CPU and for dtypes/shapes
+    the kernel does not take."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":

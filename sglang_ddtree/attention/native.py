@@ -52,8 +52,7 @@ def ragged_splits(batch: int, n: int, group: int, kv_heads: int, num_sms: int, c
 
 def _check_ragged_dims(q, q_pe, k_cache, v_cache) -> None:
     """Head dims the kernel has no instance for are refused here, naming the argument (the op checks them too,
-    but its formatted error for them crashed the process on the H200 on 2026-12-04: docs/benchmarks/
-    sglang-mla-h200-2026-12-04.md)."""
+    but its formatted error for them crashed the process: docs/benchmarks/sglang-mla-h200-2026-12-04.md)."""
     d, dk, dv = int(q.shape[-1]), int(k_cache.shape[-1]), int(v_cache.shape[-1])
     if q_pe is not None:
         if not shape_ok("mla", dk, dv, latent=d) or int(q_pe.shape[-1]) != dk - d:

@@ -19,6 +19,7 @@ import time
 import torch
 
 from .. import _cli
+from ..sizes import AUTO_LADDER, MAX_CUDA_BUDGET, verify_width
 from .data import heldout_prompts
 from .engine import Engine, summarize
 
@@ -26,9 +27,6 @@ PROG = "python -m sglang_ddtree demo"
 QUICK = {"prompts": 16, "budgets": [31, 63]}
 FULL = {"prompts": 64, "budgets": [15, 31, 63]}
 MAX_NEW_TOKENS = 1024  # the shipped target saw 256-token windows; longer runs only cost time
-MAX_BUDGET = 1023      # the largest budget the SGLang plugin serves (sglang_ddtree/sglang/args.py)
-# The served auto budget's candidates: the chain's width (block - 1) and 15, 31, 63 (sglang_ddtree/sglang/args.py).
-AUTO_LADDER = (15, 31, 63)
 # The auto budget weighs predicted tokens against each width's round cost. On a CPU a tree of n nodes costs about
 # n one-token forwards, so costs measured here would pick the chain's width every round; a GPU verifies a wide
 # tree for little more than a narrow one. On the CPU the demo therefore uses the costs the tiny pair's SGLang
@@ -106,7 +104,7 @@ def method_label(method: str, budget) -> str:
 def h200_costs(batch: int, budgets) -> list[float]:
     """The H200 start-up costs for this batch (the smallest logged bucket that holds it) at each budget's width."""
     bucket = min((b for b in H200_GRAPH_MS if b >= batch), default=max(H200_GRAPH_MS))
-    return [H200_GRAPH_MS[bucket][b + 1] for b in budgets]
+    return [H200_GRAPH_MS[bucket][verify_width(b)] for b in budgets]
 
 
 def configs(engine: Engine, budgets, costs: str) -> list[tuple[str, object, dict]]:
@@ -117,7 +115,7 @@ def configs(engine: Engine, budgets, costs: str) -> list[tuple[str, object, dict
     calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, "ddtree_calibration.json"))
     served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder,
               "draft_temperature": "drafter" if calibrated else None}
-    if costs == "h200" and all(b + 1 in H200_GRAPH_MS[1] for b in ladder):
+    if costs == "h200" and all(verify_width(b) in H200_GRAPH_MS[1] for b in ladder):
         served["round_cost"] = "h200"  # resolved per batch in run(); a drafter of another block size measures here
     return ([("ar", 0, {"method": "ar"}), ("chain", L, {"method": "chain"}), (SERVED, "auto", served)]
             + [("ddtree", b, {"method": "ddtree", "budget": b}) for b in budgets])
@@ -282,7 +280,7 @@ def parse_args(argv):
                     "continuations; the shipped target was trained on 256-token windows"), default=64,
                     help=f"tokens to generate per prompt (default 64, at most {MAX_NEW_TOKENS})")
     ap.add_argument("--budgets", type=_cli.positive_int_list, default=None,
-                    help=f"the paper's tree's node budgets, comma-separated, at most {MAX_BUDGET} (default "
+                    help=f"the paper's tree's node budgets, comma-separated, at most {MAX_CUDA_BUDGET} (default "
                          f"{','.join(map(str, QUICK['budgets']))}; --full: {','.join(map(str, FULL['budgets']))})")
     ap.add_argument("--auto-costs", choices=("h200", "here"), default=None,
                     help="round costs the served default's auto budget weighs: the tiny pair's H200 measurements "
@@ -303,8 +301,8 @@ def parse_args(argv):
     grid = FULL if a.full else QUICK
     a.prompts = a.prompts or grid["prompts"]
     a.budgets = a.budgets or grid["budgets"]
-    if max(a.budgets) > MAX_BUDGET:
-        ap.error(f"argument --budgets: at most {MAX_BUDGET} (the largest budget SGLang serves), got {max(a.budgets)}")
+    if max(a.budgets) > MAX_CUDA_BUDGET:
+        ap.error(f"argument --budgets: at most {MAX_CUDA_BUDGET} (the largest budget SGLang serves), got {max(a.budgets)}")
     available = len(heldout_prompts())
     if a.prompts > available:
         ap.error(f"argument --prompts: at most {available} held-out prompts are shipped, got {a.prompts}")

@@ -40,14 +40,15 @@ def _import_failure(version: str, e: ImportError) -> list[str]:
 
 
 def diagnose() -> tuple[bool, list[str]]:
-    from . import compat
+    from .adapters import registration as sgl
+    from .adapters import releases
 
     lines = []
-    version = compat.installed_version()
-    lines.append(f"sglang: {version or 'not installed'}   supported: {', '.join(compat.SUPPORTED_VERSIONS)}")
+    version = releases.installed_version()
+    lines.append(f"sglang: {version or 'not installed'}   supported: {', '.join(releases.SUPPORTED_VERSIONS)}")
     try:
-        compat.check_version(version)
-    except compat.UnsupportedSGLangVersion as e:
+        releases.check_version(version)
+    except releases.UnsupportedSGLangVersion as e:
         return False, lines + [f"FAIL: {e}"]
     ep = _entry_point()
     if ep is None:
@@ -59,11 +60,10 @@ def diagnose() -> tuple[bool, list[str]]:
         lines.append(f"WARN: SGLANG_PLUGINS={allow!r} does not list 'ddtree': SGLang will skip the plugin "
                      "(add ddtree to the list or unset it)")
     try:
-        from sglang.srt.plugins import load_plugins
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+        sgl.probe("sglang.srt.speculative.spec_info")
     except ImportError as e:
         return False, lines + _import_failure(version, e)
-    load_plugins()
+    sgl.load_plugins()
     from . import plugin
 
     if plugin.last_error():
@@ -76,7 +76,7 @@ def diagnose() -> tuple[bool, list[str]]:
         lines.append(f"NOTE: this SGLang already defines --speculative-algorithm {ALGORITHM.lower()} (not this "
                      f"plugin); the plugin is registered as --speculative-algorithm {name.lower()}")
     try:
-        algo = SpeculativeAlgorithm.from_string(name)
+        algo = sgl.resolve_algorithm(name)
     except ValueError as e:
         if not plugin._state["registered"]:
             try:

@@ -29,8 +29,10 @@ from sglang_ddtree.budget import AutoWidth, truncate
 from sglang_ddtree.round import RoundOps
 from sglang_ddtree.sampling import node_tokens, request_seeds
 
-from . import compat, tree_attention
-from .args import ENV_BUDGET, Knobs, auto_budgets, depth_temperatures
+from . import tree_attention
+from .adapters import registration
+from .args import auto_budgets, depth_temperatures
+from .settings import Settings, env
 from .draft_head import DraftTreeHead
 from .verify_input import full_tree_mask, host_mask_bound
 
@@ -42,7 +44,7 @@ AUTO_CONTEXTS = (1024, 4096, 16384, 65536)
 class DecodeRound:
     """Built once per DDTree worker (DDTreeWorkerV2.__init__), after DFlashWorkerV2's own constructor."""
 
-    def __init__(self, sgl, server_args, knobs: Knobs):
+    def __init__(self, sgl, server_args, knobs: Settings):
         self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
         self.knobs = knobs
         self.verify_width = int(server_args.speculative_num_draft_tokens)  # n = budget + 1
@@ -56,14 +58,14 @@ class DecodeRound:
         self._node_offsets = torch.arange(self.verify_width, device=self.device, dtype=torch.int64)
         self._round = 0
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
-        self._max_bs = compat.max_batch_size(server_args)
+        self._max_bs = registration.max_batch_size(server_args)
         self._depth_temperature = depth_temperatures(knobs, server_args.speculative_draft_model_path,
                                                      self.block_size - 1)
         self.auto = None  # budget.AutoWidth with SGLANG_DDTREE_BUDGET=auto; its costs come in capture_widths
         if knobs.auto:
             widths = [b + 1 for b in auto_budgets(knobs, self.block_size)]
             if widths[-1] != self.verify_width:
-                raise ValueError(f"DDTREE: {ENV_BUDGET}=auto's widest candidate is {widths[-1]}, but the server "
+                raise ValueError(f"DDTREE: {env('budget')}=auto's widest candidate is {widths[-1]}, but the server "
                                  f"verifies {self.verify_width} tokens (the argument hook did not run?)")
             self.auto = AutoWidth(widths, device=self.device)
         self.verify_runners = {}  # width -> the target's verify graph runner at that width (auto only)
@@ -108,7 +110,7 @@ class DecodeRound:
                                "use here (%s): serving the fixed budget %d instead", why or choice, self.budget)
                 self.auto = None
                 self.head = self._make_head()
-            for needs, fix in ((self.auto is not None and f"{ENV_BUDGET}=auto", "set a fixed budget"),
+            for needs, fix in ((self.auto is not None and f"{env('budget')}=auto", "set a fixed budget"),
                                (page != 1 and f"--page-size {page}",
                                 "use --page-size 1 (SGLang's FULL_MASK verify assumes page size 1)"),
                                (tree_attention.is_mla(runner) and "an MLA target",

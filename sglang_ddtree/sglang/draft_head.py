@@ -50,8 +50,8 @@ class DraftTreeHead:
 
     def logits(self, hidden: torch.Tensor, bs: int) -> torch.Tensor:
         """[bs, L, V] in one 2-D GEMM that reads the lm_head once. The strided [bs, L, H] view of the depth
-        rows would make matmul a batched GEMM reading the whole head once per request: measured on the H200
-        at 16 requests, 9 ms a round on a 163840 x 7168 head where DFLASH's one GEMM took 0.75 ms."""
+        rows would make matmul a batched GEMM reading the whole head once per request, an order of magnitude
+        slower on a large head (docs/benchmarks/round-cost-h200-2026-12-04.md)."""
         hs = hidden.view(bs, self.block, -1)[:, 1:, :].reshape(bs * self.L, -1)  # a contiguous copy (small)
         if hs.dtype != self.weight.dtype:
             hs = hs.to(self.weight.dtype)

@@ -10,8 +10,8 @@ the release's adapter, which hands over the SGLang objects patched: this module 
 2. Eager input embeddings in the model's dtype. `ModelRunner._extend_forward_kwargs` casts
    `forward_batch.input_embeds` to bfloat16 whatever the model's dtype, so a float16 drafter run eagerly
    (graphs off, or a batch above the largest graph) fails in its first projection ("expected mat1 and mat2
-   to have the same dtype"); DFLASH hits it too. The fix casts to the runner's dtype instead.
-   patches/*/0003 is the upstream diff.
+   to have the same dtype"); DFLASH hits it too. The fix casts to the runner's dtype instead (no upstream diff
+   in patches/ yet).
 """
 from __future__ import annotations
 

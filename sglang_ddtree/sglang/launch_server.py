@@ -1,60 +1,55 @@
 """`python -m sglang_ddtree.launch_server`: SGLang's launch_server plus DDTree's own flags.
 
-  --speculative-ddtree-budget B   tree budget (sets --speculative-num-draft-tokens B+1 via SGLANG_DDTREE_BUDGET),
-                                  or auto: chosen every round among SGLANG_DDTREE_AUTO_BUDGETS (default the
-                                  chain's block-1 and 15, 31, 63) from the tree's prediction and measured cost
-  --speculative-ddtree-topk K     per-depth candidate cap (SGLANG_DDTREE_TOPK; default min(B, vocab))
-  --speculative-ddtree-anchor A   chain (default: the drafter's greedy chain always in the tree) or none (the
-                                  paper's tree) (SGLANG_DDTREE_ANCHOR)
-
-The flags travel as environment variables, which SGLang's spawned scheduler processes inherit; every other
-argument goes to SGLang unchanged. `--speculative-algorithm ddtree` is added when absent. `--help` shows
-these flags, then SGLang's own.
+DDTree's flags are the settings table's (settings.py: `--speculative-ddtree-budget`, `-topk`, `-anchor`); each
+sets its environment variable, which SGLang's spawned scheduler processes inherit, and every other argument goes
+to SGLang unchanged. `--speculative-algorithm ddtree` is added when absent. `--help` shows these flags, then
+SGLang's own.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import runpy
 import sys
 
 from .._cli import Parser, fail, positive_int
-
-
-def budget_arg(text: str):
-    """A tree budget (positive integer) or 'auto'."""
-    return "auto" if text.strip().lower() == "auto" else positive_int(text)
-
-
+from .settings import AUTO, TABLE, Var
 
 PROG = "python -m sglang_ddtree.launch_server"
 
 
-def parser() -> argparse.ArgumentParser:
-    from .args import ANCHORS, DEFAULT_BUDGET, ENV_ANCHOR, ENV_AUTO_BUDGETS, ENV_BUDGET, ENV_TOPK, MAX_BUDGET
+def budget_arg(text: str):
+    """A tree budget (positive integer) or 'auto'."""
+    return AUTO if text.strip().lower() == AUTO else positive_int(text)
 
+
+def given(ours: argparse.Namespace, var: Var):
+    """The value given for a flag of the settings table (None: not given)."""
+    return getattr(ours, var.flag.lstrip("-").replace("-", "_"))
+
+
+def _flag_kwargs(var: Var) -> dict:
+    kinds = {"budget": {"type": budget_arg}, "int": {"type": positive_int}, "choice": {"choices": var.choices}}
+    return {**kinds[var.kind], "default": None,
+            "help": f"{var.help.replace('`', '')} (sets {var.name})"}
+
+
+def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, add_help=False, description="DDTree's flags (every other flag goes to SGLang):")
-    p.add_argument("--speculative-ddtree-budget", type=budget_arg, default=None, metavar="B",
-                   help=f"tree budget, 1..{MAX_BUDGET} (sets {ENV_BUDGET}; verify width B + 1), or auto: chosen "
-                        f"every round among {ENV_AUTO_BUDGETS} (default the chain's block-1 and 15, 31, 63); "
-                        f"unset: auto for an MHA/GQA target on triton at page size 1, else {DEFAULT_BUDGET}")
-    p.add_argument("--speculative-ddtree-topk", type=positive_int, default=None, metavar="K",
-                   help=f"per-depth candidate cap (sets {ENV_TOPK}; default min(B, vocab))")
-    p.add_argument("--speculative-ddtree-anchor", choices=tuple(ANCHORS), default=None,
-                   help=f"chain (default): the drafter's greedy chain is always in the tree; none: the paper's "
-                        f"tree (sets {ENV_ANCHOR})")
+    for var in TABLE:
+        if var.flag:
+            p.add_argument(var.flag, metavar=None if var.kind == "choice" else var.metavar, **_flag_kwargs(var))
     return p
 
 
 def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    from .args import MAX_BUDGET
+    from sglang_ddtree.sizes import MAX_CUDA_BUDGET
 
     p = parser()
     ours, rest = p.parse_known_args(argv)
-    if ours.speculative_ddtree_budget not in (None, "auto") and ours.speculative_ddtree_budget > MAX_BUDGET:
-        p.error(f"argument --speculative-ddtree-budget: at most {MAX_BUDGET} (the CUDA tree builder's limit), "
-                f"got {ours.speculative_ddtree_budget}")
+    budget = ours.speculative_ddtree_budget
+    if budget not in (None, AUTO) and budget > MAX_CUDA_BUDGET:
+        p.error(f"argument --speculative-ddtree-budget: at most {MAX_CUDA_BUDGET} (the CUDA tree builder's limit), "
+                f"got {budget}")
     if not any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in rest):
         from .args import active_algorithm
 
@@ -64,22 +59,22 @@ def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def sglang_import_error() -> str | None:
     """Why SGLang cannot start here (not installed, unsupported, or an import that fails), else None."""
-    from . import compat
+    from .adapters import registration, releases
     from .check import _import_failure
 
     try:
-        rel = compat.check_version()
-    except compat.UnsupportedSGLangVersion as e:
+        rel = releases.check_version()
+    except releases.UnsupportedSGLangVersion as e:
         return str(e)
     try:
-        importlib.import_module("sglang.srt.plugins")
+        registration.probe()
     except ImportError as e:
         return " ".join(_import_failure(rel, e)).replace("FAIL: ", "")
     return None
 
 
 def main(argv=None) -> None:
-    from .args import ENV_ANCHOR, ENV_BUDGET, ENV_TOPK
+    import os
 
     argv = sys.argv[1:] if argv is None else argv
     wants_help = any(a in ("-h", "--help") for a in argv)
@@ -96,12 +91,9 @@ def main(argv=None) -> None:
 
     register()  # decides the algorithm's name (DDTREE, or the alternative if this SGLang reserves it)
     ours, rest = split_args(argv)
-    if ours.speculative_ddtree_budget is not None:
-        os.environ[ENV_BUDGET] = str(ours.speculative_ddtree_budget)
-    if ours.speculative_ddtree_topk is not None:
-        os.environ[ENV_TOPK] = str(ours.speculative_ddtree_topk)
-    if ours.speculative_ddtree_anchor is not None:
-        os.environ[ENV_ANCHOR] = ours.speculative_ddtree_anchor
+    for var in TABLE:  # the settings travel to the scheduler processes as their environment variables
+        if var.flag and given(ours, var) is not None:
+            os.environ[var.name] = str(given(ours, var))
     sys.argv = [sys.argv[0], *rest]
     runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
 

@@ -24,40 +24,27 @@ def _factory(server_args):
 
 
 def _register() -> None:
-    from . import compat
+    from .adapters import registration as sgl
+    from .adapters.releases import check_version
 
-    compat.check_version()
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-    from sglang.srt.speculative.spec_registry import get_spec
-
+    check_version()
     from .args import ALGORITHM, ALTERNATIVE_ALGORITHM, choose_attention_backend, is_ddtree, set_active_algorithm, \
         validate_server_args
     from .spec_algo import DDTreeSpecAlgo
 
     name = ALGORITHM
-    if name_is_reserved(ALGORITHM, SpeculativeAlgorithm, get_spec):
+    if sgl.name_is_reserved(ALGORITHM, DDTreeSpecAlgo):
         name = ALTERNATIVE_ALGORITHM
         logger.warning("sglang-ddtree: this SGLang already defines --speculative-algorithm %s (not this plugin's); "
                        "the plugin registers as --speculative-algorithm %s", ALGORITHM, name)
     set_active_algorithm(name)
-    if isinstance(get_spec(name), DDTreeSpecAlgo):  # load_plugins is idempotent; register() may be called again
+    if sgl.is_registered(name, DDTreeSpecAlgo):  # load_plugins is idempotent; register() may be called again
         return
-    SpeculativeAlgorithm.register(name, supports_overlap=True, validate_server_args=validate_server_args,
-                                  spec_class=DDTreeSpecAlgo)(_factory)
-    compat.install_backend_default_hook(choose_attention_backend)
+    sgl.register_algorithm(name, DDTreeSpecAlgo, validate_server_args, _factory)
+    sgl.install_backend_default_hook(choose_attention_backend)
     from . import requests
 
-    compat.install_request_hooks(is_ddtree, requests.refusal, requests.row_headroom)
-
-
-def name_is_reserved(name: str, algorithms, get_spec) -> bool:
-    """True if SGLang already has `name` as a builtin algorithm or another plugin's registration."""
-    from .spec_algo import DDTreeSpecAlgo
-
-    if name.upper() in getattr(algorithms, "__members__", {}):
-        return True
-    spec = get_spec(name)
-    return spec is not None and not isinstance(spec, DDTreeSpecAlgo)
+    sgl.install_request_hooks(is_ddtree, requests.refusal, requests.row_headroom)
 
 
 def register() -> None:

@@ -7,21 +7,21 @@ upstream (patches/0001) are defined here because the scheduler calls them at sta
 """
 from __future__ import annotations
 
-from sglang.srt.runtime_context import get_spec
-from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+from .adapters import registration as sgl
+
+sgl.need("sglang.srt.runtime_context", "get_spec")  # a moved runtime_context fails at registration, not later
 
 
 def _draft_block_size(default: int) -> int:
-    """The drafter's block size as published to the scheduler's runtime context (args.py sets it). The
-    import is at module level, so a moved runtime_context fails loudly at registration, not here."""
+    """The drafter's block size as published to the scheduler's runtime context (args.py sets it)."""
     try:
-        value = get_spec().speculative_dflash_block_size
+        value = sgl.published_block_size()
     except ValueError:  # "config namespace 'spec' not published" (CPU tests, tools): the caller's width
         return default
     return int(value) if value else default
 
 
-class DDTreeSpecAlgo(CustomSpecAlgo):
+class DDTreeSpecAlgo(sgl.spec_base()):
     # --- DFlash family: reuse the DFlash draft machinery --------------------------------------------
     def is_dflash_family(self) -> bool:
         return True
@@ -60,9 +60,7 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
 
     def create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens: bool = True,
                           needs_confidence_relay: bool = False):
-        from sglang.srt.managers.overlap_utils import FutureMap
-
-        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
+        return sgl.future_map(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
 
     # --- widths ----------------------------------------------------------------------------------------
     def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
@@ -72,9 +70,7 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
         return num_draft_tokens
 
     def resolve_max_speculative_num_draft_tokens(self, server_args):
-        from . import compat
-
-        return compat.resolved(server_args).speculative_num_draft_tokens
+        return sgl.read_view(server_args).speculative_num_draft_tokens
 
     # --- arguments ---------------------------------------------------------------------------------------
     def handle_server_args(self, server_args) -> None:

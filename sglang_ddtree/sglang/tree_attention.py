@@ -17,9 +17,9 @@ No FULL_MASK is built or read, the graph captured at any prefix length replays a
 page size does not matter (slots are token-level).
 
 The prefix can instead go through a library, the tree tail through our kernel alone (an empty prefix), the two
-merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTREE_PREFIX, `Knobs.prefix`):
-- `flashmla`: an MLA target on the flashmla backend (page size 64); the default there (`auto`): our kernel took
-  3.8x FlashMLA's time a layer over an MLA prefix at batch 16. The metadata fills a page table and the prefix
+merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTREE_PREFIX, `Settings.prefix`):
+- `flashmla`: an MLA target on the flashmla backend (page size 64); the default there (`auto`): our kernel is
+  several times slower than FlashMLA over an MLA prefix (docs/benchmarks/round-cost-h200-2026-12-04.md). The metadata fills a page table and the prefix
   lengths from req_to_token and FlashMLA's split plan for the forward's width (out of the graph, into static
   buffers, as SGLang's own FlashMLA backend does); per layer FlashMLA attends every tree query over its prefix.
 - `flashinfer`: an MHA/GQA target on triton or flashinfer, head dim 64/128/256: FlashInfer's paged prefill
@@ -47,14 +47,17 @@ import torch
 from sglang_ddtree import ops
 from sglang_ddtree.attention import libraries, native
 
+from . import backends
+from .adapters import backend_override
+from .settings import VARS
+
 logger = logging.getLogger("sglang_ddtree")
 
-# backends whose other modes stay untouched: MHA/GQA, and MLA (absorbed: one latent KV head of 576, values its
-# first 512) — the tree kernel does the whole verify attention, so the backend's own kernels never see a tree
-BACKENDS = {"MHATokenToKVPool": ("TritonAttnBackend", "FlashInferAttnBackend"),
-            "MLATokenToKVPool": ("TritonAttnBackend", "FlashMLABackend", "FlashInferMLAAttnBackend")}
+# backends whose other modes stay untouched: the tree kernel does the whole verify attention, so the backend's own
+# kernels never see a tree (class names, by KV pool)
+BACKENDS = {pool: tuple(by_name.values()) for pool, by_name in backends.BY_POOL.items()}
 MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
-PREFIXES = ("auto", "tree", "flashmla", "flashinfer")  # SGLANG_DDTREE_PREFIX (args.PREFIX)
+PREFIXES = VARS["prefix"].choices
 # what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve: `tree`): the cascade, which a layer's
 # timing on the H200 puts well ahead of the whole-prefix kernel at long prefixes and wide trees and a few µs behind
 # at short prefixes (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md §3)
@@ -231,12 +234,8 @@ class TreeVerifyAttention:
             self.masks[w][:bs].copy_(mask_bits)
 
     def install(self) -> None:
-        """Patch the backend instance (its class and every other mode are untouched)."""
-        for name in ("init_forward_metadata", "init_forward_metadata_out_graph", "init_forward_metadata_in_graph",
-                     "init_cuda_graph_state", "forward_extend"):
-            self._orig[name] = getattr(self.backend, name)
-            setattr(self.backend, name, getattr(self, "_" + name))
-        self.backend.ddtree_tree_attention = self
+        """Take the backend instance's TARGET_VERIFY over (adapters/backend_override.py; every other mode stays)."""
+        self._orig = backend_override.route_target_verify(self.backend, self)
         logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK; the prefix through "
                     "%s), verify width%s %s", type(self.backend).__name__,
                     {"flashmla": "FlashMLA", "flashinfer": "FlashInfer"}.get(self.prefix, "the tree kernel"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from . import adapters, compat
-from .args import Knobs
+from . import adapters
+from .settings import Settings
 from .decode_round import DecodeRound
 
 logger = logging.getLogger("sglang_ddtree")
@@ -20,10 +20,10 @@ ADAPTER = adapters.current()
 
 class DDTreeWorkerV2(ADAPTER.WorkerBase):
     def __init__(self, server_args, gpu_id, nccl_port, target_worker, ps=None, **kwargs):
-        compat.check_version()
+        adapters.check_version()
         super().__init__(server_args, gpu_id, nccl_port, target_worker, ps=ps, **kwargs)
         self.sgl = self.ADAPTER(self)
-        self.ddtree = DecodeRound(self.sgl, server_args, Knobs.from_env())
+        self.ddtree = DecodeRound(self.sgl, server_args, Settings.from_env())
         self.sgl.install_eager_embeds_dtype_fix()
         logger.info("DDTREE worker (sglang %s): %s", self.sgl.RELEASE, self.ddtree.describe())
 

@@ -4,20 +4,19 @@
 uses through `need.Needs` (a missing one is a MissingSGLangSymbol naming it, at start-up) and provides
 `Adapter` (the verbs decode_round.py calls, bound to one DFlash V2 worker) and `WorkerBase` (that
 release's DFlashWorkerV2 with one constructor and forward entry for the DDTree worker). dflash_v2.py holds
-the verbs the releases share. Registration (plugin.py, spec_algo.py, args.py, compat.py) stays outside.
+the verbs the releases share; registration.py what registration and argument resolution use; releases.py which
+releases are supported and installed; backend_override.py the tree kernel's hold on the target's attention.
 """
 from __future__ import annotations
 
 import importlib
 
-MODULES = {"0.5.17": "v0_5_17", "0.5.23": "v0_5_23"}
+from .releases import MODULES, UnsupportedSGLangVersion, check_version
 
 
 def for_release(rel: str):
-    """The adapter module of a supported release (compat.check_version's answer)."""
+    """The adapter module of a supported release (releases.check_version's answer)."""
     if rel not in MODULES:
-        from ..compat import UnsupportedSGLangVersion
-
         raise UnsupportedSGLangVersion(f"sglang-ddtree has no worker adapter for sglang {rel} "
                                        f"(adapters: {', '.join(MODULES)})")
     return importlib.import_module(f"{__name__}.{MODULES[rel]}")
@@ -25,6 +24,4 @@ def for_release(rel: str):
 
 def current():
     """The installed release's adapter module."""
-    from .. import compat
-
-    return for_release(compat.check_version())
+    return for_release(check_version())

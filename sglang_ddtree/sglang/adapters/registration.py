@@ -1,0 +1,225 @@
+"""SGLang as registration and argument resolution see it: the algorithm registry, the plugin loader, the hook
+registry, the server-argument views, the HF config reader. Every symbol comes through `need` (need.py), looked up
+when a function first runs, so importing this module imports no SGLang (`--help` works without it).
+
+0.5.17 resolves arguments in `ServerArgs.__post_init__` and hands hooks the real record; 0.5.23 resolves them in a
+pipeline (`resolve_once`) and hands hooks a stand-in whose writes become declarations.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+
+from . import releases
+from .need import MissingSGLangSymbol, Needs
+
+# where the scheduler looks up its DFlash-family request check, and the KV configurator its row headroom
+REQUEST_CHECK = ("sglang.srt.managers.scheduler", "validate_dflash_request")
+ROW_HEADROOM = ("sglang.srt.mem_cache.kv_cache_configurator", "get_req_to_token_extra_context_len")
+
+
+@functools.cache
+def _needs() -> Needs:
+    return Needs(releases.check_version())
+
+
+@functools.cache
+def need(module: str, qualname: str, params: tuple = ()):
+    """The symbol, resolved and checked once per process (hooks ask for theirs on every request)."""
+    return _needs()(module, qualname, params)
+
+
+def probe(*modules: str) -> None:
+    """Import SGLang's server side (its plugin loader, and `modules`); raises the ImportError SGLang raised, which
+    launch_server and check explain."""
+    try:
+        for module in ("sglang.srt.plugins", *modules):
+            _needs().module(module)
+    except MissingSGLangSymbol as e:
+        raise e.__cause__ from None
+
+
+# --- the algorithm registry ----------------------------------------------------------------------------------
+def spec_base():
+    """SGLang's CustomSpecAlgo, the base of the plugin's algorithm class."""
+    return need("sglang.srt.speculative.spec_registry", "CustomSpecAlgo")
+
+
+def name_is_reserved(name: str, spec_class, algorithms=None, get_spec=None) -> bool:
+    """True if SGLang already has `name` as a builtin algorithm or another plugin's registration."""
+    algorithms = algorithms or need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    get_spec = get_spec or need("sglang.srt.speculative.spec_registry", "get_spec")
+    if name.upper() in getattr(algorithms, "__members__", {}):
+        return True
+    spec = get_spec(name)
+    return spec is not None and not isinstance(spec, spec_class)
+
+
+def is_registered(name: str, spec_class) -> bool:
+    return isinstance(need("sglang.srt.speculative.spec_registry", "get_spec")(name), spec_class)
+
+
+def register_algorithm(name: str, spec_class, validate_server_args, factory) -> None:
+    algorithms = need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    algorithms.register(name, supports_overlap=True, validate_server_args=validate_server_args,
+                        spec_class=spec_class)(factory)
+
+
+def resolve_algorithm(name: str):
+    """SGLang's answer for `--speculative-algorithm name` (ValueError if it does not know it)."""
+    return need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm").from_string(name)
+
+
+def load_plugins() -> None:
+    """SGLang's own plugin loader, the call launch_server makes."""
+    need("sglang.srt.plugins", "load_plugins")()
+
+
+def published_block_size():
+    """The drafter block size the scheduler's runtime context holds (ValueError before it is published)."""
+    return need("sglang.srt.runtime_context", "get_spec")().speculative_dflash_block_size
+
+
+def future_map(*args):
+    return need("sglang.srt.managers.overlap_utils", "FutureMap")(*args)
+
+
+# --- server arguments ------------------------------------------------------------------------------------------
+def read_view(server_args):
+    """What a hook should read: the resolving configuration with every declaration so far applied.
+
+    0.5.17 hands hooks the record and keeps pass declarations in an overlay until the end of __post_init__;
+    0.5.23 keeps resolved values off the record altogether and hands plugin callbacks a stand-in that
+    already reads through them. Writes always go to the object SGLang handed over.
+    """
+    if not isinstance(server_args, need("sglang.srt.server_args", "ServerArgs")):
+        return server_args  # 0.5.23 stand-in, a view already, or a test double
+    if releases.is_pipeline_resolution():
+        return need("sglang.srt.arg_groups.overrides", "resolving_view")(server_args)
+    return need("sglang.srt.arg_groups.overrides", "resolved_view")(server_args)
+
+
+def serving_view():
+    """The running server's resolved arguments (None before SGLang publishes them in this process)."""
+    try:
+        return read_view(need("sglang.srt.runtime_context", "get_server_args")())
+    except ValueError:  # "Global server args is not set yet!"
+        return None
+
+
+def max_batch_size(server_args) -> int:
+    """The largest decode batch the worker can see: --max-running-requests or the largest decode CUDA-graph
+    batch, whichever is larger (None fields: graphs off, or the default not filled in)."""
+    view = read_view(server_args)
+    sizes = [int(getattr(view, "max_running_requests", None) or 1)]
+    graphs = getattr(view, "cuda_graph_config", None)
+    decode = getattr(graphs, "decode", None) if graphs is not None else None
+    sizes += [int(b) for b in (getattr(decode, "bs", None) or [])]
+    return max(sizes)
+
+
+def hf_config(path, trust_remote_code: bool, revision=None):
+    return need("sglang.srt.utils.hf_transformers_utils", "get_config")(
+        path, trust_remote_code=trust_remote_code, revision=revision)
+
+
+def dflash_block_size_reader():
+    """`read(hf_config) -> block size | None`, as SGLang's DFlash reads a drafter's config."""
+    parse = need("sglang.srt.speculative.dflash_utils", "parse_dflash_draft_config", ("draft_hf_config",))
+    return lambda cfg: parse(draft_hf_config=cfg).resolve_block_size(default=None)
+
+
+def resolve_draft_attention_backend(server_args) -> None:
+    need("sglang.srt.arg_groups.speculative_hook", "_resolve_dflash_draft_attention_backend")(server_args)
+
+
+# --- hooks -----------------------------------------------------------------------------------------------------
+def install_backend_default_hook(choose) -> None:
+    """Run `choose(view) -> backend | None` right before SGLang fills the attention-backend default, and
+    apply a non-None answer as the attention backend (only when the user gave none)."""
+    if releases.is_pipeline_resolution():
+        declare = need("sglang.srt.arg_groups.overrides", "declare_resolution")
+        resolving_view = need("sglang.srt.arg_groups.overrides", "resolving_view")
+        register_resolution_hook = need("sglang.srt.arg_groups.resolution_hooks", "register_resolution_hook")
+
+        @register_resolution_hook("handle_attention_backend_compatibility")
+        def _ddtree_attention_default(server_args, previous):
+            choice = choose(resolving_view(server_args))
+            if choice is not None:
+                declare(server_args, "ddtree.attention_backend_default", attention_backend=choice)
+            previous(server_args)
+        return
+
+    registry = need("sglang.srt.plugins.hook_registry", "HookRegistry")
+    hook_type = need("sglang.srt.plugins.hook_registry", "HookType")
+
+    def _before(self, *args, **kwargs):
+        choice = choose(self)
+        if choice is not None:
+            self.attention_backend = choice
+        return None
+
+    registry.register("sglang.srt.server_args.ServerArgs._handle_attention_backend_compatibility",
+                      _before, hook_type.BEFORE)
+    registry.apply_hooks()
+
+
+def install_request_hooks(is_ddtree, refusal, row_headroom) -> None:
+    """Through SGLang's plugin hook registry, in a DDTREE server only (is_ddtree(view)): the scheduler's
+    DFlash-family request check answers `refusal(req)` (requests.py), and the req_to_token row headroom
+    becomes `row_headroom(SGLang's, verify width, page size)`. 0.5.17 hands the headroom function the server
+    arguments; 0.5.23 reads them from its runtime context."""
+    registry = need("sglang.srt.plugins.hook_registry", "HookRegistry")
+    hook_type = need("sglang.srt.plugins.hook_registry", "HookType")
+    try:  # a process that cannot import the scheduler (a tool without SGLang's GPU dependencies) admits no request
+        for module in (REQUEST_CHECK[0], ROW_HEADROOM[0]):
+            _needs().module(module)
+    except MissingSGLangSymbol as e:
+        logging.getLogger("sglang_ddtree").warning("sglang-ddtree: request hooks not installed in this process (%s)",
+                                                   e.__cause__)
+        return
+
+    def check(original, req, *args, **kwargs):
+        view = serving_view()
+        return refusal(req) if view is not None and is_ddtree(view) else original(req, *args, **kwargs)
+
+    def headroom(extra, *args, **kwargs):
+        view = read_view(args[0]) if args else serving_view()
+        if view is None or not is_ddtree(view):
+            return None  # SGLang's own
+        return row_headroom(extra, int(view.speculative_num_draft_tokens), int(getattr(view, "page_size", 1) or 1))
+
+    registry.register(f"{REQUEST_CHECK[0]}.{REQUEST_CHECK[1]}", check, hook_type.AROUND)
+    registry.register(f"{ROW_HEADROOM[0]}.{ROW_HEADROOM[1]}", headroom, hook_type.AFTER)
+    registry.apply_hooks()
+
+
+# Every SGLang symbol this module and spec_algo.py use, by release: (module, attribute); the conformance test
+# imports each (they are looked up only when a function runs).
+SYMBOLS = {
+    "common": [
+        ("sglang.srt.speculative.dflash_utils", "parse_dflash_draft_config"),
+        ("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm"),
+        ("sglang.srt.speculative.spec_registry", "CustomSpecAlgo"),
+        ("sglang.srt.speculative.spec_registry", "get_spec"),
+        ("sglang.srt.runtime_context", "get_spec"),
+        ("sglang.srt.managers.overlap_utils", "FutureMap"),
+        ("sglang.srt.plugins", "load_plugins"),
+        ("sglang.srt.plugins.hook_registry", "HookRegistry"),
+        ("sglang.srt.plugins.hook_registry", "HookType"),
+        ("sglang.srt.utils.hf_transformers_utils", "get_config"),
+        ("sglang.srt.runtime_context", "get_server_args"),
+        ("sglang.srt.server_args", "ServerArgs"),
+        ("sglang.srt.arg_groups.speculative_hook", "_resolve_dflash_draft_attention_backend"),
+        REQUEST_CHECK,
+        ROW_HEADROOM,
+    ],
+    "0.5.17": [
+        ("sglang.srt.arg_groups.overrides", "resolved_view"),
+    ],
+    "0.5.23": [
+        ("sglang.srt.arg_groups.resolution_hooks", "register_resolution_hook"),
+        ("sglang.srt.arg_groups.overrides", "declare_resolution"),
+        ("sglang.srt.arg_groups.overrides", "resolving_view"),
+    ],
+}

@@ -1,0 +1,187 @@
+"""DDTree's server settings: every `SGLANG_DDTREE_*` variable declared once (name, type, default, choices, help;
+SGLang's srt/environ.py is the model), parsed and checked here only, into one `Settings`.
+
+Environment variables are the transport: the launcher's argument hook (args.py) resolves the settings and
+publishes what it settled on (`publish_budget`), and SGLang's spawned scheduler processes, which inherit the
+environment, read the same `Settings` back (`Settings.from_env`). A bad value is one line naming the variable.
+docs/SERVING.md's tables are `markdown_tables()` (tests/sglang/test_sglang_settings.py checks they agree).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from sglang_ddtree.sizes import MAX_CUDA_BUDGET
+from sglang_ddtree.tree import ANCHORS
+
+DEFAULT_BUDGET = 32  # a server given no budget where auto is not the default (args.default_budget_is_auto)
+AUTO = "auto"
+# the budget the argument hook publishes when no budget was given and auto is the default: auto, except that
+# where the tree kernel turns out not to serve (known only in the scheduler) the server keeps its widest budget
+# instead of refusing, as it refuses an explicit auto (decode_round.choose_verify_attention)
+AUTO_DEFAULT = "auto-default"
+
+
+@dataclasses.dataclass(frozen=True)
+class Var:
+    """One variable: `kind` is how its text is read ('budget', 'int', 'ints', 'bit', 'choice' or 'text')."""
+
+    name: str
+    field: str                 # the Settings field it fills
+    kind: str
+    default: object
+    help: str                  # docs/SERVING.md's words for it (markdown)
+    choices: tuple = ()
+    values: str = ""           # how the docs write its values when they are not `choices`
+    flag: str = ""             # `python -m sglang_ddtree.launch_server`'s flag that sets it
+    metavar: str = ""
+    alias: str = ""            # an earlier name, read when `name` is unset
+
+    def raw(self, environ) -> str:
+        """The variable's text (its earlier name's where it is unset); both set and different is refused."""
+        new = environ.get(self.name, "").strip()
+        old = environ.get(self.alias, "").strip() if self.alias else ""
+        if new and old and new.lower() != old.lower():
+            raise ValueError(f"{self.name}={new} and {self.alias}={old} disagree ({self.alias} is its earlier name); "
+                             f"set {self.name} only")
+        return new or old
+
+    def parse(self, text: str):
+        """The value of `text` (empty: the default), or a ValueError naming the variable."""
+        if not text:
+            return self.default
+        if self.kind == "text":
+            return text
+        if self.kind == "bit":
+            if text not in ("0", "1"):
+                raise ValueError(f"{self.name} must be 0 or 1, got {text!r}")
+            return text == "1"
+        if self.kind == "choice":
+            if text.lower() not in self.choices:
+                raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, got {text.lower()!r}")
+            return text.lower()
+        if self.kind == "budget" and text.lower() in (AUTO, AUTO_DEFAULT):
+            return text.lower()
+        if self.kind == "ints":
+            try:
+                values = tuple(int(x) for x in text.replace(",", " ").split())
+            except ValueError:
+                raise ValueError(f"{self.name} must be a list of budgets like 15,31,63, got {text!r}") from None
+            if not values or min(values) < 1:
+                raise ValueError(f"{self.name} must list budgets >= 1, got {text!r}")
+            return values
+        try:
+            value = int(text)
+        except ValueError:
+            also = " or auto" if self.kind == "budget" else ""
+            raise ValueError(f"{self.name} must be an integer{also}, got {text!r}") from None
+        if value < 1:
+            raise ValueError(f"{self.name} must be >= 1, got {value}")
+        return value
+
+    def docs_values(self) -> str:
+        return self.values or " / ".join(f"`{c}`" for c in self.choices)
+
+    def docs_flag(self) -> str:
+        """How the docs write the flag: `--flag B` or `auto`, `--flag chain` or `none`."""
+        first, *others = self.choices if self.kind == "choice" else (self.metavar, AUTO) if self.kind == "budget" \
+            else (self.metavar,)
+        return " or ".join([f"`{self.flag} {first}`", *(f"`{o}`" for o in others)])
+
+
+TABLE = (
+    Var("SGLANG_DDTREE_BUDGET", "budget", "budget", None, flag="--speculative-ddtree-budget", metavar="B",
+        help=f"tree nodes verified per round, 1..{MAX_CUDA_BUDGET} (verify width B + 1), or `auto`: chosen every "
+             "round; unset: auto for an MHA/GQA target on triton at page size 1, else "
+             f"{DEFAULT_BUDGET}"),
+    Var("SGLANG_DDTREE_TOPK", "topk", "int", None, flag="--speculative-ddtree-topk", metavar="K",
+        help="candidates per depth (default min(B, vocab))"),
+    Var("SGLANG_DDTREE_ANCHOR", "anchor", "choice", "chain", choices=tuple(ANCHORS),
+        flag="--speculative-ddtree-anchor",
+        help="`chain` (default): the drafter's greedy chain is popped first, so the tree always holds the DFlash "
+             "chain and, greedy, never accepts less than it; `none`: the paper's tree"),
+    Var("SGLANG_DDTREE_OPS_BACKEND", "ops_backend", "choice", "auto", choices=("auto", "cuda", "cpu"),
+        help="where the tree stage runs"),
+    Var("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "draft_graph_head", "bit", True, values="`0` / `1`",
+        help="build the tree inside the draft CUDA graph"),
+    Var("SGLANG_DDTREE_VERIFY_ATTENTION", "verify_attention", "choice", "auto", choices=("auto", "tree", "full_mask"),
+        help="our tree-verify kernel inside the target's attention backend, or SGLang's dense-mask path as a "
+             "fallback"),
+    Var("SGLANG_DDTREE_PREFIX", "prefix", "choice", "auto", choices=("auto", "tree", "flashmla", "flashinfer"),
+        alias="SGLANG_DDTREE_MLA_PREFIX",
+        help="who attends each tree query's committed prefix; our kernel always attends the tree, and the two are "
+             "merged by LSE. `auto` (default): FlashInfer's paged prefill for MHA/GQA targets with head dim "
+             "64/128/256 (any page size, triton or flashinfer backend), FlashMLA for MLA targets on "
+             "`--attention-backend flashmla --page-size 64`, else our kernel over prefix and tree (`tree`). An "
+             "explicit `flashinfer` / `flashmla` that cannot serve is refused at start-up. The old name "
+             "`SGLANG_DDTREE_MLA_PREFIX` is still read"),
+    Var("SGLANG_DDTREE_MLA_KV_MOVE", "mla_kv_move", "choice", "layers", choices=("layers", "one_launch"),
+        help="how an MLA target's accepted KV moves: SGLang's per-layer move (default), or every layer in one "
+             "launch per 256 rows (opt-in until it has run on the GPU)"),
+    Var("SGLANG_DDTREE_AUTO_BUDGETS", "auto_budgets", "ints", (), values="comma list",
+        help="the auto budget's candidates"),
+    Var("SGLANG_DDTREE_CALIBRATION", "calibration", "text", "auto", values="`auto` / `off` / path",
+        help="the drafter's per-depth temperatures"),
+)
+VARS = {v.field: v for v in TABLE}
+
+
+def env(field: str) -> str:
+    """The variable that sets a Settings field (for messages that tell the user what to change)."""
+    return VARS[field].name
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The server's DDTree settings (TABLE says what each one is)."""
+
+    budget: int | None = None     # None: from --speculative-num-draft-tokens, or auto
+    topk: int | None = None       # per-depth candidate cap k; None: k = min(budget, vocab), as in the paper
+    ops_backend: str = "auto"
+    draft_graph_head: bool = True
+    verify_attention: str = "auto"
+    anchor: str | None = "chain"  # tree.ANCHORS' value of the name given
+    calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
+    auto: bool = False            # the budget is chosen every round (budget is None)
+    auto_default: bool = False    # ... because no budget was given (AUTO_DEFAULT), not asked for
+    auto_budgets: tuple = ()      # auto's candidates; () = the default ladder
+    prefix: str = "auto"
+    mla_kv_move: str = "layers"
+
+    @property
+    def mla_prefix(self) -> str:
+        """The prefix setting by its earlier name (callers written before it took MHA/GQA targets too)."""
+        return self.prefix
+
+    @classmethod
+    def from_env(cls, environ=None) -> "Settings":
+        environ = os.environ if environ is None else environ
+        values = {v.field: v.parse(v.raw(environ)) for v in TABLE}
+        budget = values.pop("budget")
+        auto = budget in (AUTO, AUTO_DEFAULT)
+        return cls(budget=None if auto else budget, auto=auto, auto_default=budget == AUTO_DEFAULT,
+                   **{**values, "anchor": ANCHORS[values["anchor"]]})
+
+    def with_budget_default(self, auto: bool) -> "Settings":
+        """No budget was given: auto (published as AUTO_DEFAULT for the scheduler processes) or the fixed default
+        (an auto-default an earlier server's arguments left in this process's environment is dropped)."""
+        publish_budget(AUTO_DEFAULT if auto else None)
+        return dataclasses.replace(self, budget=None, auto=auto, auto_default=auto)
+
+
+def publish_budget(text: str | None) -> None:
+    """Set (None: unset) the budget variable for this process and the scheduler processes it spawns."""
+    name = env("budget")
+    if text is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = str(text)
+
+
+def markdown_tables() -> tuple[str, str]:
+    """docs/SERVING.md's two tables: the launcher's flags, and the other variables."""
+    flags = ["| flag (`python -m sglang_ddtree.launch_server`) | environment | meaning |", "|---|---|---|"]
+    flags += [f"| {v.docs_flag()} | `{v.name}` | {v.help} |" for v in TABLE if v.flag]
+    rest = ["| environment variable | values | what |", "|---|---|---|"]
+    rest += [f"| `{v.name}` | {v.docs_values()} | {v.help} |" for v in TABLE if not v.flag]
+    return "\n".join(flags), "\n".join(rest)
