@@ -124,16 +124,6 @@ class LaggedValue:
         return self.value
 
 
-class LaggedChoice(LaggedValue):
-    """A device-made budget (an int64 scalar tensor), read as an int: LaggedValue's rules."""
-
-    def __init__(self, initial: int, device):
-        super().__init__(torch.tensor(int(initial), dtype=torch.int64), device)
-
-    def current(self) -> int:
-        return int(super().current())
-
-
 class AutoWidth:
     """The served `budget="auto"`: each round's verify width, chosen on the host with no sync.
 

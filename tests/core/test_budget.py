@@ -90,14 +90,14 @@ def test_choose_budget_maximises_tokens_per_time():
         pick([1], [0.0])
 
 
-def test_lagged_choice_on_the_cpu_is_the_newest_publication():
-    from sglang_ddtree.budget import LaggedChoice
+def test_lagged_value_on_the_cpu_is_the_newest_publication():
+    from sglang_ddtree.budget import LaggedValue
 
-    lag = LaggedChoice(7, "cpu")
-    assert lag.current() == 7  # nothing published yet: the initial budget
+    lag = LaggedValue(torch.tensor(7), "cpu")
+    assert int(lag.current()) == 7  # nothing published yet: the initial budget
     for b in (15, 31, 63):
         lag.publish(torch.tensor(b))
-        assert lag.current() == b
+        assert int(lag.current()) == b
 
 
 class _Event:
@@ -108,10 +108,10 @@ class _Event:
         return self.done
 
 
-def test_lagged_choice_takes_the_newest_landed_copy_never_waits_never_goes_back():
-    from sglang_ddtree.budget import LaggedChoice
+def test_lagged_value_takes_the_newest_landed_copy_never_waits_never_goes_back():
+    from sglang_ddtree.budget import LaggedValue
 
-    lag = LaggedChoice(7, "cpu")
+    lag = LaggedValue(torch.tensor(7), "cpu")
     events = []
 
     def publish(b):  # the CUDA path's state: the copy is in the buffer, its event not yet done
@@ -122,15 +122,15 @@ def test_lagged_choice_takes_the_newest_landed_copy_never_waits_never_goes_back(
 
     publish(15)
     publish(31)
-    assert lag.current() == 7  # neither copy has landed: the last value, no wait
+    assert int(lag.current()) == 7  # neither copy has landed: the last value, no wait
     events[0].done = True
-    assert lag.current() == 15  # only the older one landed
+    assert int(lag.current()) == 15  # only the older one landed
     events[1].done = True
-    assert lag.current() == 31
+    assert int(lag.current()) == 31
     publish(63)  # overwrites the buffer of 15
-    assert lag.current() == 31  # 63 not landed; 15's old record is gone, 31 stays
+    assert int(lag.current()) == 31  # 63 not landed; 15's old record is gone, 31 stays
     events[2].done = True
-    assert lag.current() == 63
+    assert int(lag.current()) == 63
 
 
 def test_lagged_value_carries_a_vector():

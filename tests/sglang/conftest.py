@@ -28,9 +28,9 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 @pytest.fixture(scope="session")
 def sglang_release():
-    from sglang_ddtree.sglang import compat
+    from sglang_ddtree.sglang.adapters import releases
 
-    return compat.check_version()
+    return releases.check_version()
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +47,7 @@ def resolve(plugins_loaded, monkeypatch):
     """Resolve CLI arguments through SGLang's real ServerArgs path; returns a read view of the result."""
     from sglang.srt.server_args import prepare_server_args
 
-    from sglang_ddtree.sglang import compat
+    from sglang_ddtree.sglang.adapters import registration
 
     for name in ("SGLANG_DDTREE_BUDGET", "SGLANG_DDTREE_TOPK"):
         monkeypatch.setenv(name, "")  # recorded, so the test's end restores it (the hook may write the budget)
@@ -61,6 +61,6 @@ def resolve(plugins_loaded, monkeypatch):
         sa = prepare_server_args(argv + list(extra))
         if hasattr(sa, "resolve_once"):
             sa.resolve_once()
-        return compat.resolved(sa)
+        return registration.read_view(sa)
 
     return run

@@ -24,14 +24,15 @@ def test_budget_from_environment(resolve, monkeypatch):
 def test_auto_budget_reserves_the_widest_candidate(resolve, monkeypatch):
     """SGLANG_DDTREE_BUDGET=auto: the server verifies (and reserves KV for) the largest candidate; the default
     candidates are the chain's budget (block − 1 = 7 for the test drafter's block 8) and 15, 31, 63."""
-    from sglang_ddtree.sglang.args import Knobs, auto_budgets
+    from sglang_ddtree.sglang.args import auto_budgets
+    from sglang_ddtree.sglang.settings import Settings
 
     monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "auto")
-    assert auto_budgets(Knobs.from_env(), 8) == (7, 15, 31, 63)
-    assert auto_budgets(Knobs.from_env(), 16) == (15, 31, 63)
+    assert auto_budgets(Settings.from_env(), 8) == (7, 15, 31, 63)
+    assert auto_budgets(Settings.from_env(), 16) == (15, 31, 63)
     assert resolve().speculative_num_draft_tokens == 64
     monkeypatch.setenv("SGLANG_DDTREE_AUTO_BUDGETS", "20,10")
-    assert auto_budgets(Knobs.from_env(), 8) == (7, 10, 20)  # the chain's budget always among them
+    assert auto_budgets(Settings.from_env(), 8) == (7, 10, 20)  # the chain's budget always among them
     assert resolve().speculative_num_draft_tokens == 21
     assert resolve("--speculative-num-draft-tokens", "21").speculative_num_draft_tokens == 21
     with pytest.raises(ValueError, match="largest auto budget"):
@@ -52,12 +53,13 @@ def test_default_budget_is_auto_where_auto_has_served(resolve, monkeypatch):
     server chooses the budget every round — the widest candidate reserved, and the choice handed to the
     scheduler processes through the environment they inherit; on other backends, page sizes, the FULL_MASK
     path and MLA targets, the fixed DEFAULT_BUDGET. A budget the user gives always wins."""
-    from sglang_ddtree.sglang.args import AUTO_DEFAULT, DEFAULT_BUDGET, ENV_BUDGET, Knobs
+    from sglang_ddtree.sglang.settings import AUTO_DEFAULT, DEFAULT_BUDGET, Settings
+    ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
 
     assert resolve().speculative_num_draft_tokens == 64  # auto: budgets 7, 15, 31, 63 for the block-8 drafter
     assert os.environ[ENV_BUDGET] == AUTO_DEFAULT
-    knobs = Knobs.from_env()
-    assert knobs.auto and knobs.auto_default and knobs.budget is None
+    settings = Settings.from_env()
+    assert settings.auto and settings.auto_default and settings.budget is None
     for args in [("--attention-backend", "flashinfer"), ("--page-size", "16")]:  # an earlier server's auto-default
         assert resolve(*args).speculative_num_draft_tokens == DEFAULT_BUDGET + 1, args  # is no choice for this one
         assert ENV_BUDGET not in os.environ
@@ -70,7 +72,7 @@ def test_default_budget_is_auto_where_auto_has_served(resolve, monkeypatch):
     monkeypatch.setenv(ENV_BUDGET, "16")
     assert resolve().speculative_num_draft_tokens == 17
     monkeypatch.setenv(ENV_BUDGET, "auto")
-    assert resolve().speculative_num_draft_tokens == 64 and not Knobs.from_env().auto_default
+    assert resolve().speculative_num_draft_tokens == 64 and not Settings.from_env().auto_default
 
 
 def test_block_size_flag_beats_config(resolve):
@@ -177,10 +179,11 @@ def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch
     The two names of the knob must agree."""
     from sglang_ddtree.engine.data import MODELS_DIR
     from sglang_ddtree.sglang import args as A
+    from sglang_ddtree.sglang.settings import Settings
 
     monkeypatch.setattr(A, "_flashinfer_installed", lambda: True)
     monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "flashinfer")
-    assert A.Knobs.from_env().prefix == A.Knobs.from_env().mla_prefix == "flashinfer"
+    assert Settings.from_env().prefix == Settings.from_env().mla_prefix == "flashinfer"
     for extra in ((), ("--attention-backend", "flashinfer"), ("--page-size", "16"), ("--page-size", "64")):
         resolve(*extra)  # the fixture target: head dim 64
     with pytest.raises(ValueError, match="flashinfer for an MLA target.*Fix: unset SGLANG_DDTREE_PREFIX"):
@@ -196,7 +199,7 @@ def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch
         resolve()
     monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer and SGLANG_DDTREE_MLA_PREFIX=flashmla disagree"):
-        A.Knobs.from_env()
+        Settings.from_env()
 
 
 def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
@@ -207,44 +210,45 @@ def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
 
 @pytest.mark.parametrize("name,value,needle", [
     ("SGLANG_DDTREE_BUDGET", "abc", "integer"), ("SGLANG_DDTREE_TOPK", "0", ">= 1"),
-    ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda or cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1"),
+    ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda, cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1"),
     ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_PREFIX", "fa3", "tree, flashmla, flashinfer"),
     ("SGLANG_DDTREE_MLA_PREFIX", "flashattn", "tree, flashmla, flashinfer"),
     ("SGLANG_DDTREE_MLA_KV_MOVE", "fast", "layers, one_launch")])
 def test_bad_knobs(monkeypatch, name, value, needle):
-    from sglang_ddtree.sglang.args import Knobs
+    from sglang_ddtree.sglang.settings import Settings
 
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=needle):
-        Knobs.from_env()
+        Settings.from_env()
 
 
 def test_anchor_knob_defaults_to_the_chain(monkeypatch):
-    from sglang_ddtree.sglang.args import Knobs
+    from sglang_ddtree.sglang.settings import Settings
 
     monkeypatch.delenv("SGLANG_DDTREE_ANCHOR", raising=False)
-    assert Knobs.from_env().anchor == "chain"
+    assert Settings.from_env().anchor == "chain"
     monkeypatch.setenv("SGLANG_DDTREE_ANCHOR", "none")
-    assert Knobs.from_env().anchor is None
+    assert Settings.from_env().anchor is None
 
 
 def test_calibration_knob(monkeypatch, tmp_path):
     from sglang_ddtree.engine.data import MODELS_DIR
-    from sglang_ddtree.sglang.args import Knobs, depth_temperatures
+    from sglang_ddtree.sglang.args import depth_temperatures
+    from sglang_ddtree.sglang.settings import Settings
 
     shipped = os.path.join(MODELS_DIR, "tiny-dflash")
     monkeypatch.delenv("SGLANG_DDTREE_CALIBRATION", raising=False)
-    temps = depth_temperatures(Knobs.from_env(), shipped, 7)         # auto: the drafter directory's file
+    temps = depth_temperatures(Settings.from_env(), shipped, 7)         # auto: the drafter directory's file
     assert len(temps) == 7 and all(0 < t < 1 for t in temps)
-    assert depth_temperatures(Knobs.from_env(), str(tmp_path), 7) is None   # no file: raw probabilities
-    assert depth_temperatures(Knobs.from_env(), "z-lab/Qwen3-8B-DFlash-b16", 15) is None  # a hub id
+    assert depth_temperatures(Settings.from_env(), str(tmp_path), 7) is None   # no file: raw probabilities
+    assert depth_temperatures(Settings.from_env(), "z-lab/Qwen3-8B-DFlash-b16", 15) is None  # a hub id
     with pytest.raises(ValueError, match="SGLANG_DDTREE_CALIBRATION=auto"):
-        depth_temperatures(Knobs.from_env(), shipped, 15)             # fitted for another block size
+        depth_temperatures(Settings.from_env(), shipped, 15)             # fitted for another block size
     monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", "off")
-    assert depth_temperatures(Knobs.from_env(), shipped, 7) is None
+    assert depth_temperatures(Settings.from_env(), shipped, 7) is None
     monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", str(tmp_path / "nope.json"))
     with pytest.raises(ValueError, match="nope.json"):
-        depth_temperatures(Knobs.from_env(), shipped, 7)
+        depth_temperatures(Settings.from_env(), shipped, 7)
 
 
 def test_launch_wrapper_splits_its_flags():
@@ -279,20 +283,20 @@ def test_validate_rejects_backends_sglang_refuses_first_on_cpu(backend):
 
 
 def test_budget_limit_is_the_cuda_builders():
-    """MAX_BUDGET is n = budget + 1 <= kMaxTreeSlots of kernels/tree_kernels.cuh (read from the header)."""
+    """MAX_BUDGET is n = budget + 1 <= kMaxTreeSlots of kernels/tree_constants.h."""
     import re
     from pathlib import Path
 
-    from sglang_ddtree.sglang.args import MAX_BUDGET
+    from sglang_ddtree.sizes import MAX_CUDA_BUDGET as MAX_BUDGET
 
-    header = (Path(__file__).resolve().parents[2] / "kernels" / "tree_kernels.cuh").read_text()
+    header = (Path(__file__).resolve().parents[2] / "kernels" / "tree_constants.h").read_text()
     slots = int(re.search(r"constexpr int kMaxTreeSlots = (\d+);", header).group(1))
     assert MAX_BUDGET == slots - 1
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_budget_above_the_cuda_builder_is_refused_at_start_up(resolve, monkeypatch, how):
-    from sglang_ddtree.sglang.args import MAX_BUDGET
+    from sglang_ddtree.sizes import MAX_CUDA_BUDGET as MAX_BUDGET
 
     for budget in (MAX_BUDGET + 1, 10**9):
         extra = ("--speculative-num-draft-tokens", str(budget + 1)) if how == "flag" else ()

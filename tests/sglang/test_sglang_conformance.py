@@ -4,7 +4,7 @@ The worker's list is the release adapter's own: an adapter reaches SGLang only t
 (adapters/need.py; checked here on the source), which resolves and signature-checks each symbol as the
 adapter loads, and every DFlash worker member or attribute an adapter or the worker reads is in the
 adapter's HOST_MEMBERS / HOST_ATTRS (checked here on the source, then against the installed DFlashWorkerV2).
-Registration's symbols are compat.REGISTRATION_SYMBOLS.
+Registration's symbols are adapters/registration.py's SYMBOLS.
 """
 import ast
 import importlib
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ddtree.sglang import adapters, compat
+from sglang_ddtree.sglang import adapters
+from sglang_ddtree.sglang.adapters import registration, releases
 
-SGL = Path(compat.__file__).resolve().parent
+SGL = Path(adapters.__file__).resolve().parents[1]
 ADAPTER_FILES = sorted((SGL / "adapters").glob("*.py"))
 
 
@@ -28,7 +29,7 @@ def _resolve(module, qualname):
 
 def test_registration_symbols_import(sglang_release):
     missing = []
-    for module, name in compat.REGISTRATION_SYMBOLS["common"] + compat.REGISTRATION_SYMBOLS[sglang_release]:
+    for module, name in registration.SYMBOLS["common"] + registration.SYMBOLS[sglang_release]:
         try:
             _resolve(module, name)
         except (ImportError, AttributeError) as e:
@@ -162,6 +163,6 @@ def test_worker_module_builds_on_this_release(sglang_release):
 
 
 def test_unknown_release_has_no_adapter():
-    with pytest.raises(compat.UnsupportedSGLangVersion, match="no worker adapter for sglang 0.5.20"):
+    with pytest.raises(releases.UnsupportedSGLangVersion, match="no worker adapter for sglang 0.5.20"):
         adapters.for_release("0.5.20")
-    assert set(adapters.MODULES) == set(compat.SUPPORTED_VERSIONS)
+    assert set(adapters.MODULES) == set(releases.SUPPORTED_VERSIONS)

@@ -223,7 +223,7 @@ def release(sglang_release):
 
 def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention, auto_budgets=(),
                auto_default=False):
-    from sglang_ddtree.sglang.args import Knobs
+    from sglang_ddtree.sglang.settings import Settings
     from sglang_ddtree.sglang.decode_round import DecodeRound
 
     if auto_budgets:
@@ -234,7 +234,7 @@ def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_atte
     sgl = fake_model_adapter(release, world, host, captured)
     server_args = types.SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_dflash_block_size=block,
                                         speculative_draft_model_path=None, random_seed=0, max_running_requests=8)
-    knobs = Knobs(budget=None, topk=None, ops_backend="cpu", draft_graph_head=False, verify_attention="auto",
+    knobs = Settings(budget=None, topk=None, ops_backend="cpu", draft_graph_head=False, verify_attention="auto",
                   anchor=None, calibration="off", auto=bool(auto_budgets), auto_budgets=tuple(auto_budgets),
                   auto_default=auto_default)
     rnd = DecodeRound(sgl, server_args, knobs)

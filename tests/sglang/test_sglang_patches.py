@@ -20,7 +20,7 @@ def _patches(release):
 
 
 def test_patches_exist_for_every_supported_release():
-    from sglang_ddtree.sglang.compat import SUPPORTED_VERSIONS
+    from sglang_ddtree.sglang.adapters.releases import SUPPORTED_VERSIONS
 
     for release in SUPPORTED_VERSIONS:
         assert len(_patches(release)) == 2, release

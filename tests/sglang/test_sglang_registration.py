@@ -113,7 +113,7 @@ def test_create_future_map(plugins_loaded):
 
 
 def test_version_gate():
-    from sglang_ddtree.sglang import compat
+    from sglang_ddtree.sglang.adapters import releases as compat
 
     assert compat.check_version("0.5.23") == "0.5.23"
     assert compat.check_version("0.5.17.post1") == "0.5.17"
@@ -123,7 +123,8 @@ def test_version_gate():
 
 
 def test_register_failure_is_loud(monkeypatch, caplog):
-    from sglang_ddtree.sglang import compat, plugin
+    from sglang_ddtree.sglang import plugin
+    from sglang_ddtree.sglang.adapters import releases as compat
 
     monkeypatch.setattr(plugin, "_state", {"registered": False, "error": None})
 
@@ -147,7 +148,8 @@ def test_check_command_reports_ok(plugins_loaded, capsys):
 
 
 def test_check_command_reports_unsupported_version(monkeypatch, capsys):
-    from sglang_ddtree.sglang import check, compat
+    from sglang_ddtree.sglang import check
+    from sglang_ddtree.sglang.adapters import releases as compat
 
     monkeypatch.setattr(compat, "installed_version", lambda: "0.5.20")
     assert check.main([]) == 1
@@ -182,10 +184,10 @@ def test_reserved_name_registers_under_the_alternative(plugins_loaded, monkeypat
 
 
 def test_reserved_builtin_name_is_detected():
-    from sglang_ddtree.sglang.plugin import name_is_reserved
+    from sglang_ddtree.sglang.adapters.registration import name_is_reserved
 
     class Algorithms:
         __members__ = {"DFLASH": 1, "DDTREE": 2}
 
-    assert name_is_reserved("DDTREE", Algorithms, lambda name: None)
-    assert not name_is_reserved("DDTREE", type("A", (), {"__members__": {"DFLASH": 1}}), lambda name: None)
+    assert name_is_reserved("DDTREE", object, Algorithms, lambda name: None)
+    assert not name_is_reserved("DDTREE", object, type("A", (), {"__members__": {"DFLASH": 1}}), lambda name: None)

@@ -83,9 +83,9 @@ def test_rows_hold_the_reservation_at_the_context_limit(publish, sglang_release,
         sa = publish(algorithm, "--page-size", str(page), *extra_args)
         headroom = sizing(sa) if sglang_release == "0.5.17" else sizing()
         if algorithm == "dflash":
-            from sglang_ddtree.sglang import compat
+            from sglang_ddtree.sglang.adapters import registration
 
-            n = int(compat.resolved(sa).speculative_num_draft_tokens)
+            n = int(registration.read_view(sa).speculative_num_draft_tokens)
             assert headroom < 2 * n + page - 1 + 4 or page > 1  # SGLang's own sizing, left alone
             continue
         context = 2048

@@ -483,11 +483,11 @@ def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypa
     prefix through FlashMLA; any other MLA backend or page size, or no importable FlashMLA, keeps the tree kernel
     over the whole prefix; an explicit `flashmla` there is refused with the reason."""
     from sglang_ddtree.sglang import tree_attention as TA
-    from sglang_ddtree.sglang.args import Knobs
+    from sglang_ddtree.sglang.settings import Settings
 
     for name in ("SGLANG_DDTREE_PREFIX", "SGLANG_DDTREE_MLA_PREFIX"):
         monkeypatch.delenv(name, raising=False)
-    assert Knobs.from_env().prefix == Knobs.from_env().mla_prefix == "auto"
+    assert Settings.from_env().prefix == Settings.from_env().mla_prefix == "auto"
     have = {"flashmla": True}
     monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
     for backend, page, importable, want in (("FlashMLABackend", 64, True, "flashmla"),
