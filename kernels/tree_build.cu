@@ -1,4 +1,4 @@
-// Best-first DDTree build (DESIGN.md §3, bit for bit) for a whole batch in one launch.
+// Best-first DDTree build (docs/DESIGN.md §3, bit for bit) for a whole batch in one launch.
 //
 // One block per request. Warp 0 runs the pops; the other warps only help to stage the input and to emit
 // the outputs. The frontier is one slot per emitted node: a node's pending candidate is

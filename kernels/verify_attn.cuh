@@ -1,4 +1,4 @@
-// Tree verify attention (DESIGN.md §5): the n tree queries of each request over its paged prefix KV
+// Tree verify attention (docs/DESIGN.md §5): the n tree queries of each request over its paged prefix KV
 // (no mask) and its own tree KV (ancestor bitset mask), one online softmax per (row tile, prefix chunk).
 // Pure CUDA, no torch headers; kernels/torch_cuda/verify_attn.cpp binds it.
 #pragma once

@@ -200,7 +200,7 @@ def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=
     seeds = C.per_request("seed", seed, B, device).repeat_interleave(n)
     steps = C.per_request("step", step, B, device).repeat_interleave(n)
     nodes = torch.arange(n, device=device, dtype=torch.int64).repeat(B)
-    backend = ops.resolve_backend(backend, device, allowed=("auto", "cuda", "cpu"))
+    backend = ops.resolve_backend(backend, device, allowed=ops.NATIVE_BACKENDS)
     rows = target_logits.reshape(B * n, V)
     if backend == "cuda" and rows.dtype != torch.float64:  # the kernel reads 16/32-bit logits
         out = ops.op("sample_rows")(rows.contiguous(), temperature, seeds, steps, nodes)

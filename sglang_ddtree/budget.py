@@ -18,6 +18,7 @@ import torch
 
 from . import flags as F
 from .ops import mask_words
+from .sizes import verify_width
 from .tree import TreeBatch
 
 
@@ -33,7 +34,7 @@ def truncate(tree: TreeBatch, budget: int) -> TreeBatch:
     field for field to building it afresh with that budget (tests/core/test_budget.py)."""
     if not 0 <= budget <= tree.budget:
         raise ValueError(f"budget must be in [0, {tree.budget}], got {budget}")
-    n = budget + 1
+    n = verify_width(budget)
     if n == tree.n:
         return tree
     B = tree.batch_size

@@ -123,7 +123,10 @@ def ensure_backend(backend: str) -> None:
         raise ValueError(f"unknown native backend {backend!r}")
 
 
-def resolve_backend(backend: str, device: torch.device, *, allowed=("auto", "cuda", "cpu", "reference")) -> str:
+NATIVE_BACKENDS = ("auto", "cuda", "cpu")  # where the native ops run; 'auto': the tensors' device
+
+
+def resolve_backend(backend: str, device: torch.device, *, allowed=(*NATIVE_BACKENDS, "reference")) -> str:
     """Map 'auto' to the native backend of the tensors' device and check the choice fits the device."""
     if backend not in allowed:
         raise ValueError(f"backend must be one of {allowed}, got {backend!r}")

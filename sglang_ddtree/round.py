@@ -46,7 +46,7 @@ class CommitPlan:
 
 
 def _ops_backend(requested: str, device: torch.device) -> str:
-    if requested not in ("auto", "cuda", "cpu"):
+    if requested not in ops.NATIVE_BACKENDS:
         raise ValueError(f"ops backend must be auto, cuda or cpu, got {requested!r}")
     if device.type != "cuda":
         if requested == "cuda":

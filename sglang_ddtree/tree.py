@@ -19,7 +19,7 @@ from .topk import topk_logprobs
 
 @dataclasses.dataclass
 class TreeBatch:
-    """DESIGN.md §4. Pads: tokens 0, parents −1, depths 0, ranks −1, logw −inf, links −1, mask = self."""
+    """docs/DESIGN.md §4. Pads: tokens 0, parents −1, depths 0, ranks −1, logw −inf, links −1, mask = self."""
 
     num_nodes: torch.Tensor             # int32 [B]   real nodes incl. root
     tokens: torch.Tensor                # int64 [B,n] node 0 = root token, then pop order
@@ -125,14 +125,14 @@ def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
 
 def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budget: int, *,
                          root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
-    """Best-first DDTree build (DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
+    """Best-first DDTree build (docs/DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
 
     top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
     root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth); a
     negative token or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
     budget 0 is the root alone (an autoregressive step). backend: 'auto' (the tensors' device), 'cuda', 'cpu'
     or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or 'chain' (the drafter's greedy chain is
-    popped first, so it is always a path of the tree: DESIGN.md §3.7).
+    popped first, so it is always a path of the tree: docs/DESIGN.md §3.7).
     """
     C.tensor("top_logprobs", top_logprobs, ndim=3, dtypes=(torch.float32,))
     device = top_logprobs.device

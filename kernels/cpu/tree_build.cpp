@@ -1,4 +1,4 @@
-// Native CPU DDTree builder: DESIGN.md §3 bit for bit, batched over requests (OpenMP via at::parallel_for).
+// Native CPU DDTree builder: docs/DESIGN.md §3 bit for bit, batched over requests (OpenMP via at::parallel_for).
 //
 // The heap holds (path log-weight, parent, depth, rank); its order is weight descending, then the ranks
 // tuple (parent's ranks ++ rank) lexicographically with a prefix first — exactly Python's comparison of
@@ -86,7 +86,8 @@ class Builder {
     *flags = 0;
     // NaN / +inf, or a row not sorted descending: the request is root-only and flagged. -inf entries are
     // masked tokens, never emitted (the pops stop when only -inf candidates are left).
-    *flags = (no_nan_or_posinf(lp, L_ * k_) ? 0 : kFlagNonfiniteInput) | (rows_sorted(lp, L_, k_) ? 0 : kFlagUnsortedInput);
+    *flags = (no_nan_or_posinf(lp, L_ * k_) ? 0 : kFlagNonfiniteInput) |
+             (rows_sorted(lp, L_, k_) ? 0 : kFlagUnsortedInput);
     if (*flags) return;
 
     const int64_t L = L_, k = k_;

@@ -21,6 +21,7 @@ import time
 import torch
 
 from .. import _cli
+from ..sizes import budget_of
 from ..attention import libraries, make_problem, native, tree_verify_attention
 from .common import capture_graph, metadata, time_fn, write_outputs
 
@@ -66,7 +67,7 @@ def ceilings(step_out: str | None):
 def _trees(B: int, n: int, seed: int):
     from ..tree import build_tree
     g = torch.Generator().manual_seed(seed)
-    return build_tree(torch.randn(B, 16, 256, generator=g) * 3, n - 1, backend="reference").mask_bits.cuda()
+    return build_tree(torch.randn(B, 16, 256, generator=g) * 3, budget_of(n), backend="reference").mask_bits.cuda()
 
 
 def _setup(layout: str, B: int, N: int, n: int, seed: int = 0):

@@ -17,6 +17,7 @@ import time
 import torch
 
 from .. import _cli
+from ..sizes import verify_width
 from . import baseline, common
 
 L_DEFAULT = 15            # depth limit = block size 16 - 1
@@ -98,7 +99,7 @@ def _pr_builder_kernel():
         mb = slot_m + b * SLOTS
         lpb = lp_ptr + b * L * K
         idb = ids_ptr + b * L * K
-        n = budget + 1
+        n = verify_width(budget)
         tl.store(wb + offs, tl.full([SLOTS], float("-inf"), tl.float32))
         tl.store(mb + offs, tl.zeros([SLOTS], tl.int32))
         tl.debug_barrier()

@@ -1,7 +1,7 @@
 """The SGLang plugin: `--speculative-algorithm ddtree` on SGLang's DFlash machinery.
 
 plugin.register() is SGLang's entry point (group `sglang.srt.plugins`); spec_algo.py answers SGLang's
-algorithm predicates; args.py maps and validates server arguments; worker.py runs the decode round from
-the project's shared ops; hooks.py keeps the tree mask in captured verify graphs; compat.py holds every
-difference between the supported SGLang releases; check.py explains what SGLang sees.
+algorithm predicates; settings.py declares the SGLANG_DDTREE_* settings; args.py maps and validates server
+arguments; worker.py runs the decode round from the project's shared ops; hooks.py keeps the tree mask in
+captured verify graphs; adapters/ is the only place that imports SGLang; check.py explains what SGLang sees.
 """

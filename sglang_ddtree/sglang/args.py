@@ -191,7 +191,8 @@ def budget_given(view, settings: Settings) -> bool:
 def default_budget_is_auto(view, settings: Settings) -> str | None:
     """None when a server given no budget should choose it every round; else why it keeps DEFAULT_BUDGET.
     Auto never verifies less than the chain and follows the batch (one fixed budget cannot be right at every
-    batch size: docs/benchmarks/sglang-h200-2026-12-04-auto.md), but it is the default only where it has served on the GPU: elsewhere its multi-width verify is CPU-tested only."""
+    batch size: docs/benchmarks/sglang-h200-2026-12-04-auto.md), but it is the default only where it has served
+    on the GPU: elsewhere its multi-width verify is CPU-tested only."""
     backend = getattr(view, "attention_backend", None) or DEFAULT_ATTENTION_BACKEND
     page = int(getattr(view, "page_size", None) or 1)
     if settings.verify_attention == "full_mask":

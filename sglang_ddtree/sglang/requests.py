@@ -1,8 +1,8 @@
 """What a DDTREE server takes from one request, decided before the request reaches a decode round.
 
 The scheduler asks its DFlash-family request check (`validate_dflash_request`) of every request it admits;
-in a DDTREE server the plugin answers instead (compat.install_request_hooks), so a request the round cannot
-serve is finished at once with a message naming DDTree and the fix (an HTTP 400), never raised inside the
+in a DDTREE server the plugin answers instead (adapters/registration.install_request_hooks), so a request the
+round cannot serve is finished at once with a message naming DDTree and the fix (an HTTP 400), never raised inside the
 scheduler's loop. Everything else a request may carry is served by the round (decode_round.py: grammar,
 sampling filters, penalties, logit bias, custom processors, logprobs).
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from sglang_ddtree.ops import NATIVE_BACKENDS
 from sglang_ddtree.sizes import MAX_CUDA_BUDGET
 from sglang_ddtree.tree import ANCHORS
 
@@ -100,7 +101,7 @@ TABLE = (
         flag="--speculative-ddtree-anchor",
         help="`chain` (default): the drafter's greedy chain is popped first, so the tree always holds the DFlash "
              "chain and, greedy, never accepts less than it; `none`: the paper's tree"),
-    Var("SGLANG_DDTREE_OPS_BACKEND", "ops_backend", "choice", "auto", choices=("auto", "cuda", "cpu"),
+    Var("SGLANG_DDTREE_OPS_BACKEND", "ops_backend", "choice", "auto", choices=NATIVE_BACKENDS,
         help="where the tree stage runs"),
     Var("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "draft_graph_head", "bit", True, values="`0` / `1`",
         help="build the tree inside the draft CUDA graph"),

@@ -5,9 +5,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (".py", ".md", ".cu", ".cuh", ".cpp", ".h", ".sh", ".toml")
-# Files a parallel change owns; their comments still say "DESIGN.md §N" (the sections exist) and one cites
-# the old research note. Drop entries as those files are updated.
-PENDING = {"sglang_ddtree/tree.py", "kernels/tree_build.cu", "kernels/cpu/tree_build.cpp", "kernels/verify_attn.cuh"}
 OUTSIDE = ("kernels.md", "../shared", "shared/DESIGN", "/work/", "research/")
 
 
@@ -39,7 +36,7 @@ def test_design_is_cited_by_its_path():
     bad = []
     for p in files():
         rel = str(p.relative_to(ROOT))
-        if rel in PENDING or rel.startswith("docs/"):  # docs/ links to DESIGN.md relatively
+        if rel.startswith("docs/"):  # docs/ links to DESIGN.md relatively
             continue
         for m in re.finditer(r"(\S*)DESIGN\.md", p.read_text(errors="replace")):
             if not m.group(1).endswith("docs/"):
@@ -49,8 +46,7 @@ def test_design_is_cited_by_its_path():
 
 def test_nothing_cites_files_outside_the_repository():
     bad = [f"{p.relative_to(ROOT)}: {needle}" for p in files() for needle in OUTSIDE
-           if needle in p.read_text(errors="replace")
-           and not (str(p.relative_to(ROOT)) in PENDING and needle == "kernels.md")]
+           if needle in p.read_text(errors="replace")]
     assert not bad, bad
 
 
