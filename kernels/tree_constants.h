@@ -14,9 +14,10 @@ constexpr int32_t kFlagMalformedTree = 4;
 constexpr int32_t kFlagNonfiniteTarget = 8;
 constexpr int32_t kFlagUnsortedInput = 16;
 
-// Tree sizes, in slots n = budget + 1 per request. The CUDA builder keeps one mask word per lane and 10-bit node
-// indices in its frontier metadata; the accept and commit kernels, and every backend's builder (the B·n² mask
-// memory), stop at kMaxNodes.
+// Tree sizes. A tree has n = budget + 1 slots per request. Every builder takes budgets up to kMaxBudget (it bounds
+// the B·n² mask memory); the CUDA builder holds n <= kMaxTreeSlots (one mask word per lane, 10-bit node indices
+// in its frontier metadata); the CUDA accept and commit kernels walk n <= kMaxNodes.
+constexpr int kMaxBudget = 4096;
 constexpr int kMaxTreeSlots = 1024;
 constexpr int kMaxNodes = 4096;
 

@@ -3,8 +3,7 @@ nodes), converted here only, and the largest trees the backends build (kernels/t
 from ._build import header_constants
 
 _H = header_constants()
-MAX_NODES = _H["kMaxNodes"]                 # slots the accept / commit kernels take; every builder's ceiling
-MAX_BUDGET = MAX_NODES - 1
+MAX_BUDGET = _H["kMaxBudget"]               # every builder's largest budget (it bounds the B·n² mask memory)
 MAX_CUDA_BUDGET = _H["kMaxTreeSlots"] - 1   # the CUDA builder's largest budget (what a server can serve)
 # the served auto budget's default candidates, with the drafter chain's budget (block - 1) always among them
 AUTO_LADDER = (15, 31, 63)

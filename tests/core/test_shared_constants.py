@@ -12,7 +12,7 @@ def test_python_reads_the_header():
             flags.UNSORTED_INPUT) == (H["kFlagNonfiniteInput"], H["kFlagHeapExhausted"], H["kFlagMalformedTree"],
                                       H["kFlagNonfiniteTarget"], H["kFlagUnsortedInput"])
     assert len(set(flags.NAMES)) == 5 and all(bit & (bit - 1) == 0 for bit in flags.NAMES)  # distinct bits
-    assert sizes.MAX_CUDA_BUDGET == H["kMaxTreeSlots"] - 1 and sizes.MAX_BUDGET == H["kMaxNodes"] - 1
+    assert sizes.MAX_CUDA_BUDGET == H["kMaxTreeSlots"] - 1 and sizes.MAX_BUDGET == H["kMaxBudget"]
     assert sizes.verify_width(sizes.budget_of(17)) == 17
 
 
