@@ -302,7 +302,8 @@ def parse_args(argv):
     a.prompts = a.prompts or grid["prompts"]
     a.budgets = a.budgets or grid["budgets"]
     if max(a.budgets) > MAX_CUDA_BUDGET:
-        ap.error(f"argument --budgets: at most {MAX_CUDA_BUDGET} (the largest budget SGLang serves), got {max(a.budgets)}")
+        ap.error(f"argument --budgets: at most {MAX_CUDA_BUDGET} (the largest budget SGLang serves), "
+                 f"got {max(a.budgets)}")
     available = len(heldout_prompts())
     if a.prompts > available:
         ap.error(f"argument --prompts: at most {available} held-out prompts are shipped, got {a.prompts}")

@@ -58,8 +58,8 @@ def auto_budgets(settings: Settings, block: int) -> tuple:
     cands = set(settings.auto_budgets or ladder) | {chain}
     low = [b for b in cands if b < chain]
     if low:
-        raise ValueError(f"{env('auto_budgets')}: budgets {sorted(low)} are below the drafter block size − 1 = {chain} "
-                         f"(the chain alone needs {chain} nodes); list budgets >= {chain}")
+        raise ValueError(f"{env('auto_budgets')}: budgets {sorted(low)} are below the drafter block size − 1 = "
+                         f"{chain} (the chain alone needs {chain} nodes); list budgets >= {chain}")
     return tuple(sorted(check_budget(b) for b in cands))
 
 
@@ -221,8 +221,8 @@ def resolve_budget(view, settings: Settings, block: int) -> int:
     if settings.budget is not None:
         if ndt is not None and int(ndt) != verify_width(settings.budget):
             raise ValueError(
-                f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal budget + 1 = {verify_width(settings.budget)} "
-                f"({env('budget')}={settings.budget}); drop one of the two")
+                f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal budget + 1 = "
+                f"{verify_width(settings.budget)} ({env('budget')}={settings.budget}); drop one of the two")
         return check_budget(settings.budget)
     if ndt is not None:
         if int(ndt) < 2:
@@ -292,7 +292,8 @@ def validate_server_args(server_args) -> None:
                if backend in ("fa3", "fa4") else f"{backend} cannot apply a tree mask in TARGET_VERIFY")
         _reject(f"{flag} {backend} ({why})", f"pass {flag} triton (or flashinfer)")
     if mla and settings.verify_attention == "full_mask":
-        _reject(f"{env('verify_attention')}=full_mask for an MLA target (SGLang's MLA backends cannot apply a tree mask)",
+        _reject(f"{env('verify_attention')}=full_mask for an MLA target (SGLang's MLA backends cannot apply a "
+                "tree mask)",
                 f"leave {env('verify_attention')} unset: the tree kernel verifies MLA trees")
     if settings.prefix == "flashmla" and not (mla and getattr(view, "attention_backend", None) == "flashmla"):
         _reject(f"{env('prefix')}=flashmla without an MLA target on --attention-backend flashmla (FlashMLA reads "
@@ -317,7 +318,7 @@ def validate_server_args(server_args) -> None:
     if topk is not None and int(topk) != 1:
         _reject(f"--speculative-eagle-topk {topk}",
                 f"drop it; cap DDTree's per-depth candidates with {env('topk')} instead")
-    depth_temperatures(settings, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here, not later
+    depth_temperatures(settings, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here
 
 
 def apply_ddtree_defaults(server_args) -> None:

@@ -20,8 +20,9 @@ The prefix can instead go through a library, the tree tail through our kernel al
 merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTREE_PREFIX, `Settings.prefix`):
 - `flashmla`: an MLA target on the flashmla backend (page size 64); the default there (`auto`): our kernel is
   several times slower than FlashMLA over an MLA prefix (docs/benchmarks/round-cost-h200-2026-12-04.md). The
-  metadata fills a page table and the prefix lengths from req_to_token and FlashMLA's split plan for the forward's width (out of the graph, into static
-  buffers, as SGLang's own FlashMLA backend does); per layer FlashMLA attends every tree query over its prefix.
+  metadata fills a page table and the prefix lengths from req_to_token and FlashMLA's split plan for the
+  forward's width (out of the graph, into static buffers, as SGLang's own FlashMLA backend does); per layer
+  FlashMLA attends every tree query over its prefix.
 - `flashinfer`: an MHA/GQA target on triton or flashinfer, head dim 64/128/256: FlashInfer's paged prefill
   (the kernel family of DFLASH's chain verify on --attention-backend flashinfer) over the token-level prefix
   slots, so any page size. Our kernel reads the whole prefix once per 64-row tile of a request's n·G query rows,
