@@ -32,8 +32,8 @@ from sglang_ddtree.sampling import node_tokens, request_seeds
 from . import tree_attention
 from .adapters import registration
 from .args import auto_budgets, depth_temperatures
-from .settings import Settings, env
 from .draft_head import DraftTreeHead
+from .settings import Settings, env
 from .verify_input import full_tree_mask, host_mask_bound
 
 logger = logging.getLogger("sglang_ddtree")

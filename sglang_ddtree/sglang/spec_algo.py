@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from .adapters import registration as sgl
 
-sgl.need("sglang.srt.runtime_context", "get_spec")  # a moved runtime_context fails at registration, not later
-
 
 def _draft_block_size(default: int) -> int:
     """The drafter's block size as published to the scheduler's runtime context (args.py sets it)."""

@@ -41,7 +41,9 @@ def probe(*modules: str) -> None:
 
 # --- the algorithm registry ----------------------------------------------------------------------------------
 def spec_base():
-    """SGLang's CustomSpecAlgo, the base of the plugin's algorithm class."""
+    """SGLang's CustomSpecAlgo, the base of the plugin's algorithm class; the runtime context its block size is read
+    from is resolved with it, so a moved runtime_context fails at registration, not in the scheduler."""
+    need("sglang.srt.runtime_context", "get_spec")
     return need("sglang.srt.speculative.spec_registry", "CustomSpecAlgo")
 
 
