@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     """Fixed budgets against budget='auto' on the engine (the shipped pair, held-out prompts the calibration
     was not fitted on), per batch size: τ, decode wall time (the start-up cost table excluded and reported
     apart), tokens/s and the budgets auto chose."""
-    ap = _cli.Parser(prog="python -m sglang_ddtree budget", description=main.__doc__.split(".")[0])
+    ap = _cli.Parser(prog="python -m sglang_ddtree budget", description=" ".join(main.__doc__.split()))
     ap.add_argument("--out", default="budget.json")
     ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 16, 128])
     ap.add_argument("--prompts", type=_cli.positive_int, default=128, help="taken after the calibration's 100 fit prompts")
