@@ -145,9 +145,9 @@ def verify_attention(requested: str, why_not: str | None, setting: str) -> bool:
 
 
 class RoundHost:
-    """What a decoder supplies to one round, for one batch. A host object lives for one round; `Round.run`
-    calls the verbs in the order below. SGLang's worker (sglang/decode_round.py) and the engine
-    (engine/engine.py) are the two hosts."""
+    """What a decoder supplies to a round, for one batch; `Round.run` calls the verbs in the order below.
+    SGLang's worker makes one host a decode call (sglang/decode_round.py), the engine one a batch of requests
+    (engine/engine.py)."""
 
     # the engine stops a request whose target logits have no token (NaN / all -inf): such a node's token
     # is -1 (flags.NONFINITE_TARGET); the server keeps the argmax, as its plain decode does

@@ -19,10 +19,9 @@ import time
 
 import torch
 
-from ..accept import sample_node_tokens
 from ..budget import AutoWidth
 from ..round import Round, RoundHost, RoundOps, verify_attention
-from ..sampling import NodeLaw
+from ..sampling import NodeLaw, node_tokens
 from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
@@ -258,7 +257,7 @@ class _EngineBatch(RoundHost):
     def __init__(self, eng: Engine, ids, seeds, max_new, method, tree_args, temperature, stops, on_round):
         dev, tgt = eng.device, eng.target
         budget, self.topk, self.anchor, self.draft_temp, auto = tree_args
-        self.eng, self.method, self.max_new, self.on_round, self.stops = eng, method, max_new, on_round, stops
+        self.eng, self.max_new, self.on_round, self.stops = eng, max_new, on_round, stops
         self.use_draft = method != "ar"
         self.B, L, Bs = len(ids), eng.block_size - 1, eng.block_size
         B = self.B
@@ -287,7 +286,7 @@ class _EngineBatch(RoundHost):
         mask = (self.ar[None, None, :] <= pos[:, :, None]) & (self.ar[None, None, :] < lens[:, None, None])
         logits, feats = tgt(x, pos, mask, self.tcache, pos, eng.capture if self.use_draft else (),
                             logits_index=(lens - 1)[:, None])
-        root = sample_node_tokens(logits, temperature, seed=self.seed, step=0)[:, 0]
+        root = node_tokens(eng.ops, logits, self.law, self.seed, torch.zeros_like(self.seed), no_token=True)[:, 0]
         self.seq_lens = lens.clone()
         if self.use_draft:
             self.dcache = eng.drafter.new_cache(B, self.cap, eng.dtype, dev)
