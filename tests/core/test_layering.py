@@ -85,8 +85,8 @@ def test_engine_and_sglang_round_share_the_round_core():
     engine, decode, core = mods["engine/engine.py"], mods["sglang/decode_round.py"], mods["round.py"]
     assert "..round" in _imports_from(engine) and "sglang_ddtree.round" in _imports_from(decode)
     for host in (engine, decode):  # each host hands its batch to Round.run, and does none of the round itself
-        assert _calls_named(host, "run") == 1, host
-        for step in ("commit", "node_tokens", "choose", "publish", "truncate"):
+        assert _calls_named(host, "run") == 1, host  # (the engine's prefill samples with node_tokens, as the round)
+        for step in ("commit", "sample_node_tokens", "sample_tokens", "choose", "publish", "truncate"):
             assert _calls_named(host, step) == 0, (host, step)
     assert _calls_named(core, "commit") == 1 and _calls_named(core, "node_tokens") == 1
     assert _calls_named(core, "choose") == 1 and _calls_named(core, "truncate") == 1
