@@ -226,6 +226,7 @@ class Round:
         return width
 
     def run(self, host: RoundHost):
+        """One decode round of the host's batch (the module docstring lists its steps) -> host.result."""
         bs = host.batch_size()
         context = host.context() if self.auto is not None else 1.0
         n = self.width(bs, context)
