@@ -112,6 +112,7 @@ KIMI_TURNS = BENCH + "round-cost-kimi-h200-2026-12-04-cascade-interleaved.json" 
 DEMO = BENCH + "demo-cpu-2026-12-04.json"  # `make demo`, kernels already built
 ROBUST = BENCH + "robust-h200-2026-12-04.json"  # every request feature against the plain server (issue 29)
 CASCADE_LOSSLESS = BENCH + "sglang-cascade-h200-2026-12-04-lossless.json"  # the FlashInfer cascade served
+LONG = BENCH + "round-cost-h200-2026-12-04-long-context.json"  # 8k / 32k against DFLASH on flashinfer
 DEMO_COLD = BENCH + "demo-cpu-2026-12-04-cold.json"  # the same, on a first run (native kernels built)
 # the Kimi-shaped run's server names (measured before the cascade became the default on flashmla)
 CASCADE = "ddtree_b15_flashmla_prefix"
@@ -123,9 +124,9 @@ def _tpot(doc, server: str, input_len, conc: int) -> float:
     return pick("rows", "median_tpot_ms", server=server, input_len=input_len, concurrency=conc)(doc)
 
 
-def _vs(doc, server: str, other: str, conc: int) -> float:
-    """One server's output tok/s over another's at one concurrency, same report."""
-    tput = lambda name: pick("rows", "output_throughput", server=name, concurrency=conc)(doc)  # noqa: E731
+def _vs(doc, server: str, other: str, conc: int, **where) -> float:
+    """One server's output tok/s over another's at one concurrency (and input length, ...), same report."""
+    tput = lambda name: pick("rows", "output_throughput", server=name, concurrency=conc, **where)(doc)  # noqa: E731
     return tput(server) / tput(other)
 
 
@@ -211,6 +212,11 @@ CLAIMS = [
      (AUTO_RC, RC4),
      lambda d, rc: tuple(_vs(d, "ddtree_auto", "dflash", c) for c in CONCS)
      + (_tpot(rc, "ddtree_b15", 1024, 1), _tpot(rc, "dflash", 1024, 1)), None),
+    ("DDTree's default **{}× / {}× / {}×** output tok/s at c = 1 / 4 / 16, and {}× at 32k, c=1", LONG,
+     lambda d: tuple(_vs(d, "ddtree_default", "dflash_flashinfer", c, input_len=8192) for c in (1, 4, 16))
+     + (_vs(d, "ddtree_default", "dflash_flashinfer", 1, input_len=32768),), None),
+    ("on flashinfer {}× / {}× at c = 1 / 4", LONG,
+     lambda d: tuple(_vs(d, "ddtree_auto_fi", "dflash_flashinfer", c, input_len=8192) for c in (1, 4)), None),
     ("CPU engine, {} held-out prompts, all identical to AR", ANCHOR, _all_identical, None),
     ("τ **{}** vs the chain's {} and the paper's tree's {} at budget 16", ANCHOR,
      lambda d: tuple(at(f"lossless.float32.runs.{k}.tau")(d) for k in ("ddtree16_anchored", "chain", "ddtree16")),

@@ -52,9 +52,12 @@ tar -C "$WORK" -czf "$OUT/gpu_check.tar.gz" .
 # GPU_CHECK_SAVE_JIT=1: FlashInfer's JIT-built modules come back as $OUT/fi-aot.tar.xz (name/name.so, FlashInfer's
 # AOT layout); carried as .sgl/fi-aot.tar.xz, sglang_env.sh unpacks them into FlashInfer's AOT folder, so a fresh
 # machine skips minutes of compiling
-if [ "${GPU_CHECK_SAVE_JIT:-0}" = 1 ] && [ -d /tmp/fi/.cache/flashinfer ]; then
-  (cd /tmp/fi/.cache/flashinfer/*/*/cached_ops 2>/dev/null && ls */*.so >/dev/null 2>&1 \
-    && tar -cf - */*.so | xz -T0 -6 > "$OUT/fi-aot.tar.xz" && ls -la "$OUT/fi-aot.tar.xz" && ls */*.so)
+if [ "${GPU_CHECK_SAVE_JIT:-0}" = 1 ]; then  # the carried modules and the ones built here, together
+  S=$(mktemp -d); cp -r /tmp/site/flashinfer/data/aot/. "$S/" 2>/dev/null
+  for so in /tmp/fi/.cache/flashinfer/*/*/cached_ops/*/*.so; do
+    [ -f "$so" ] && { d=$(basename "$(dirname "$so")"); mkdir -p "$S/$d" && cp "$so" "$S/$d/"; }
+  done
+  (cd "$S" && ls */*.so >/dev/null 2>&1 && tar -cf - . | xz -T0 -6 > "$OUT/fi-aot.tar.xz" && ls */*.so)
 fi
 echo "total $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
 for f in "$WORK"/*/*.md; do [ -f "$f" ] && { echo "== $f"; tail -40 "$f"; }; done

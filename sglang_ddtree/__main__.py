@@ -11,8 +11,8 @@ COMMANDS = {
     "launch_server": ("sglang_ddtree.sglang.launch_server", "SGLang's launch_server with the plugin loaded and the "
                                                              "DDTree flags (--speculative-ddtree-budget ...)"),
     "bench": ("sglang_ddtree.bench.__main__", "benchmarks: tree, tree_gpu, attention, verify_splits, engine"),
-    "calibration": ("sglang_ddtree.calibration", "fit and check the drafter's per-depth temperatures"),
-    "budget": ("sglang_ddtree.budget", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
+    "calibration": ("sglang_ddtree.engine.calibrate", "fit and check the drafter's per-depth temperatures"),
+    "budget": ("sglang_ddtree.engine.budget_sweep", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
     "train": ("sglang_ddtree.engine.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
 }
 PROG = "python -m sglang_ddtree"

@@ -7,7 +7,8 @@ candidate budget answers for every smaller one. (2) Node i's path weight exp(log
 probability that the target's greedy walk reaches it, so the expected tokens a round commits with budget b
 is 1 + Σ_{i ≤ b} exp(logw_i) (the bonus token plus every node reached) — exact if the drafter is calibrated
 (sglang_ddtree/calibration.py), which is why the calibrated keys are the ones to rank and predict by.
-The budget that maximises predicted tokens per unit time is argmax_b E_b / cost(batch, b + 1).
+The budget that maximises predicted tokens per unit time is argmax_b E_b / cost(batch, b + 1): `AutoWidth`,
+the one chooser of the server and the engine (round.Round runs it).
 """
 from __future__ import annotations
 
@@ -57,28 +58,6 @@ def truncate(tree: TreeBatch, budget: int) -> TreeBatch:
                      budget=budget, depth_limit=tree.depth_limit, topk=min(tree.topk, max(budget, 1)))
 
 
-def budget_table(candidates, cost, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validated device tensors (int64 budgets, float64 round costs) for choose_budget, made once per batch:
-    the checks read host lists, so the per-round choice reads nothing back. candidates: budgets below n (the
-    largest tree's slots); cost: the time of one round at each candidate's verify width (same order, > 0)."""
-    cands, c = [int(b) for b in candidates], [float(x) for x in cost]
-    if not cands or len(cands) != len(c) or min(c) <= 0:
-        raise ValueError(f"candidates and cost must be non-empty, of equal length, cost > 0; got {candidates!r}, "
-                         f"{cost!r}")
-    if max(cands) >= n or min(cands) < 0:
-        raise ValueError(f"candidates must lie in [0, {n - 1}], got {candidates!r}")
-    return (torch.tensor(cands, dtype=torch.int64, device=device),
-            torch.tensor(c, dtype=torch.float64, device=device))
-
-
-def choose_budget(expected: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """The candidate budget with the most predicted tokens per unit time for this batch, on the device.
-    expected: [B, n] from expected_commit; table: budget_table's tensors. Returns an int64 scalar tensor (no
-    host read: the caller reads it where it already syncs)."""
-    cands, cost = table
-    return cands[torch.argmax(expected.mean(0)[cands] / cost)]
-
-
 class LaggedValue:
     """A device tensor an earlier round made, on the host without a sync.
 
@@ -107,6 +86,12 @@ class LaggedValue:
             self._bufs[i].copy_(value)
             event = None
         self._pending[i] = (self._seq, event)
+
+    def wait(self) -> None:
+        """Block until every publication has landed (a host that reads the device each round anyway)."""
+        for pending in self._pending:
+            if pending is not None and pending[1] is not None:
+                pending[1].synchronize()
 
     def landed(self) -> bool:
         """Whether any publication has landed yet (the initial value is not one)."""
@@ -147,9 +132,13 @@ class AutoWidth:
       2026-12-04) let host noise and drift, sampled at different times for different widths, pick the width —
       on a host-bound model every width costs the same, and the choice wandered (0.86–0.95× the best fixed
       budget on the H200). The median also shrugs off a stalled round (the whole server paused).
-    Rounds separated by another forward (a prefill, `interrupt`) or by a change of bucket give no period."""
+    Rounds separated by another forward (a prefill, `interrupt`) or by a change of bucket give no period.
+    first: what the first round verifies before any prediction has landed: 'chain' (the narrowest width: the
+    server, which never waits on the device) or 'own' (`choose` answers None; the round then `wait`s for its
+    own tree's prediction and chooses again: the engine, which reads the device every round anyway)."""
 
-    def __init__(self, widths, buckets=(), prior=None, device="cpu", *, attention=None, window: int = 64, clock=None):
+    def __init__(self, widths, buckets=(), prior=None, device="cpu", *, attention=None, window: int = 64, clock=None,
+                 first: str = "chain"):
         import time
 
         ws = sorted({int(w) for w in widths})
@@ -157,7 +146,9 @@ class AutoWidth:
             raise ValueError(f"widths must be positive verify widths, got {widths!r}")
         if int(window) < 1:
             raise ValueError(f"window must be >= 1 periods, got {window!r}")
-        self.widths = ws
+        if first not in ("chain", "own"):
+            raise ValueError(f"first must be 'chain' or 'own', got {first!r}")
+        self.widths, self.first = ws, first
         self.set_costs(buckets, prior, attention)
         self.window = int(window)
         self.clock = clock or time.perf_counter
@@ -218,7 +209,9 @@ class AutoWidth:
 
     def choose(self, bs: int, context: float = 1) -> int:
         """The width of the round being launched now (call once per decode round, at its launch); context: the
-        batch's mean prefix length, as the host knows it."""
+        batch's mean prefix length, as the host knows it. None: nothing has landed and `first` is 'own'."""
+        if self.first == "own" and not self._expected.landed():
+            return None
         now, bucket = self.clock(), self.bucket(bs)
         self.round += 1
         if self._last is not None:
@@ -243,6 +236,10 @@ class AutoWidth:
             d = self._beyond[bucket] = collections.deque(maxlen=self.window)
         d.append(max(period - self.graph_cost(bucket, width) - self.attention_cost(bucket, width, context), 0.0))
 
+    def wait(self) -> None:
+        """Block until the published predictions have landed (`first='own'`: the first round's own)."""
+        self._expected.wait()
+
     def interrupt(self) -> None:
         """Another forward ran since the last decode round: the next interval is not a round's period."""
         self._last = None
@@ -265,51 +262,3 @@ class AutoWidth:
         for (b, w), n in sorted(self.rounds.items()):
             out.setdefault(b, {})[w] = {"rounds": n, "cost_ms": round(self.cost(b, w) * 1e3, 3)}
         return out
-
-
-def main(argv=None) -> int:
-    """Fixed budgets against budget='auto' on the engine (the shipped pair, held-out prompts the calibration
-    was not fitted on), per batch size: τ, decode wall time (the start-up cost table excluded and reported
-    apart), tokens/s and the budgets auto chose."""
-    import collections
-    import json
-    import time
-
-    from . import _cli
-    from .engine import Engine, summarize
-    from .engine.data import heldout_prompts
-
-    ap = _cli.Parser(prog="python -m sglang_ddtree.budget", description=main.__doc__.split(".")[0])
-    ap.add_argument("--out", default="budget.json")
-    ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 16, 128])
-    ap.add_argument("--prompts", type=_cli.positive_int, default=128, help="taken after the calibration's 100 fit prompts")
-    ap.add_argument("--max-new", type=_cli.positive_int, default=48)
-    ap.add_argument("--device", type=_cli.device, default=None)
-    a = ap.parse_args(argv)
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    eng = Engine.from_pretrained(device=a.device)
-    prompts = heldout_prompts()[100:100 + a.prompts]
-    kw = dict(method="ddtree", anchor="chain", draft_temperature="drafter")
-    out = {"device": str(eng.device), "prompts": len(prompts), "max_new_tokens": a.max_new, "rows": []}
-    for bs in a.batches:
-        eng.generate(prompts[:bs], 4, batch_size=bs, budget=8, **kw)  # warm-up
-        for budget in (8, 16, 32, 64, "auto"):
-            t0 = time.perf_counter()
-            res = eng.generate(prompts, a.max_new, batch_size=bs, budget=budget, **kw)
-            wall = time.perf_counter() - t0
-            cost_s = sum(r.stage_times.get("cost", 0.0) for r in res[::bs])
-            s = summarize(res)
-            row = {"batch": bs, "budget": budget, "tau": s["tau"], "decode_s": wall - cost_s, "cost_table_s": cost_s,
-                   "tok_per_s": s["tokens"] / (wall - cost_s),
-                   "chosen": dict(collections.Counter(b for r in res for b in r.round_budgets))}
-            out["rows"].append(row)
-            print(row, flush=True)
-            with open(a.out, "w") as f:
-                json.dump(out, f, indent=1)
-    print(f"wrote {a.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,8 +9,9 @@ right unit: temperature T_d divides depth d's logits before stage 1 (T_d < 1 sha
 from calibrated log-probs is exact with respect to those keys (same builders, other inputs) and every tree
 is lossless; what calibration can change is acceptance, so it is kept only where held-out τ rises.
 
-    python -m sglang_ddtree.calibration [--out FILE]   # fit on the first 100 held-out prompts (the shipped
+    python -m sglang_ddtree calibration [--out FILE]   # fit on the first 100 held-out prompts (the shipped
                                                        # tiny pair), reliability and τ on the other 131
+                                                       # (engine/calibrate.py)
 
 The fitted temperatures ship with a drafter as `ddtree_calibration.json` in its directory
 (`load_depth_temperatures`): the engine uses them with `draft_temperature="drafter"`, the SGLang plugin
@@ -18,7 +19,6 @@ whenever the drafter directory has the file (`SGLANG_DDTREE_CALIBRATION`: auto /
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -105,57 +105,3 @@ def reliability(logits: torch.Tensor, target: torch.Tensor, temperature: float =
                           "share": w})
     return {"confidence": float(conf.mean()), "hit_rate": float(hit.mean()), "ece": ece, "n": int(len(target)),
             "bins": table}
-
-
-def main(argv=None) -> int:
-    from .engine import Engine, summarize
-    from .engine.data import heldout_prompts
-
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree.calibration",
-                                 description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--out", default="calibration.json")
-    ap.add_argument("--fit-prompts", type=int, default=100, help="the first N held-out prompts fit; the rest test")
-    ap.add_argument("--max-new", type=int, default=48)
-    ap.add_argument("--budgets", default="8,16,32,64")
-    ap.add_argument("--ship", action="store_true", help=f"also write {FILE} into the shipped drafter's directory")
-    a = ap.parse_args(argv)
-    torch.manual_seed(0)
-    eng = Engine.from_pretrained(device="cpu")
-    prompts = heldout_prompts()
-    fit_p, test_p = prompts[:a.fit_prompts], prompts[a.fit_prompts:]
-    pairs = collect(eng, fit_p, a.max_new)
-    temps = [fit_temperature(x, y) for x, y in pairs]
-    test_pairs = collect(eng, test_p, a.max_new)
-    out = {"fit_prompts": len(fit_p), "test_prompts": len(test_p), "max_new_tokens": a.max_new,
-           "depth_temperature": temps,
-           "reliability_test": [{"depth": d + 1, "raw": reliability(x, y), "calibrated": reliability(x, y, t)}
-                                for d, ((x, y), t) in enumerate(zip(test_pairs, temps))],
-           "tau_test": {}}
-    print("depth temperatures:", ", ".join(f"{t:.3f}" for t in temps), flush=True)
-    ar = eng.generate(test_p, a.max_new, method="ar")
-    out["tau_test"]["chain"] = summarize(eng.generate(test_p, a.max_new, method="chain"))["tau"]
-    for b in (int(x) for x in a.budgets.split(",")):
-        for anchor in (None, "chain"):
-            for name, cal in (("raw", None), ("calibrated", temps)):
-                r = eng.generate(test_p, a.max_new, method="ddtree", budget=b, anchor=anchor, draft_temperature=cal)
-                key = f"b{b}_{'anchored' if anchor else 'paper'}_{name}"
-                out["tau_test"][key] = {"tau": summarize(r)["tau"],
-                                        "identical_to_ar": sum(x.token_ids == y.token_ids for x, y in zip(r, ar))}
-                print(key, out["tau_test"][key], flush=True)
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
-    print(f"wrote {a.out}")
-    if a.ship:
-        from .engine.data import MODELS_DIR
-
-        dst = os.path.join(MODELS_DIR, "tiny-dflash", FILE)
-        with open(dst, "w") as f:
-            json.dump({"depth_temperature": temps, "fitted_by": "python -m sglang_ddtree.calibration",
-                       "fit": f"greedy DDTree (budget 16, chain-anchored) on the first {len(fit_p)} held-out "
-                              f"prompts, {a.max_new} tokens each; per-depth temperature scaling (NLL)"}, f, indent=1)
-        print(f"wrote {dst}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

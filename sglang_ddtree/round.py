@@ -1,13 +1,24 @@
-"""One decode round's accept and commit, shared by the standalone engine and the SGLang worker.
+"""One DDTree decode round, for both of its hosts: the SGLang worker (sglang/decode_round.py) and the
+standalone engine (engine/engine.py).
 
-From plain tensors — the tree, the target's token at every node, the prefix lengths and the KV slot of every
-tree node — `RoundOps.commit` returns the whole commit plan of the round in one op (`commit_tree`: the
-bounded walk plus, per committed column k, the accepted node's KV move slots[acc[k]] -> slots[k], the
-committed tokens, the rows of the verify's hidden states that become drafter context, positions and new
-lengths; kernels/tree_walk.h holds the rule, once, for the CPU and CUDA kernels). Callers only apply it:
-move KV, gather hidden rows, hand tokens back. `RoundOps` also chooses the ops backend once per decoder
-and owns the one CPU fallback (device tensors round-trip through the CPU ops, with a host sync, when the
-CUDA library cannot load).
+  width   the round's verify width n: the host's fixed one, or the auto budget's choice (budget.AutoWidth)
+  draft   the drafter's block [root, MASK...] -> top-k -> the widest tree          host.draft
+          (auto: its prediction is published for a later round's choice, the tree cut to n nodes)
+  verify  one target forward over the n tree nodes at the round's KV slots          host.verify
+  sample  every node's target token under the request's law (sampling.node_tokens)
+  accept  RoundOps.commit: the bounded walk and the round's commit plan, one op
+  commit  the accepted nodes' KV to the committed slots, their hidden states to the drafter
+                                                                      host.move_kv, host.append_draft_context
+`Round.run(host)` is the whole round; `RoundHost` lists what a host supplies. What differs between hosts (how
+a forward runs, which attention the verify reads, what a result is) stays behind those verbs, so a change to
+the round is made here once and the engine, the project's end-to-end proof, runs exactly what the server runs.
+
+`RoundOps.commit` returns the whole commit plan of the round in one op (`commit_tree`: the bounded walk plus,
+per committed column k, the accepted node's KV move slots[acc[k]] -> slots[k], the committed tokens, the rows
+of the verify's hidden states that become drafter context, positions and new lengths; kernels/tree_walk.h
+holds the rule, once, for the CPU and CUDA kernels). `RoundOps` also chooses the ops backend once per decoder
+and owns the one CPU fallback (device tensors round-trip through the CPU ops, with a host sync, when the CUDA
+library cannot load).
 """
 from __future__ import annotations
 
@@ -19,6 +30,8 @@ import torch
 from . import flags as F
 from . import ops
 from .accept import sample_rows_torch
+from .budget import truncate
+from .sampling import node_tokens
 from .tree import TreeBatch, build_tree_from_topk
 
 logger = logging.getLogger("sglang_ddtree")
@@ -117,3 +130,127 @@ class RoundOps:
         plan = CommitPlan.from_outputs(outs)
         plan.flags = plan.flags | torch.where(plan.bonus < 0, F.NONFINITE_TARGET, 0).to(plan.flags.dtype)
         return plan
+
+
+def verify_attention(requested: str, why_not: str | None, setting: str) -> bool:
+    """The one verify-path choice of both hosts: True where the round's verify reads the tree's ancestor
+    bitsets through the project's tree attention, False where it reads the host's dense-mask attention.
+    requested: 'auto' (the tree attention wherever it can serve), 'tree' (required) or 'mask'; why_not: why
+    the tree attention cannot serve this host (None: it can); setting: how the user asked, for the error."""
+    if requested not in ("auto", "tree", "mask"):
+        raise ValueError(f"verify attention must be auto, tree or mask, got {requested!r}")
+    if requested == "tree" and why_not is not None:
+        raise ValueError(f"{setting}, but the tree attention cannot serve {why_not}")
+    return requested != "mask" and why_not is None
+
+
+class RoundHost:
+    """What a decoder supplies to a round, for one batch; `Round.run` calls the verbs in the order below.
+    SGLang's worker makes one host a decode call (sglang/decode_round.py), the engine one a batch of requests
+    (engine/engine.py)."""
+
+    # the engine stops a request whose target logits have no token (NaN / all -inf): such a node's token
+    # is -1 (flags.NONFINITE_TARGET); the server keeps the argmax, as its plain decode does
+    stops_on_nonfinite = False
+
+    def batch_size(self) -> int:
+        raise NotImplementedError
+
+    def context(self) -> float:
+        """The batch's mean prefix length as the host knows it without a device read (the auto budget's)."""
+        raise NotImplementedError
+
+    def prefix(self) -> torch.Tensor:
+        """[bs] the committed prefix lengths on the device."""
+        raise NotImplementedError
+
+    def slots(self, n: int) -> torch.Tensor:
+        """int64 [bs, n]: the KV slot of tree node i of request b during the verify (prefix + i in its row)."""
+        raise NotImplementedError
+
+    def draft(self, slots: torch.Tensor):
+        """The drafter's forward and the round's widest tree -> (TreeBatch, [bs, K] predicted tokens per auto
+        width or None: the round computes them). The host builds the tree because SGLang's draft CUDA graph
+        builds it inside the graph."""
+        raise NotImplementedError
+
+    def verify(self, tree: TreeBatch, slots: torch.Tensor, n: int) -> torch.Tensor:
+        """The target's forward over the tree's n nodes per request -> its logits [bs, n, V], viewed over what
+        the host keeps (the hidden states for append_draft_context)."""
+        raise NotImplementedError
+
+    def adjust_logits(self, logits: torch.Tensor, tree: TreeBatch) -> None:
+        """Every node's logits as the host adjusts the next token's (in place): penalties, grammar, bias."""
+
+    def node_law(self, round_no: int):
+        """(sampling.NodeLaw or None for all greedy, seed int64 [bs], step int64 [bs]) of the round's draw."""
+        raise NotImplementedError
+
+    def committed(self, plan: CommitPlan, targets: torch.Tensor) -> None:
+        """The commit plan exists: what the host reports before the KV moves (lengths, counts, log-probs)."""
+
+    def move_kv(self, plan: CommitPlan) -> None:
+        """The accepted nodes' KV, every layer: plan.kv_src -> plan.kv_dst."""
+        raise NotImplementedError
+
+    def append_draft_context(self, plan: CommitPlan) -> None:
+        """The accepted nodes' target hidden states (rows plan.hidden_index of the verify's) -> the drafter's
+        KV at plan.kv_dst, positions plan.positions."""
+        raise NotImplementedError
+
+    def result(self, plan: CommitPlan, n: int):
+        """What the round returns to the host's caller."""
+        raise NotImplementedError
+
+    def mark(self, stage: str) -> None:
+        """The round enters `stage` (the engine's stage clock)."""
+
+
+class Round:
+    """A decoder's rounds: its ops, its widest verify width and, for budget 'auto', the width chooser
+    (budget.AutoWidth). `count` numbers the rounds (the seeds' step where requests bring no stream)."""
+
+    def __init__(self, ops: RoundOps, widest: int, auto=None, log_every: int = 200):
+        self.ops, self.widest, self.auto = ops, int(widest), auto
+        self.count = 0
+        self.log_every = log_every
+
+    def width(self, bs: int, context: float) -> int | None:
+        """This round's verify width; None where the chooser waits for the round's own prediction."""
+        if self.auto is None:
+            return self.widest
+        width = self.auto.choose(bs, context)
+        if width is not None and self.auto.round % self.log_every == 0:
+            logger.info("DDTREE auto budget after %d rounds: {bucket: {width: rounds, cost ms}} %s",
+                        self.auto.round, self.auto.summary())
+        return width
+
+    def run(self, host: RoundHost):
+        """One decode round of the host's batch (the module docstring lists its steps) -> host.result."""
+        bs = host.batch_size()
+        context = host.context() if self.auto is not None else 1.0
+        n = self.width(bs, context)
+        self.count += 1
+        prefix = host.prefix()
+        slots = host.slots(self.widest if n is None else n)
+        tree, predicted = host.draft(slots)
+        if self.auto is not None:
+            self.auto.publish(self.auto.predict(tree) if predicted is None else predicted)
+            if n is None:  # the first round reads its own prediction (one host sync, once)
+                self.auto.wait()
+                n = self.width(bs, context)
+                slots = slots[:, :n]
+            if n < self.widest:
+                tree = truncate(tree, n - 1)
+        logits = host.verify(tree, slots, n)
+        host.mark("sample")
+        host.adjust_logits(logits, tree)
+        law, seed, step = host.node_law(self.count)
+        targets = node_tokens(self.ops, logits, law, seed, step, no_token=host.stops_on_nonfinite)
+        host.mark("accept")
+        plan = self.ops.commit(tree, targets, prefix, slots)
+        host.mark("commit")
+        host.committed(plan, targets)
+        host.move_kv(plan)
+        host.append_draft_context(plan)
+        return host.result(plan, n)

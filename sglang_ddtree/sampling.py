@@ -46,13 +46,14 @@ def filter_logits(scaled: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tens
 
 
 def node_tokens(round_ops, logits: torch.Tensor, law: NodeLaw | None, seed: torch.Tensor,
-                step: torch.Tensor) -> torch.Tensor:
+                step: torch.Tensor, *, no_token: bool = False) -> torch.Tensor:
     """int64 [B, n] target tokens for every node of logits [B, n, V]: argmax for greedy rows (or when law is
     None), else a Gumbel-max draw from the node's filtered law (seed / step int64 [B]). A draw that finds no
-    token (a NaN row) falls back to the argmax, so no node ever carries −1."""
+    token (a NaN row) falls back to the argmax; with no_token, a node whose logits have no token at all (a
+    NaN, or all −inf) gets −1 instead (the walk stops there and flags the request: flags.NONFINITE_TARGET)."""
     greedy = round_ops.greedy_tokens(logits)
     if law is None:
-        return greedy
+        return _mark_no_token(logits, greedy) if no_token else greedy
     B, n, V = logits.shape
     scaled = logits.float() / law.temperatures.float().clamp(min=1e-6).view(B, 1, 1)
     if law.filtered:
@@ -60,7 +61,14 @@ def node_tokens(round_ops, logits: torch.Tensor, law: NodeLaw | None, seed: torc
         filter_logits(scaled.view(B * n, V), rep(law.top_ks), rep(law.top_ps), rep(law.min_ps))
     sampled = round_ops.sample_tokens(scaled, seed, step)
     sampled = torch.where((sampled < 0) | (sampled >= V), greedy, sampled)
-    return torch.where(law.greedy().view(B, 1), greedy, sampled)
+    out = torch.where(law.greedy().view(B, 1), greedy, sampled)
+    return _mark_no_token(logits, out) if no_token else out
+
+
+def _mark_no_token(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """−1 where the picked logit is NaN (every sampler picks a NaN) or −inf (a row of −inf only), no sync."""
+    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return torch.where(torch.isnan(picked) | (picked == float("-inf")), torch.full_like(tokens, -1), tokens)
 
 
 def request_seeds(server_seed: int, rows: torch.Tensor) -> torch.Tensor:

@@ -221,7 +221,7 @@ def legend(engine: Engine, rows, costs: str) -> str:
     served_sampled = next((r["tau"] for r in sampled if r["method"] == SERVED), None)
     if served["generate_args"].get("draft_temperature") and paper_best and paper_best > served_sampled:
         items.append(("note", "sampled, the paper's tree accepted more than the served default in this run: the "
-                              "shipped calibration was fitted on greedy decoding (python -m sglang_ddtree.calibration) "
+                              "shipped calibration was fitted on greedy decoding (python -m sglang_ddtree calibration) "
                               "and sharpens the draft, which costs acceptance when the target samples."))
     return "\n".join(textwrap.fill(text, 108, initial_indent=f"{name:<7}= " if name != "note" else "note:    ",
                                    subsequent_indent=" " * 9) for name, text in items)

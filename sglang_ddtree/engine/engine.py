@@ -1,17 +1,14 @@
 """The standalone decode loop: DDTree, the DFlash chain and plain autoregressive decoding, one loop.
 
-A round, for a batch of requests with ragged lengths (nothing is read on the host inside it, except the
-one `all done?` check that ends the loop):
-  draft   block [root, MASK x L] at positions seq_len .. seq_len+L through the drafter -> logits [B, L, V]
-  build   build_tree(logits, budget)          (chain: budget L, topk 1; AR: budget 0 -> the root alone)
-  verify  one target forward over the n tree nodes at positions seq_len + depth, prefix + ancestor mask
-  sample  sample_node_tokens: the target's token at every node (argmax, or Gumbel-max at T > 0)
-  accept  RoundOps.commit (sglang_ddtree/round.py, shared with the SGLang worker): the bounded walk down the
-          tree with those tokens and the round's commit plan
-  commit  apply the plan: the accepted nodes' KV move to slots seq_len .. seq_len+len-1; their target
-          features become drafter context at the same slots; the bonus is the next root.
-The three methods differ only in the tree's shape, so they are compared under identical conditions.
-Stage "loop" is the per-round `all done?` check (a device->host read) and the Python between rounds.
+Every round is round.Round.run, the round the SGLang worker runs, with a batch of requests of ragged lengths
+as its host (`_EngineBatch`, round.RoundHost): its draft is the drafter over [root, MASK x L] at positions
+seq_len .. seq_len+L and build_tree on its logits (chain: budget L, topk 1; AR: budget 0, the root alone);
+its verify one target forward over the n tree nodes at positions seq_len + depth, prefix + ancestor mask;
+the commit plan's KV moves and drafter context land at slots seq_len .. seq_len+len-1, the bonus is the next
+root. Nothing is read on the host inside a round, except by the auto budget's first round (its own
+prediction). The three methods differ only in the tree's shape, so they are compared under identical
+conditions. Stage "loop" is the per-round `all done?` check (a device->host read) and the Python between
+rounds.
 """
 from __future__ import annotations
 
@@ -22,9 +19,9 @@ import time
 
 import torch
 
-from ..accept import sample_node_tokens
-from ..round import RoundOps
-from ..budget import budget_table, choose_budget, expected_commit, truncate
+from ..budget import AutoWidth
+from ..round import Round, RoundHost, RoundOps, verify_attention
+from ..sampling import NodeLaw, node_tokens
 from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
@@ -92,10 +89,10 @@ class Engine:
         self.device, self.dtype = p.device, p.dtype
         if attention not in ("auto", "op", "sdpa"):
             raise ValueError(f"attention must be 'auto', 'op' or 'sdpa', got {attention!r}")
-        fits = target.op_attention_fits(self.device, self.dtype)
-        if attention == "op" and not fits:
-            raise ValueError("attention='op' needs a CUDA bf16 target with head_dim 128 (or an MLA target)")
-        self.attention = "op" if attention == "op" or (attention == "auto" and fits) else "sdpa"
+        why = None if target.op_attention_fits(self.device, self.dtype) else \
+            "this target (it needs a CUDA bf16 target with head_dim 128, or an MLA target)"
+        tree = verify_attention({"op": "tree", "sdpa": "mask"}.get(attention, attention), why, f"attention={attention!r}")
+        self.attention = "op" if tree else "sdpa"
         self.ops = RoundOps(self.device)
         if drafter is not None:
             d = drafter.config
@@ -197,146 +194,14 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
-        dev, tgt, drf = self.device, self.target, self.drafter
-        budget, topk, anchor, draft_temp, auto = tree_args
-        use_draft = method != "ar"
-        B, L, Bs = len(ids), self.block_size - 1, self.block_size
-        n = budget + 1
-        P = max(len(x) for x in ids)
-        cap = -(-(P + max_new + n + Bs + 2) // 64) * 64
-        clock = StageClock(dev)
-        clock.mark("prefill")
-
-        lens = torch.tensor([len(x) for x in ids], device=dev)
-        x = torch.zeros(B, P, dtype=torch.long)
-        for b, row in enumerate(ids):
-            x[b, :len(row)] = torch.tensor(row)
-        x = x.to(dev)
-        seed_t = torch.tensor(seeds, dtype=torch.int64, device=dev)
-        stop_t = torch.tensor(stops or [-1], dtype=torch.int64, device=dev)
-        ar = torch.arange(cap, device=dev)
-        pos = ar[:P].expand(B, P)
-
-        # prefill: causal over each prompt; keys beyond a prompt's length are never visible
-        tcache = tgt.new_cache(B, cap, self.dtype, dev)
-        mask = (ar[None, None, :] <= pos[:, :, None]) & (ar[None, None, :] < lens[:, None, None])
-        logits, feats = tgt(x, pos, mask, tcache, pos, self.capture if use_draft else (),
-                            logits_index=(lens - 1)[:, None])
-        root = sample_node_tokens(logits, temperature, seed=seed_t, step=0)[:, 0]
-        seq_lens = lens.clone()
-        if use_draft:
-            dcache = drf.new_cache(B, cap, self.dtype, dev)
-            drf.add_context(dcache, feats, pos, pos)
-            blk_off = torch.arange(Bs, device=dev)
-            mask_ids = torch.full((B, L), self.mask_token_id, dtype=torch.long, device=dev)
-
-        def draft():  # block [root, MASK x L]; its keys go to scratch slots past the context
-            blk_pos = seq_lens[:, None] + blk_off
-            noise = tgt.embed(torch.cat([root[:, None], mask_ids], 1))
-            dmask = ar[None, None, :] < (seq_lens[:, None, None] + Bs)
-            h = drf(noise, blk_pos, dmask.expand(B, Bs, cap), dcache, blk_pos)
-            # one 2-D GEMM: a strided [B, L, H] operand makes it a batched GEMM reading the head once per request
-            return tgt.lm_head(h[:, 1:].reshape(B * L, -1)).view(B, L, -1)
-
-        if auto is not None:  # budget='auto': candidates, and the cost table of this batch (measured if absent)
-            cands, costs = auto
-
-            def big_tree(logits):  # the largest candidate's tree predicts every smaller one (budget.py)
-                return build_tree(logits, cands[-1], root_tokens=root, seq_lens=seq_lens, anchor=anchor)
-
-            if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
-                clock.mark("cost")
-                costs = self._round_costs(cands, B, seq_lens, tcache, cap, lambda: big_tree(draft()))
-            table = budget_table(cands, costs, cands[-1] + 1, dev)  # validated once: no read-back per round
-            cur_b, next_b, chosen = None, None, []
-
-        W = max_new + 2 * L + 4
-        out = torch.zeros(B, W, dtype=torch.long, device=dev)
-        bad = root < 0  # the target's logits had no token (NaN / all -inf): the request stops, flagged
-        root = torch.where(bad, 0, root)  # finished rows still ride along in the batch: a valid token
-        out[:, 0] = root
-        out_len = (~bad).to(torch.long)
-        done = bad | torch.isin(root, stop_t) | (out_len >= max_new)
-        acc_cols = torch.arange(L + 1 if use_draft else 2, device=dev)
-        history = []
-        step = 0
+        batch = _EngineBatch(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round)
+        rounds = Round(self.ops, batch.widest, auto=batch.auto)
         while True:
-            clock.mark("loop")
-            if auto is not None and next_b is not None:  # the one host sync also brings the next budget
-                finished, cur_b = torch.stack([done.all().to(torch.int64), next_b]).tolist()
-                if finished:
-                    break
-            elif bool(done.all()):  # the loop's one host sync per round
+            batch.clock.mark("loop")
+            if bool(batch.done.all()):  # the loop's one host sync per round
                 break
-            step += 1
-            clock.mark("draft")
-            if use_draft:
-                draft_logits = draft()
-            else:
-                draft_logits = torch.zeros(B, 1, 1, device=dev)
-            clock.mark("build")
-            keys = draft_logits if draft_temp is None else draft_logits / draft_temp
-            if auto is None:
-                tree = build_tree(keys, budget, topk=topk, root_tokens=root, seq_lens=seq_lens, anchor=anchor)
-            else:  # this round's tree predicts the next round's budget, read at the loop's sync
-                big = big_tree(keys)
-                next_b = choose_budget(expected_commit(big), table)
-                if cur_b is None:  # the first round has no earlier prediction: read its own (one sync, once)
-                    cur_b = int(next_b)
-                tree = truncate(big, cur_b)
-                chosen.append(cur_b)
-            n = tree.n
-            clock.mark("verify")
-            slots = seq_lens[:, None] + ar[:n]
-            if self.attention == "op":
-                vmask, attn_fn = None, self._op_attention(seq_lens, tree, cap)
-            else:
-                vmask, attn_fn = prefix_tree_mask(seq_lens, tree.tree_mask, cap), None
-            logits, feats = tgt(tree.tokens, tree.positions, vmask, tcache, slots,
-                                self.capture if use_draft else (), attn_fn=attn_fn)
-            clock.mark("sample")
-            node_tokens = sample_node_tokens(logits, temperature, seed=seed_t, step=step)
-            clock.mark("accept")
-            plan = self.ops.commit(tree, node_tokens, seq_lens, slots)  # the walk and the commit plan
-            clock.mark("commit")
-            nonfinite = (plan.bonus < 0) & ~done  # flags.NONFINITE_TARGET: no bonus token to emit
-            alen = torch.where(done, 0, plan.commit_lens.to(torch.int64))
-            tcache.move(plan.kv_src, plan.kv_dst)
-            if use_draft:
-                drf.add_context(dcache, feats.reshape(B * n, -1)[plan.hidden_index], plan.positions, plan.kv_dst)
-            emitted = alen - nonfinite.to(torch.int64)
-            live = acc_cols[None, :] < emitted[:, None]
-            out.scatter_(1, out_len[:, None] + acc_cols, torch.where(live, plan.tokens, 0))
-            hit_stop = (torch.isin(plan.tokens, stop_t) & live).any(1)
-            out_len += emitted
-            seq_lens += alen
-            bad |= nonfinite
-            done = done | nonfinite
-            root = torch.where(done, root, plan.bonus)
-            done = done | hit_stop | (out_len >= max_new)
-            history.append(alen)
-            clock.mark(None)
-            if on_round is not None:  # benchmarks: another tree path on the same inputs, untimed here
-                on_round(draft_logits, tree.budget, node_tokens)
-
-        times = clock.result()
-        times["rounds"] = step
-        hist = torch.stack(history, 1).cpu() if history else torch.zeros(B, 0, dtype=torch.long)
-        out, out_len, bad = out.cpu(), out_len.cpu(), bad.cpu()
-        stop_set = set(stops)
-        results = []
-        for b in range(B):
-            toks = out[b, :min(int(out_len[b]), max_new)].tolist()
-            reason = "nonfinite" if bool(bad[b]) else "length"
-            for j, t in enumerate(toks):
-                if t in stop_set:
-                    toks, reason = toks[:j + 1], "stop"
-                    break
-            al = [int(a) for a in hist[b] if a > 0]
-            budgets = chosen[:len(al)] if auto is not None else [budget] * len(al)
-            results.append(GenerationResult(toks, self.tokenizer.decode(toks), al, times, reason, budgets))
-        return results
-
+            rounds.run(batch)
+        return batch.results(rounds.count)
 
     def _round_costs(self, cands, B, seq_lens, tcache, cap, fixed, reps: int = 3) -> list[float]:
         """Seconds of one round at each candidate budget for this batch: the part every candidate pays
@@ -381,3 +246,182 @@ def summarize(results: list[GenerationResult]) -> dict:
     rounds = sum(r.rounds for r in results)
     return {"tau": committed / max(1, rounds), "rounds": rounds,
             "tokens": sum(len(r.token_ids) for r in results)}
+
+
+class _EngineBatch(RoundHost):
+    """One batch of requests decoded together: the prefill, the caches, the outputs, and the round's verbs
+    (round.RoundHost) on the engine's models. Finished rows ride along in the batch until all are done."""
+
+    stops_on_nonfinite = True
+
+    def __init__(self, eng: Engine, ids, seeds, max_new, method, tree_args, temperature, stops, on_round):
+        dev, tgt = eng.device, eng.target
+        budget, self.topk, self.anchor, self.draft_temp, auto = tree_args
+        self.eng, self.max_new, self.on_round, self.stops = eng, max_new, on_round, stops
+        self.use_draft = method != "ar"
+        self.B, L, Bs = len(ids), eng.block_size - 1, eng.block_size
+        B = self.B
+        self.widest = budget + 1
+        P = max(len(x) for x in ids)
+        self.cap = -(-(P + max_new + self.widest + Bs + 2) // 64) * 64
+        self.clock = StageClock(dev)
+        self.clock.mark("prefill")
+
+        lens = torch.tensor([len(x) for x in ids], device=dev)
+        x = torch.zeros(B, P, dtype=torch.long)
+        for b, row in enumerate(ids):
+            x[b, :len(row)] = torch.tensor(row)
+        x = x.to(dev)
+        self.seed = torch.tensor(seeds, dtype=torch.int64, device=dev)
+        self.stop_t = torch.tensor(stops or [-1], dtype=torch.int64, device=dev)
+        self.ar = torch.arange(self.cap, device=dev)
+        pos = self.ar[:P].expand(B, P)
+        # T > 0: every request's law is the temperature alone (sampling.node_tokens); 0: greedy
+        self.law = None if temperature == 0.0 else NodeLaw(
+            torch.full((B,), temperature, dtype=torch.float32, device=dev), torch.zeros(B, dtype=torch.int64, device=dev),
+            torch.ones(B, device=dev), torch.zeros(B, device=dev), filtered=False)
+
+        # prefill: causal over each prompt; keys beyond a prompt's length are never visible
+        self.tcache = tgt.new_cache(B, self.cap, eng.dtype, dev)
+        mask = (self.ar[None, None, :] <= pos[:, :, None]) & (self.ar[None, None, :] < lens[:, None, None])
+        logits, feats = tgt(x, pos, mask, self.tcache, pos, eng.capture if self.use_draft else (),
+                            logits_index=(lens - 1)[:, None])
+        root = node_tokens(eng.ops, logits, self.law, self.seed, torch.zeros_like(self.seed), no_token=True)[:, 0]
+        self.seq_lens = lens.clone()
+        if self.use_draft:
+            self.dcache = eng.drafter.new_cache(B, self.cap, eng.dtype, dev)
+            eng.drafter.add_context(self.dcache, feats, pos, pos)
+            self.blk_off = torch.arange(Bs, device=dev)
+            self.mask_ids = torch.full((B, L), eng.mask_token_id, dtype=torch.long, device=dev)
+
+        self.auto = None
+        if auto is not None:  # budget='auto': candidates, and the cost table of this batch (measured if absent)
+            cands, costs = auto
+            self.root = root
+            if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
+                self.clock.mark("cost")
+                costs = eng._round_costs(cands, B, self.seq_lens, self.tcache, self.cap, lambda: self._tree(
+                    self._draft_logits(), cands[-1], None))
+            # the costs are whole rounds of this batch (one bucket): nothing beyond them to learn, so no clock
+            self.auto = AutoWidth([b + 1 for b in cands], [B], {(B, b + 1): c for b, c in zip(cands, costs)},
+                                  device=dev, clock=lambda: 0.0, first="own")
+
+        W = max_new + 2 * L + 4
+        self.out = torch.zeros(B, W, dtype=torch.long, device=dev)
+        self.bad = root < 0  # the target's logits had no token (NaN / all -inf): the request stops, flagged
+        self.root = torch.where(self.bad, 0, root)  # finished rows still ride along in the batch: a valid token
+        self.out[:, 0] = self.root
+        self.out_len = (~self.bad).to(torch.long)
+        self.done = self.bad | torch.isin(self.root, self.stop_t) | (self.out_len >= max_new)
+        self.acc_cols = torch.arange(L + 1 if self.use_draft else 2, device=dev)
+        self.history, self.budgets = [], []
+
+    # --- round.RoundHost ----------------------------------------------------------------------------
+    def batch_size(self) -> int:
+        return self.B
+
+    def context(self) -> float:
+        return 1.0  # the auto budget prices whole rounds here (no verify-attention table)
+
+    def prefix(self) -> torch.Tensor:
+        return self.seq_lens
+
+    def slots(self, n: int) -> torch.Tensor:
+        return self.seq_lens[:, None] + self.ar[:n]
+
+    def _draft_logits(self) -> torch.Tensor:
+        """The drafter over [root, MASK x L] -> its logits [B, L, V]; the block's keys go to scratch slots past
+        the context."""
+        eng, B, Bs = self.eng, self.B, self.eng.block_size
+        blk_pos = self.seq_lens[:, None] + self.blk_off
+        noise = eng.target.embed(torch.cat([self.root[:, None], self.mask_ids], 1))
+        dmask = self.ar[None, None, :] < (self.seq_lens[:, None, None] + Bs)
+        h = eng.drafter(noise, blk_pos, dmask.expand(B, Bs, self.cap), self.dcache, blk_pos)
+        # one 2-D GEMM: a strided [B, L, H] operand makes it a batched GEMM reading the head once per request
+        return eng.target.lm_head(h[:, 1:].reshape(B * (Bs - 1), -1)).view(B, Bs - 1, -1)
+
+    def _tree(self, keys, budget: int, topk):
+        return build_tree(keys, budget, topk=topk, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor)
+
+    def draft(self, slots):
+        self.clock.mark("draft")
+        if self.use_draft:
+            self.draft_logits = self._draft_logits()
+        else:
+            self.draft_logits = torch.zeros(self.B, 1, 1, device=self.eng.device)
+        self.clock.mark("build")
+        keys = self.draft_logits if self.draft_temp is None else self.draft_logits / self.draft_temp
+        return self._tree(keys, self.widest - 1, self.topk), None
+
+    def verify(self, tree, slots, n: int) -> torch.Tensor:
+        """One target forward over the tree: the project's tree attention op, or SDPA under a dense mask."""
+        self.clock.mark("verify")
+        eng = self.eng
+        if eng.attention == "op":
+            vmask, attn_fn = None, eng._op_attention(self.seq_lens, tree, self.cap)
+        else:
+            vmask, attn_fn = prefix_tree_mask(self.seq_lens, tree.tree_mask, self.cap), None
+        logits, self.feats = eng.target(tree.tokens, tree.positions, vmask, self.tcache, slots,
+                                        eng.capture if self.use_draft else (), attn_fn=attn_fn)
+        self.tree = tree
+        return logits
+
+    def node_law(self, round_no: int):
+        if self.law is None:
+            return None, None, None
+        return self.law, self.seed, torch.full_like(self.seed, round_no)
+
+    def committed(self, plan, targets) -> None:
+        self.targets = targets
+
+    def move_kv(self, plan) -> None:
+        self.tcache.move(plan.kv_src, plan.kv_dst)
+
+    def append_draft_context(self, plan) -> None:
+        if self.use_draft:
+            feats = self.feats.reshape(self.B * self.tree.n, -1)[plan.hidden_index]
+            self.eng.drafter.add_context(self.dcache, feats, plan.positions, plan.kv_dst)
+
+    def result(self, plan, n: int) -> None:
+        """The committed tokens into each live request's output; stop, length and non-finite end a request."""
+        done = self.done
+        nonfinite = (plan.bonus < 0) & ~done  # flags.NONFINITE_TARGET: no bonus token to emit
+        alen = torch.where(done, 0, plan.commit_lens.to(torch.int64))
+        emitted = alen - nonfinite.to(torch.int64)
+        live = self.acc_cols[None, :] < emitted[:, None]
+        self.out.scatter_(1, self.out_len[:, None] + self.acc_cols, torch.where(live, plan.tokens, 0))
+        hit_stop = (torch.isin(plan.tokens, self.stop_t) & live).any(1)
+        self.out_len += emitted
+        self.seq_lens += alen
+        self.bad |= nonfinite
+        done = done | nonfinite
+        self.root = torch.where(done, self.root, plan.bonus)
+        self.done = done | hit_stop | (self.out_len >= self.max_new)
+        self.history.append(alen)
+        self.budgets.append(self.tree.budget)
+        self.clock.mark(None)
+        if self.on_round is not None:  # benchmarks: another tree path on the same inputs, untimed here
+            self.on_round(self.draft_logits, self.tree.budget, self.targets)
+
+    def mark(self, stage: str) -> None:
+        self.clock.mark(stage)
+
+    def results(self, rounds: int) -> list[GenerationResult]:
+        times = self.clock.result()
+        times["rounds"] = rounds
+        B = self.B
+        hist = torch.stack(self.history, 1).cpu() if self.history else torch.zeros(B, 0, dtype=torch.long)
+        out, out_len, bad = self.out.cpu(), self.out_len.cpu(), self.bad.cpu()
+        stop_set = set(self.stops)
+        results = []
+        for b in range(B):
+            toks = out[b, :min(int(out_len[b]), self.max_new)].tolist()
+            reason = "nonfinite" if bool(bad[b]) else "length"
+            for j, t in enumerate(toks):
+                if t in stop_set:
+                    toks, reason = toks[:j + 1], "stop"
+                    break
+            al = [int(a) for a in hist[b] if a > 0]
+            results.append(GenerationResult(toks, self.eng.tokenizer.decode(toks), al, times, reason,
+                                            self.budgets[:len(al)]))
+        return results

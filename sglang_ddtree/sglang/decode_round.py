@@ -1,21 +1,16 @@
-"""DecodeRound: DDTree's decode round on a DFlash V2 worker, through the release's adapter (SGLang-free).
+"""DecodeRound: the SGLang worker as a host of DDTree's decode round (round.py), through the release's adapter.
 
-  draft block (DFlash drafter, [bonus, MASK…]) → lm_head → top-k → tree      -- one draft CUDA graph
-  → target verify of the n = budget + 1 tree nodes at slots prefix..prefix+n  -- the tree kernel
-        (tree_attention.py; SGLang's FULL_MASK path only as the fallback, see `choose_verify_attention`)
-  → per-node target tokens → RoundOps.commit: walk + commit plan              -- one op (round.py)
-  → the plan's KV moves (one all-layer copy), the accepted nodes' hidden states → drafter context
-
-Every SGLang step is an adapter verb (adapters/dflash_v2.py and the release's module); what is here is the
-same on every release. With SGLANG_DDTREE_BUDGET=auto (budget.AutoWidth) each round first picks its verify
-width w on the host among the candidates, from an earlier round's predicted tokens and the cost of a round
-at each width in this batch's graph bucket (its graphs' start-up time plus the bucket's measured time beyond
-the graphs); the drafter still builds the widest tree, the round
-verifies its first w nodes (budget.truncate: exactly the tree of budget w − 1) through that width's verify
-graphs, and this round's prediction is published for a later round's choice. Widths: the verify writes n
-slots per request, the drafter and the committed output use the drafter's block size (accepted path ≤ depth
-limit + 1 = block). Nothing is read on the host: sizes come from the host-side lengths the scheduler already
-keeps, and every per-request step is a tensor op.
+The round itself (width, draft, verify, sample, accept, commit) is round.Round's, the same the engine runs;
+here are its verbs on a DFlash V2 worker (`_ServerRound`, one per decode call) and what only a server has:
+the draft tree head that may run inside the draft CUDA graph (draft_head.py), the verify-attention set-up
+(`choose_verify_attention`: the tree kernel, SGLang's FULL_MASK path only as the fallback), the auto budget's
+verify graphs and start-up cost tables (`capture_widths`), and a request's penalties, grammar, logit bias,
+processors and log-probs. Every SGLang step is an adapter verb (adapters/dflash_v2.py and the release's
+module); what is here is the same on every release. With SGLANG_DDTREE_BUDGET=auto the drafter still builds
+the widest tree and the round verifies its first w nodes through width w's verify graphs. Widths: the verify
+writes n slots per request, the drafter and the committed output use the drafter's block size (accepted path
+≤ depth limit + 1 = block). Nothing is read on the host: sizes come from the host-side lengths the scheduler
+already keeps, and every per-request step is a tensor op.
 """
 from __future__ import annotations
 
@@ -25,9 +20,9 @@ import logging
 import torch
 
 from sglang_ddtree import penalties
-from sglang_ddtree.budget import AutoWidth, truncate
-from sglang_ddtree.round import RoundOps
-from sglang_ddtree.sampling import node_tokens, request_seeds
+from sglang_ddtree.budget import AutoWidth
+from sglang_ddtree.round import Round, RoundHost, RoundOps, verify_attention
+from sglang_ddtree.sampling import request_seeds
 
 from . import tree_attention
 from .adapters import registration
@@ -56,23 +51,29 @@ class DecodeRound:
         sgl.use_block_size(self.block_size)
         self.round = RoundOps(self.device, knobs.ops_backend)
         self._node_offsets = torch.arange(self.verify_width, device=self.device, dtype=torch.int64)
-        self._round = 0
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = registration.max_batch_size(server_args)
         self._depth_temperature = depth_temperatures(knobs, server_args.speculative_draft_model_path,
                                                      self.block_size - 1)
-        self.auto = None  # budget.AutoWidth with SGLANG_DDTREE_BUDGET=auto; its costs come in capture_widths
+        self.core = Round(self.round, self.verify_width)  # the round; .auto: budget.AutoWidth with budget auto
         if knobs.auto:
             widths = [b + 1 for b in auto_budgets(knobs, self.block_size)]
             if widths[-1] != self.verify_width:
                 raise ValueError(f"DDTREE: {env('budget')}=auto's widest candidate is {widths[-1]}, but the server "
                                  f"verifies {self.verify_width} tokens (the argument hook did not run?)")
-            self.auto = AutoWidth(widths, device=self.device)
+            self.auto = AutoWidth(widths, device=self.device)  # its costs come in capture_widths
         self.verify_runners = {}  # width -> the target's verify graph runner at that width (auto only)
-        self._auto_log_every = 200
         self.head = self._make_head()
         self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
         self.penalty_counts = None  # penalties.PenaltyCounts, made at the first penalised round
+
+    @property
+    def auto(self):
+        return self.core.auto
+
+    @auto.setter
+    def auto(self, value) -> None:
+        self.core.auto = value
 
     def _make_head(self) -> DraftTreeHead:
         lm_head = self.sgl.lm_head()
@@ -101,9 +102,7 @@ class DecodeRound:
         runner = self.sgl.target_runner()
         why = tree_attention.unsupported(runner) if self.round.backend == "cuda" else "the CUDA ops are unavailable"
         choice = self.knobs.verify_attention
-        if choice == "tree" and why is not None:
-            raise ValueError(f"SGLANG_DDTREE_VERIFY_ATTENTION=tree, but the tree kernel cannot serve {why}")
-        if choice == "full_mask" or why is not None:
+        if not verify_attention({"full_mask": "mask"}.get(choice, choice), why, f"{env('verify_attention')}={choice}"):
             page = int(getattr(runner, "page_size", 1) or 1)
             if self.auto is not None and self.knobs.auto_default:  # auto was only the default: keep the widest
                 logger.warning("sglang-ddtree: no budget was given and auto needs the tree kernel, which is not in "
@@ -177,23 +176,6 @@ class DecodeRound:
         if self.auto is not None:
             self.auto.interrupt()
 
-    # --- the round ----------------------------------------------------------------------------------
-    def _node_tokens(self, logits, batch, prefix) -> torch.Tensor:
-        """Per-node target tokens [bs, n] (sampling.py): argmax for greedy requests, else a draw from each
-        node's law under the request's temperature / top-k / top-p / min-p, from the request's own stream:
-        its seed and position under deterministic inference (reproducible whatever the batch), else the
-        server's seed with the request's pool row and the round counter."""
-        law = self.sgl.node_law(batch)
-        if law is None:
-            return node_tokens(self.round, logits, None, None, None)
-        seed = self.sgl.request_seeds(batch)
-        if seed is not None:
-            step = prefix.to(torch.int64)
-        else:
-            seed = request_seeds(self._seed, batch.req_pool_indices)
-            step = torch.full_like(seed, self._round)
-        return node_tokens(self.round, logits, law, seed.view(-1).to(torch.int64), step)
-
     def _penalty_counts(self, batch, vocab: int):
         """The request rows' output counts (penalties.PenaltyCounts) when a request of the batch has a penalty
         or min_new_tokens, else None (no host work)."""
@@ -203,93 +185,128 @@ class DecodeRound:
             self.penalty_counts = penalties.PenaltyCounts(self.sgl.req_to_token().shape[0], vocab, batch.seq_lens.device)
         return self.penalty_counts
 
-    def _tree(self, batch, draft_input, slots, window, bs):
-        """The drafter's forward → (the round's widest tree, whether it came from the draft graph's buffers)."""
-        draft_out, ran_graph, roots = self.sgl.draft_forward(batch, draft_input, slots, window, bs)
-        if ran_graph and self.head.graph_ready:
-            return self.head.from_graph(bs), True
-        hidden = draft_out.hidden_states
-        if hidden is None:
-            raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
-        return self.head.build(hidden, bs, roots, batch.seq_lens), False
-
-    def _choose_width(self, bs: int, host_lens) -> int:
-        if self.auto is None:
-            return self.verify_width
-        width = self.auto.choose(bs, float(host_lens.float().mean()) if host_lens is not None and bs else 1.0)
-        if self.auto.round % self._auto_log_every == 0:
-            logger.info("DDTREE auto budget after %d rounds: {bucket: {width: rounds, cost ms}} %s",
-                        self.auto.round, self.auto.summary())
-        return width
-
     def decode(self, batch, on_publish, grammar_barrier=None):
-        sgl = self.sgl
+        """One decode round (round.Round.run) with this worker as its host."""
+        return self.core.run(_ServerRound(self, batch, on_publish, grammar_barrier))
+
+
+class _ServerRound(RoundHost):
+    """One decode round's verbs on the worker (round.RoundHost), for one ScheduleBatch."""
+
+    def __init__(self, dr: DecodeRound, batch, on_publish, grammar_barrier):
+        self.dr, self.sgl, self.batch = dr, dr.sgl, batch
+        self.on_publish, self.grammar_barrier = on_publish, grammar_barrier
         if batch.spec_info is None:
-            batch.spec_info = sgl.idle_draft_input()
-        draft_input = batch.spec_info
+            batch.spec_info = self.sgl.idle_draft_input()
+        self.draft_input = batch.spec_info
         if batch.seq_lens.is_cuda:  # produced on another stream under overlap
             batch.seq_lens.record_stream(torch.cuda.current_stream(batch.seq_lens.device))
-        bs = len(batch.seq_lens)
-        host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else sgl.draft_kv_lens(draft_input)[0]
-        n = self._choose_width(bs, host_lens)  # this round's verify width (the server's, unless the budget is auto)
-        self._round += 1
-        prefix = batch.seq_lens
+        self.bs = len(batch.seq_lens)
+        self.host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else \
+            self.sgl.draft_kv_lens(self.draft_input)[0]
+        self.window = self.target_out = self.gtree = self.counts = self.rows = None
 
-        # 1) the slots the verify writes (read from req_to_token before any graph of this round), draft → tree
-        req_to_token = sgl.req_to_token()
-        slots = req_to_token[batch.req_pool_indices.unsqueeze(1), prefix.unsqueeze(1) + self._node_offsets[:n]]
-        slots = slots.to(torch.int64)  # [bs, n]
-        window = sgl.plan_window(batch, draft_input, slots)
-        tree, from_graph = self._tree(batch, draft_input, slots, window, bs)
-        if self.auto is not None:
-            self.auto.publish(self.head.predicted(tree, from_graph))
-            if n < self.verify_width:
-                tree = truncate(tree, n - 1)
-        gtree = sgl.grammar_tree(tree) if getattr(batch, "has_grammar", False) else None
+    def batch_size(self) -> int:
+        return self.bs
 
-        # 2) target verify of the tree: n slots per request at req_to_token[row, prefix : prefix + n]
-        host_bound = host_mask_bound(batch.seq_lens_cpu, None if batch.seq_lens_cpu is not None else host_lens, n)
-        if self.tree_attn is not None:
-            self.tree_attn.load_mask(tree.mask_bits)
+    def context(self) -> float:
+        return float(self.host_lens.float().mean()) if self.host_lens is not None and self.bs else 1.0
+
+    def prefix(self) -> torch.Tensor:
+        return self.batch.seq_lens
+
+    def slots(self, n: int) -> torch.Tensor:
+        """Read from req_to_token before any graph of this round."""
+        batch = self.batch
+        req_to_token = self.sgl.req_to_token()
+        slots = req_to_token[batch.req_pool_indices.unsqueeze(1),
+                             batch.seq_lens.unsqueeze(1) + self.dr._node_offsets[:n]].to(torch.int64)
+        self.window = self.sgl.plan_window(batch, self.draft_input, slots)
+        return slots
+
+    def draft(self, slots):
+        """The drafter's forward; the tree from the draft graph's buffers where the graph built it."""
+        head, batch = self.dr.head, self.batch
+        draft_out, ran_graph, roots = self.sgl.draft_forward(batch, self.draft_input, slots, self.window, self.bs)
+        if ran_graph and head.graph_ready:
+            tree, from_graph = head.from_graph(self.bs), True
+        else:
+            hidden = draft_out.hidden_states
+            if hidden is None:
+                raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
+            tree, from_graph = head.build(hidden, self.bs, roots, batch.seq_lens), False
+        return tree, (head.predicted(tree, from_graph) if self.dr.auto is not None else None)
+
+    def verify(self, tree, slots, n: int) -> torch.Tensor:
+        """n slots per request at req_to_token[row, prefix : prefix + n], through width n's graphs."""
+        sgl, batch, dr = self.sgl, self.batch, self.dr
+        self.gtree = sgl.grammar_tree(tree) if getattr(batch, "has_grammar", False) else None
+        host_bound = host_mask_bound(batch.seq_lens_cpu, None if batch.seq_lens_cpu is not None else self.host_lens,
+                                     n)
+        if dr.tree_attn is not None:
+            dr.tree_attn.load_mask(tree.mask_bits)
             custom_mask = None
         else:
-            custom_mask = full_tree_mask(tree.tree_mask, prefix, host_bound.total)
-        runner = self.verify_runners.get(n) if n != self.verify_width else None
+            custom_mask = full_tree_mask(tree.tree_mask, batch.seq_lens, host_bound.total)
+        runner = dr.verify_runners.get(n) if n != dr.verify_width else None
         with sgl.verify_with(runner) if runner is not None else contextlib.nullcontext():
-            target_out = sgl.verify_forward(batch, tree.tokens, tree.positions, custom_mask, slots, host_bound, n,
-                                            window)
-        logits_output = target_out.logits_output
+            self.target_out = sgl.verify_forward(batch, tree.tokens, tree.positions, custom_mask, slots, host_bound,
+                                                 n, self.window)
+        return self.target_out.logits_output.next_token_logits.view(self.bs, n, -1)
 
-        # 3) every node's logits as the plain server adjusts the next token's (penalties, grammar, bias,
-        #    processors), its token, then accept + commit plan (round.py): one op
-        flat = logits_output.next_token_logits
-        logits = flat.view(bs, n, -1)
-        counts = self._penalty_counts(batch, logits.shape[-1])
-        if counts is not None:
+    def adjust_logits(self, logits, tree) -> None:
+        """As the plain server adjusts the next token's: penalties, grammar, bias, processors."""
+        sgl, batch = self.sgl, self.batch
+        flat = logits.view(-1, logits.shape[-1])
+        self.counts = self.dr._penalty_counts(batch, logits.shape[-1])
+        if self.counts is not None:
             reqs = sgl.penalty_requests(batch)
-            rows = counts.begin(reqs, prefix, tree.tokens[:, 0])
-            penalties.apply(logits, counts.counts[rows], counts.lengths[rows],
+            self.rows = self.counts.begin(reqs, batch.seq_lens, tree.tokens[:, 0])
+            penalties.apply(logits, self.counts.counts[self.rows], self.counts.lengths[self.rows],
                             penalties.path_tokens(tree.tokens, tree.parents, tree.depths, tree.depth_limit),
                             tree.depths, penalties.params_of(reqs, logits.shape[-1], logits.device))
-        if gtree is not None:
-            sgl.apply_grammar(batch, gtree, flat, grammar_barrier)
-        sgl.apply_bias_and_processors(batch, flat, n)
-        targets = self._node_tokens(logits, batch, prefix)
-        plan = self.round.commit(tree, targets, prefix, slots)
-        if on_publish is not None:
-            on_publish(plan.new_seq_lens)
-        if counts is not None:  # the accepted tokens below the bonus (the next round's root)
-            counts.add(rows, plan.tokens, plan.commit_lens.to(torch.int64) - 1)
-        if getattr(batch, "return_logprob", False):
-            row0 = torch.arange(bs, device=flat.device).view(bs, 1) * n
-            accepted = torch.where(plan.accept_index >= 0, row0 + plan.accept_index.to(torch.int64), row0)
-            sgl.spec_logprobs(batch, logits_output, targets.reshape(-1), accepted)
+        if self.gtree is not None:
+            sgl.apply_grammar(batch, self.gtree, flat, self.grammar_barrier)
+        sgl.apply_bias_and_processors(batch, flat, logits.shape[1])
 
-        # 4) apply it: accepted KV to slots prefix..prefix+len (one all-layer copy), drafter context
-        sgl.move_kv(plan.kv_dst, plan.kv_src, one_launch=self.knobs.mla_kv_move == "one_launch")
+    def node_law(self, round_no: int):
+        """The request's law (sampling.py), from the request's own stream: its seed and position under
+        deterministic inference (reproducible whatever the batch), else the server's seed with the request's
+        pool row and the round counter."""
+        batch = self.batch
+        law = self.sgl.node_law(batch)
+        if law is None:
+            return None, None, None
+        seed = self.sgl.request_seeds(batch)
+        if seed is not None:
+            step = batch.seq_lens.to(torch.int64)
+        else:
+            seed = request_seeds(self.dr._seed, batch.req_pool_indices)
+            step = torch.full_like(seed, round_no)
+        return law, seed.view(-1).to(torch.int64), step
+
+    def committed(self, plan, targets) -> None:
+        if self.on_publish is not None:
+            self.on_publish(plan.new_seq_lens)
+        if self.counts is not None:  # the accepted tokens below the bonus (the next round's root)
+            self.counts.add(self.rows, plan.tokens, plan.commit_lens.to(torch.int64) - 1)
+        if getattr(self.batch, "return_logprob", False):
+            n = targets.shape[1]
+            row0 = torch.arange(self.bs, device=targets.device).view(self.bs, 1) * n
+            accepted = torch.where(plan.accept_index >= 0, row0 + plan.accept_index.to(torch.int64), row0)
+            self.sgl.spec_logprobs(self.batch, self.target_out.logits_output, targets.reshape(-1), accepted)
+
+    def move_kv(self, plan) -> None:
+        """One all-layer copy."""
+        self.sgl.move_kv(plan.kv_dst, plan.kv_src, one_launch=self.dr.knobs.mla_kv_move == "one_launch")
+
+    def append_draft_context(self, plan) -> None:
+        logits_output = self.target_out.logits_output
         hidden = logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE verify requires the target's captured hidden states")
-        sgl.append_draft_context(hidden, plan, window)
+        self.sgl.append_draft_context(hidden, plan, self.window)
         logits_output.hidden_states = None
-        return sgl.result(target_out, plan, self.block_size, n)
+
+    def result(self, plan, n: int):
+        return self.sgl.result(self.target_out, plan, self.dr.block_size, n)

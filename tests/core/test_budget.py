@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sglang_ddtree import accept_tree, build_tree, build_tree_from_topk
-from sglang_ddtree.budget import budget_table, choose_budget, expected_commit, truncate
+from sglang_ddtree.budget import expected_commit, truncate
 
 from test_tree_native import MODES
 from treegen import random_topk
@@ -76,18 +76,26 @@ def test_expected_commit_predicts_the_accept_length_of_a_calibrated_drafter():
     assert abs(float(got) - float(want)) / float(want) < 0.03, (float(got), float(want))
 
 
-def test_choose_budget_maximises_tokens_per_time():
-    e = torch.tensor([[1.0, 2.0, 2.5, 2.8, 3.0]], dtype=torch.float64)
-    pick = lambda cands, cost: int(choose_budget(e, budget_table(cands, cost, e.shape[1], e.device)))
+def test_auto_width_maximises_tokens_per_time():
+    """The engine's use of AutoWidth: whole-round costs, no clock, and the first round waits for its own tree's
+    prediction (first='own')."""
+    from sglang_ddtree.budget import AutoWidth
+
+    e = torch.tensor([[1.0, 2.0, 2.5, 2.8, 3.0]])
+
+    def pick(cands, cost):
+        auto = AutoWidth([b + 1 for b in cands], [1], {(1, b + 1): c for b, c in zip(cands, cost)}, clock=lambda: 0.0,
+                         first="own")
+        assert auto.choose(1) is None  # nothing landed: the round waits for its own prediction
+        auto.publish(e[:, [b for b in cands]])
+        auto.wait()
+        return auto.choose(1) - 1
+
     assert pick([1, 2, 4], [1.0, 1.0, 1.0]) == 4
     assert pick([1, 2, 4], [1.0, 1.5, 2.0]) == 1   # 2.0/1 > 2.5/1.5 > 3.0/2
     assert pick([1, 2, 4], [1.0, 1.2, 1.4]) == 4   # 2.0 < 2.08 < 2.14
-    with pytest.raises(ValueError, match="candidates"):
-        pick([1, 2], [1.0])
-    with pytest.raises(ValueError, match="candidates"):
-        pick([1, 8], [1.0, 1.0])
-    with pytest.raises(ValueError, match="cost"):
-        pick([1], [0.0])
+    with pytest.raises(ValueError, match="first"):
+        AutoWidth([2], first="mine")
 
 
 def test_lagged_value_on_the_cpu_is_the_newest_publication():

@@ -59,7 +59,8 @@ def test_version_is_the_package_version(capsys):
 
 
 @pytest.mark.parametrize("argv,prog", [
-    (["calibration", "--help"], "python -m sglang_ddtree.calibration"),
+    (["calibration", "--help"], "python -m sglang_ddtree calibration"),
+    (["budget", "--help"], "python -m sglang_ddtree budget"),
     (["train", "--help"], "python -m sglang_ddtree.engine.train"),
     (["bench", "tree_gpu", "--help"], "python -m sglang_ddtree.bench tree_gpu"),
     (["bench", "attention", "--help"], "python -m sglang_ddtree.bench attention"),
@@ -100,7 +101,7 @@ def test_bench_tree_rejects_bad_values(capsys):
 
 
 def test_budget_cli_rejects_bad_values(capsys):
-    from sglang_ddtree import budget
+    from sglang_ddtree.engine import budget_sweep as budget
 
     one_line_error(capsys, lambda: budget.main(["--batches", "1,x"]), "--batches")
     one_line_error(capsys, lambda: budget.main(["--prompts", "0"]), "--prompts")

@@ -4,8 +4,10 @@
   function-local imports, and import_module / __import__ of a literal name. Registration and argument
   resolution reach SGLang through adapters/registration.py too. The adapters themselves import SGLang only
   through adapters/need.py (tests/sglang/test_sglang_conformance.py).
-- The engine and the SGLang decode round both commit a round with round.RoundOps.commit, and no adapter
-  carries round logic of its own (none imports the round core or the ops).
+- The decode round is round.py's, once: the engine and the SGLang worker are its hosts (each runs
+  `Round.run`; neither commits, samples or chooses a width itself), and no adapter carries round logic of
+  its own (none imports the round core or the ops).
+- The package's import graph has no circle and no import from a lower layer to a higher one (LAYERS).
 """
 import ast
 from pathlib import Path
@@ -67,13 +69,149 @@ def _imports_from(path: Path) -> set[str]:
     return out
 
 
+def _calls_named(path: Path, name: str) -> int:
+    return sum(isinstance(n, ast.Call) and (getattr(n.func, "attr", None) == name or getattr(n.func, "id", None) == name)
+               for n in ast.walk(ast.parse(path.read_text())))
+
+
 def test_engine_and_sglang_round_share_the_round_core():
     mods = modules()
-    engine, decode = mods["engine/engine.py"], mods["sglang/decode_round.py"]
+    engine, decode, core = mods["engine/engine.py"], mods["sglang/decode_round.py"], mods["round.py"]
     assert "..round" in _imports_from(engine) and "sglang_ddtree.round" in _imports_from(decode)
-    assert _calls(engine, "commit") == 1 and _calls(decode, "commit") == 1
+    for host in (engine, decode):  # each host hands its batch to Round.run, and does none of the round itself
+        assert _calls_named(host, "run") == 1, host  # (the engine's prefill samples with node_tokens, as the round)
+        for step in ("commit", "sample_node_tokens", "sample_tokens", "choose", "publish", "truncate"):
+            assert _calls_named(host, step) == 0, (host, step)
+    assert _calls_named(core, "commit") == 1 and _calls_named(core, "node_tokens") == 1
+    assert _calls_named(core, "choose") == 1 and _calls_named(core, "truncate") == 1
     for name, path in mods.items():
         if Path(name).parts[:2] == ADAPTERS:
             reached = {m.lstrip(".") for m in _imports_from(path)}
             assert not reached & {"round", "ops", "accept", "tree", "sglang_ddtree.round", "sglang_ddtree.ops"}, name
             assert _calls(path, "commit") == 0, name
+
+
+# --- the import graph ---------------------------------------------------------------------------------------
+# Layers, lowest first: a module imports only from its own layer or a lower one. The core is SGLang-free and
+# knows no host; the engine and the SGLang plugin are the round's two hosts; benchmarks and entry points sit on
+# top. Prefixes of module paths under sglang_ddtree/ (the longest match wins).
+LAYERS = (
+    ("core", ("",)),
+    ("hosts", ("engine/", "sglang/")),
+    ("tools", ("bench/",)),
+    ("entry", ("__main__.py", "check.py", "launch_server.py")),
+)
+
+
+def layer_of(name: str) -> int:
+    best, rank = -1, 0
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if name.startswith(p) and len(p) >= best:
+                best, rank = len(p), i
+    return rank
+
+
+def _module_file(parts: list[str], files: dict) -> str | None:
+    """The package file a dotted path names (a module, else a package's __init__.py), or None."""
+    stem = "/".join(parts)
+    for cand in (f"{stem}.py", f"{stem}/__init__.py" if stem else "__init__.py"):
+        if cand in files:
+            return cand
+    return None
+
+
+def import_graph(files: dict) -> dict[str, set[str]]:
+    """{module: modules of the package it imports}, every import statement (function-level ones too), a
+    `from X import name` naming a submodule counted as an import of that submodule."""
+    graph = {}
+    for name, path in files.items():
+        here = name.split("/")[:-1]  # the package the module sits in
+        out = set()
+        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(n, ast.Import):
+                targets = [(a.name.split("."), []) for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                if n.level:
+                    base = here[:len(here) - (n.level - 1)] if n.level > 1 else list(here)
+                    mod = base + (n.module.split(".") if n.module else [])
+                else:
+                    mod = n.module.split(".")
+                targets = [(mod, [a.name for a in n.names])]
+            for mod, names in targets:
+                if n.__class__ is ast.ImportFrom and n.level:
+                    rel = mod
+                elif mod[:1] == ["sglang_ddtree"]:
+                    rel = mod[1:]
+                else:
+                    continue
+                hit = False
+                for item in names:
+                    sub = _module_file(rel + [item], files)
+                    if sub is not None:
+                        out.add(sub)
+                        hit = True
+                if not hit or len(names) > sum(_module_file(rel + [i], files) is not None for i in names):
+                    f = _module_file(rel, files)
+                    if f is not None:
+                        out.add(f)
+        out.discard(name)
+        graph[name] = out
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_circle_and_no_upward_import():
+    files = modules()
+    graph = import_graph(files)
+    loops = circles(graph)
+    assert not loops, f"import circles: {loops}"
+    upward = sorted((m, t) for m, ts in graph.items() for t in ts if layer_of(t) > layer_of(m))
+    assert not upward, f"imports from a lower layer to a higher one ({[n for n, _ in LAYERS]}): {upward}"
+    assert graph["engine/engine.py"] >= {"round.py", "budget.py"} and "engine/engine.py" in graph["engine/calibrate.py"]
+
+
+def test_the_graph_check_catches_a_circle_and_an_upward_import(tmp_path):
+    pkg = tmp_path / "sglang_ddtree"
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine" / "__init__.py").write_text("from .engine import Engine\n")
+    (pkg / "budget.py").write_text("def main():\n    from .engine import Engine\n")  # the circle issue 31 found
+    (pkg / "engine" / "engine.py").write_text("from ..budget import main\n")
+    files = {p.relative_to(pkg).as_posix(): p for p in pkg.rglob("*.py")}
+    graph = import_graph(files)
+    assert graph["budget.py"] == {"engine/__init__.py"} and graph["engine/engine.py"] == {"budget.py"}
+    assert circles(graph) == [["budget.py", "engine/__init__.py", "engine/engine.py"]]
+    assert layer_of("budget.py") < layer_of("engine/engine.py")

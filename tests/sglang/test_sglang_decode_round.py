@@ -445,7 +445,7 @@ def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(releas
 
         rnd.sgl.verify_with = verify_with
         if width == 4:
-            assert rnd._choose_width(3, seq_lens) == 4  # nothing predicted yet: the chain's width
+            assert rnd.core.width(3, 1.0) == 4  # nothing predicted yet: the chain's width
             rnd.auto.round -= 1
         contexts = []
         rnd.auto.choose = lambda bs, context=1, w=width: contexts.append(context) or w
@@ -536,3 +536,30 @@ def test_an_mla_target_has_no_full_mask_fallback(release):
     why = r"an MLA target needs the tree kernel, which is not in use here \(the CUDA ops are unavailable\)"
     with pytest.raises(ValueError, match=why):
         rnd.choose_verify_attention()
+
+
+def test_the_worker_and_the_engine_run_the_same_round_function(release, monkeypatch):
+    """round.Round.run is the decode round of both hosts: the server's decode call and every engine round go
+    through it (spied, not mocked: the real round runs), each with its own host."""
+    from sglang_ddtree import round as core
+    from sglang_ddtree.engine import Engine
+    from sglang_ddtree.engine.data import heldout_prompts
+    from sglang_ddtree.sglang import decode_round, worker
+
+    hosts, real_run = [], core.Round.run
+
+    def spy(self, host):
+        hosts.append(type(host).__name__)
+        return real_run(self, host)
+
+    monkeypatch.setattr(core.Round, "run", spy)
+    assert worker.DecodeRound is decode_round.DecodeRound
+    seq_lens = torch.tensor([5, 9, 12])
+    g = torch.Generator().manual_seed(1)
+    prefix_tokens = [torch.randint(0, V - 1, (int(L),), generator=g).tolist() for L in seq_lens]
+    rnd, _, _, _, batch = make_round(release, 7, 4, seq_lens, prefix_tokens, [0, 1, 0], True)
+    rnd.decode(batch, None)
+    assert hosts == ["_ServerRound"]
+    res = Engine.from_pretrained(device="cpu").generate(heldout_prompts(2), 8, method="ddtree", budget=8)
+    rounds = sum(r.rounds for r in res)
+    assert hosts[1:] == ["_EngineBatch"] * res[0].stage_times["rounds"] and rounds > 0
