@@ -19,7 +19,7 @@ import torch
 
 from . import flags as F
 from .ops import mask_words
-from .sizes import verify_width
+from .sizes import budget_of, verify_width
 from .tree import TreeBatch
 
 
@@ -128,10 +128,11 @@ class AutoWidth:
       can be the best even where the tree is accepted. H is what a round costs beyond its graphs — host work,
       eager kernels, scheduling — which is about the same at every width: the median, over the bucket's last
       `window` clean periods between round launches, of the period minus its round's G, whatever width ran.
-      One H per bucket, not a cost per width: learning each width's period on its own (the design served until
-      2026-12-04) let host noise and drift, sampled at different times for different widths, pick the width —
-      on a host-bound model every width costs the same, and the choice wandered (0.86–0.95× the best fixed
-      budget on the H200). The median also shrugs off a stalled round (the whole server paused).
+      One H per bucket, not a cost per width: learning each width's period on its own (an earlier design) let
+      host noise and drift, sampled at different times for different widths, pick the width — on a host-bound
+      model every width costs the same, and the choice wandered below the best fixed budget
+      (docs/benchmarks/sglang-h200-2026-12-04-auto.md). The median also shrugs off a stalled round (the whole
+      server paused).
     Rounds separated by another forward (a prefill, `interrupt`) or by a change of bucket give no period.
     first: what the first round verifies before any prediction has landed: 'chain' (the narrowest width: the
     server, which never waits on the device) or 'own' (`choose` answers None; the round then `wait`s for its
@@ -153,7 +154,7 @@ class AutoWidth:
         self.window = int(window)
         self.clock = clock or time.perf_counter
         self._expected = LaggedValue(torch.zeros(len(ws), dtype=torch.float32), device)
-        self._cols = torch.tensor([w - 1 for w in ws], dtype=torch.int64, device=device)
+        self._cols = torch.tensor([budget_of(w) for w in ws], dtype=torch.int64, device=device)
         self._beyond = {}     # bucket -> deque of the last `window` (period − G) samples, seconds
         self._last = None     # (time, bucket, width) of the previous round's launch
         self.round = 0

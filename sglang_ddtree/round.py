@@ -32,6 +32,7 @@ from . import ops
 from .accept import sample_rows_torch
 from .budget import truncate
 from .sampling import node_tokens
+from .sizes import budget_of
 from .tree import TreeBatch, build_tree_from_topk
 
 logger = logging.getLogger("sglang_ddtree")
@@ -241,7 +242,7 @@ class Round:
                 n = self.width(bs, context)
                 slots = slots[:, :n]
             if n < self.widest:
-                tree = truncate(tree, n - 1)
+                tree = truncate(tree, budget_of(n))
         logits = host.verify(tree, slots, n)
         host.mark("sample")
         host.adjust_logits(logits, tree)

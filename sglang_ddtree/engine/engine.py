@@ -22,6 +22,7 @@ import torch
 from ..budget import AutoWidth
 from ..round import Round, RoundHost, RoundOps, verify_attention
 from ..sampling import NodeLaw, node_tokens
+from ..sizes import verify_width
 from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
@@ -261,7 +262,7 @@ class _EngineBatch(RoundHost):
         self.use_draft = method != "ar"
         self.B, L, Bs = len(ids), eng.block_size - 1, eng.block_size
         B = self.B
-        self.widest = budget + 1
+        self.widest = verify_width(budget)
         P = max(len(x) for x in ids)
         self.cap = -(-(P + max_new + self.widest + Bs + 2) // 64) * 64
         self.clock = StageClock(dev)
@@ -303,7 +304,8 @@ class _EngineBatch(RoundHost):
                 costs = eng._round_costs(cands, B, self.seq_lens, self.tcache, self.cap, lambda: self._tree(
                     self._draft_logits(), cands[-1], None))
             # the costs are whole rounds of this batch (one bucket): nothing beyond them to learn, so no clock
-            self.auto = AutoWidth([b + 1 for b in cands], [B], {(B, b + 1): c for b, c in zip(cands, costs)},
+            widths = [verify_width(b) for b in cands]
+            self.auto = AutoWidth(widths, [B], {(B, w): c for w, c in zip(widths, costs)},
                                   device=dev, clock=lambda: 0.0, first="own")
 
         W = max_new + 2 * L + 4

@@ -23,6 +23,7 @@ from sglang_ddtree import penalties
 from sglang_ddtree.budget import AutoWidth
 from sglang_ddtree.round import Round, RoundHost, RoundOps, verify_attention
 from sglang_ddtree.sampling import request_seeds
+from sglang_ddtree.sizes import budget_of, verify_width
 
 from . import tree_attention
 from .adapters import registration
@@ -43,7 +44,7 @@ class DecodeRound:
         self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
         self.knobs = knobs
         self.verify_width = int(server_args.speculative_num_draft_tokens)  # n = budget + 1
-        self.budget = self.verify_width - 1
+        self.budget = budget_of(self.verify_width)
         self.block_size = int(server_args.speculative_dflash_block_size)
         if self.verify_width < self.block_size:
             raise ValueError(f"DDTREE: verify width {self.verify_width} < drafter block {self.block_size}")
@@ -57,7 +58,7 @@ class DecodeRound:
                                                      self.block_size - 1)
         self.core = Round(self.round, self.verify_width)  # the round; .auto: budget.AutoWidth with budget auto
         if knobs.auto:
-            widths = [b + 1 for b in auto_budgets(knobs, self.block_size)]
+            widths = [verify_width(b) for b in auto_budgets(knobs, self.block_size)]
             if widths[-1] != self.verify_width:
                 raise ValueError(f"DDTREE: {env('budget')}=auto's widest candidate is {widths[-1]}, but the server "
                                  f"verifies {self.verify_width} tokens (the argument hook did not run?)")
@@ -89,7 +90,7 @@ class DecodeRound:
 
     def describe(self) -> str:
         t = self._depth_temperature
-        budget = self.budget if self.auto is None else f"auto {[w - 1 for w in self.auto.widths]}"
+        budget = self.budget if self.auto is None else f"auto {[budget_of(w) for w in self.auto.widths]}"
         return (f"budget={budget} verify width={self.verify_width} drafter block={self.block_size} "
                 f"k={self.head.k} ops={self.round.backend} tree-in-graph={self.head.tree_in_graph} "
                 f"anchor={self.knobs.anchor or 'none'} calibration="
