@@ -30,7 +30,8 @@ ddtree_args() { echo "--speculative-algorithm DDTREE --speculative-draft-model-p
 
 # serve_start OUTD COMMON: start every server named in the ARGS / ENVS arrays together (COMMON flags, then its own;
 # ENVS: its environment) and wait until each is ready or has exited (PORT / PID: per server; ready.txt). SG_ONLY
-# keeps the named servers; SG_WAIT, SG_PORT0. serve_stop OUTD: stop them, keep each log's errors.
+# keeps the named servers; SG_WAIT (420 s: on a fresh machine three tiny servers started together spent over
+# 130 s in their first graph capture, compiling), SG_PORT0. serve_stop OUTD: stop them, keep each log's errors.
 serve_start() {
   local OUTD=$1 COMMON=$2 name p
   if [ -n "${SG_ONLY:-}" ]; then
