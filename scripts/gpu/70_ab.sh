@@ -11,13 +11,31 @@
 # Six servers, five interleaved passes and four concurrencies overrun one 10-minute device call: run AB_CONC="1 4 16"
 # and AB_CONC=32 in two calls and join them with `python examples/ab_bench.py --out DIR --merge A/ab.json B/ab.json`
 # (B/ab.json@32: only that run's c=32 rows).
+# AB_PAIR=inflated: the tiny pair inflated to Qwen3-8B shapes (scripts/inflate_pair.py, written to /tmp/pair8b:
+# 8B cost per forward, the tiny pair's acceptance; docs/inflated-pair.md), with DFLASH on flashinfer next to DFLASH
+# on triton (AB_DFLASH_FI=1, the default there) so the baseline at each point is DFLASH's faster backend, and the
+# served default (no budget: what a user types) as ddtree_default.
+# AB_SERVERS: keep only these servers, in this order.
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/ab}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
+COMMON=$TINY_COMMON
+if [ "${AB_PAIR:-tiny}" = inflated ]; then
+  P=/tmp/pair8b
+  [ -f $P/target/config.json ] || python3 scripts/inflate_pair.py --out $P --device cuda 2>&1 | tail -3
+  DRAFTER=$P/dflash
+  DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
+  DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"
+  COMMON="${TINY_COMMON/--model-path $TARGET/--model-path $P/target}"
+  COMMON="${COMMON/--mem-fraction-static 0.75/--mem-fraction-static 0.8}"
+fi
 S=()
 [ "${AB_BASE:-1}" = 1 ] && S+=(--server "base=")
 S+=(--server "dflash=$DFLASH_ARGS")
+[ "${AB_DFLASH_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+  && S+=(--server "dflash_flashinfer=$DFLASH_ARGS --attention-backend flashinfer")
+[ "${AB_PAIR:-tiny}" = inflated ] && S+=(--server "ddtree_default=$DDTREE_AUTO_ARGS")
 [ "${AB_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS")
 for b in ${AB_BUDGETS:-16 64}; do S+=(--server "ddtree_b$b=$(ddtree_args $b)"); done
 # an A/A pair: a second server with the same flags as budget AB_TWIN; the two differ only by noise, so their gap
@@ -25,7 +43,11 @@ for b in ${AB_BUDGETS:-16 64}; do S+=(--server "ddtree_b$b=$(ddtree_args $b)"); 
 [ -n "${AB_TWIN:-}" ] && S+=(--server "ddtree_b${AB_TWIN}_twin=$(ddtree_args $AB_TWIN)")
 # the paper's tree (no chain anchor, raw draft probabilities) next to the served default, same budget
 for b in ${AB_PAPER_BUDGETS-16}; do S+=(--server "ddtree_b${b}_paper=SGLANG_DDTREE_ANCHOR=none SGLANG_DDTREE_CALIBRATION=off $(ddtree_args $b)"); done
-timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$TINY_COMMON" "${S[@]}" \
+if [ -n "${AB_SERVERS:-}" ]; then
+  K=(); for want in $AB_SERVERS; do for ((i = 1; i < ${#S[@]}; i += 2)); do
+    [ "${S[i]%%=*}" = "$want" ] && K+=(--server "${S[i]}"); done; done; S=("${K[@]}")
+fi
+timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
   --output-len ${AB_TOKENS:-64} --repeats ${AB_REPEATS:-3} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
   $([ -n "${AB_START_ALL:-}" ] && [ "${AB_INTERLEAVE:-1}" = 1 ] && echo --interleave)
