@@ -204,7 +204,7 @@ class RoundHost:
         raise NotImplementedError
 
     def mark(self, stage: str) -> None:
-        """The round enters `stage` (the engine's stage clock)."""
+        """The round enters `stage` (draft, verify, sample, accept, commit; a host may time them)."""
 
 
 class Round:
@@ -234,6 +234,7 @@ class Round:
         self.count += 1
         prefix = host.prefix()
         slots = host.slots(self.widest if n is None else n)
+        host.mark("draft")
         tree, predicted = host.draft(slots)
         if self.auto is not None:
             self.auto.publish(self.auto.predict(tree) if predicted is None else predicted)
@@ -243,6 +244,7 @@ class Round:
                 slots = slots[:, :n]
             if n < self.widest:
                 tree = truncate(tree, budget_of(n))
+        host.mark("verify")
         logits = host.verify(tree, slots, n)
         host.mark("sample")
         host.adjust_logits(logits, tree)

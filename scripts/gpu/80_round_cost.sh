@@ -18,12 +18,15 @@
 # (the profiled concurrencies, "1 16"; empty: none),
 # RC_CASCADE (GQA, 1 by default: also DFLASH on flashinfer, DDTree's auto budget with SGLANG_DDTREE_PREFIX=tree and
 # on the flashinfer backend),
+# RC_STAGE_TIMES (N: DDTree servers log each stage's device time a round every N rounds, SGLANG_DDTREE_STAGE_TIMES;
+# off by default: its event records are not in the served default's round),
 # RC_START_ALL (0: one server up at a time; 1: all start together, memory split, and take turns pass by pass,
 # RC_REPEATS passes each, 3 by default), RC_TRITON (0: leave out the DFLASH
 # and DDTree servers on triton, e.g. to measure only the FlashMLA pair in one call)
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/round_cost}; mkdir -p "$OUTD"
+[ -n "${RC_STAGE_TIMES:-}" ] && export SGLANG_DDTREE_STAGE_TIMES=$RC_STAGE_TIMES
 source scripts/gpu/sglang_env.sh
 PAIR=${RC_PAIR:-qwen3-8b-shaped}
 T=/tmp/$PAIR-target; D=/tmp/$PAIR-dflash

@@ -23,6 +23,7 @@ from ..budget import AutoWidth
 from ..round import Round, RoundHost, RoundOps, verify_attention
 from ..sampling import NodeLaw, node_tokens
 from ..sizes import verify_width
+from ..stage_clock import StageClock
 from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
@@ -46,32 +47,6 @@ class GenerationResult:
     @property
     def rounds(self) -> int:
         return len(self.accept_lengths)
-
-
-class StageClock:
-    """Per-stage wall time. On CUDA: events recorded between stages, read once at the end (no syncs)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.marks: list = []
-        self.totals = dict.fromkeys(STAGES, 0.0)
-
-    def mark(self, stage: str | None) -> None:
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self.marks.append((stage, ev))
-        else:
-            self.marks.append((stage, time.perf_counter()))
-
-    def result(self) -> dict:
-        if self.cuda:
-            torch.cuda.synchronize()
-        for (stage, a), (_, b) in zip(self.marks, self.marks[1:]):
-            if stage is not None:
-                self.totals[stage] += a.elapsed_time(b) / 1e3 if self.cuda else b - a
-        self.marks = self.marks[-1:]
-        return dict(self.totals)
 
 
 class Engine:
@@ -265,7 +240,7 @@ class _EngineBatch(RoundHost):
         self.widest = verify_width(budget)
         P = max(len(x) for x in ids)
         self.cap = -(-(P + max_new + self.widest + Bs + 2) // 64) * 64
-        self.clock = StageClock(dev)
+        self.clock = StageClock(dev, STAGES)
         self.clock.mark("prefill")
 
         lens = torch.tensor([len(x) for x in ids], device=dev)
@@ -346,7 +321,6 @@ class _EngineBatch(RoundHost):
         return build_tree(keys, budget, topk=topk, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor)
 
     def draft(self, slots):
-        self.clock.mark("draft")
         if self.use_draft:
             self.draft_logits = self._draft_logits()
         else:
@@ -357,7 +331,6 @@ class _EngineBatch(RoundHost):
 
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """One target forward over the tree: the project's tree attention op, or SDPA under a dense mask."""
-        self.clock.mark("verify")
         eng = self.eng
         if eng.attention == "op":
             vmask, attn_fn = None, eng._op_attention(self.seq_lens, tree, self.cap)

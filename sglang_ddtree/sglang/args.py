@@ -6,7 +6,8 @@ Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
   `SGLANG_DDTREE_BUDGET=auto`: a budget chosen every round among candidates (`SGLANG_DDTREE_AUTO_BUDGETS`,
   default 15, 31, 63 above the chain's; the chain's block − 1 always among them), B the largest;
 - the default, when no budget is given: auto where it has served on the GPU (an MHA/GQA target on triton at
-  page size 1, the tree kernel verifying), else the fixed DEFAULT_BUDGET (`default_budget_is_auto`);
+  page size 1, or on triton / flashinfer at page sizes 1/16/64 with the FlashInfer prefix; the tree kernel
+  verifying), else the fixed DEFAULT_BUDGET (`default_budget_is_auto`);
 - `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads;
 - drafter block size: `--speculative-dflash-block-size`, else the drafter config's `block_size`, else 16.
   It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
@@ -48,6 +49,9 @@ def set_active_algorithm(name: str) -> None:
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 DEFAULT_ATTENTION_BACKEND = "triton"
+# page sizes auto is the default at on flashinfer, or on triton above page size 1 (with the FlashInfer prefix:
+# where it served on the GPU, default_budget_is_auto)
+AUTO_DEFAULT_PAGES = (1, 16, 64)
 
 
 def auto_budgets(settings: Settings, block: int) -> tuple:
@@ -192,18 +196,27 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
     """None when a server given no budget should choose it every round; else why it keeps DEFAULT_BUDGET.
     Auto never verifies less than the chain and follows the batch (one fixed budget cannot be right at every
     batch size: docs/benchmarks/sglang-h200-2026-12-04-auto.md), but it is the default only where it has served
-    on the GPU: elsewhere its multi-width verify is CPU-tested only."""
+    on the GPU: MHA/GQA targets on triton (page size 1) and, through the FlashInfer prefix cascade, on triton and
+    flashinfer at page sizes 1/16/64 (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md,
+    round-cost-h200-2026-12-04-long-context.md); elsewhere its multi-width verify is CPU-tested only."""
     backend = getattr(view, "attention_backend", None) or DEFAULT_ATTENTION_BACKEND
     page = int(getattr(view, "page_size", None) or 1)
     if settings.verify_attention == "full_mask":
         return f"{env('verify_attention')}=full_mask"
-    if backend != "triton":
+    if backend not in backends.MHA:
         return f"--attention-backend {backend}"
-    if page != 1:
-        return f"--page-size {page}"
     if mla_dims(view) is not None:
         return "an MLA target"
-    return None
+    if backend == "triton" and page == 1:
+        return None
+    # elsewhere it has served only with the FlashInfer prefix cascade
+    if page not in AUTO_DEFAULT_PAGES:
+        return f"--page-size {page}"
+    if settings.prefix == "tree":
+        return f"{env('prefix')}=tree"
+    refusal = _flashinfer_prefix_refusal(view, False, settings)
+    return None if refusal is None else f"--attention-backend {backend} --page-size {page} without the FlashInfer " \
+                                        f"prefix ({refusal[0]})"
 
 
 def resolve_budget(view, settings: Settings, block: int) -> int:
@@ -330,8 +343,10 @@ def apply_ddtree_defaults(server_args) -> None:
         why_not = default_budget_is_auto(view, settings)
         settings = settings.with_budget_default(auto=why_not is None)
         logger.info("DDTREE: no budget given: %s", "auto, chosen every round" if why_not is None else
-                    f"the fixed budget {DEFAULT_BUDGET} (auto is the default for MHA/GQA targets on triton at "
-                    f"page size 1 only, not with {why_not}; {env('budget')}=auto asks for it)")
+                    f"the fixed budget {DEFAULT_BUDGET} (auto is the default for MHA/GQA targets on triton, "
+                    f"and with the FlashInfer prefix on flashinfer and at page sizes "
+                    f"{' / '.join(map(str, AUTO_DEFAULT_PAGES))}, not with {why_not}; {env('budget')}=auto asks "
+                    f"for it)")
     budget = resolve_budget(view, settings, block)
     steps = getattr(view, "speculative_num_steps", None)
     if steps is not None and int(steps) != 1:

@@ -24,6 +24,7 @@ from sglang_ddtree.budget import AutoWidth
 from sglang_ddtree.round import Round, RoundHost, RoundOps, verify_attention
 from sglang_ddtree.sampling import request_seeds
 from sglang_ddtree.sizes import budget_of, verify_width
+from sglang_ddtree.stage_clock import StageClock
 
 from . import tree_attention
 from .adapters import registration
@@ -67,6 +68,7 @@ class DecodeRound:
         self.head = self._make_head()
         self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
         self.penalty_counts = None  # penalties.PenaltyCounts, made at the first penalised round
+        self.clock = StageClock(self.device) if knobs.stage_times else None  # SGLANG_DDTREE_STAGE_TIMES
 
     @property
     def auto(self):
@@ -87,6 +89,17 @@ class DecodeRound:
                              tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
                              depth_temperature=self._depth_temperature,
                              predict=None if self.auto is None else self.auto.predict)
+
+    def log_stage_times(self) -> None:
+        """Every SGLANG_DDTREE_STAGE_TIMES rounds: ms a round per stage since the last log ("between": from a
+        round's end to the next one's draft: the scheduler, prefill forwards and idle time)."""
+        every = self.knobs.stage_times
+        if self.clock is None or self.core.count % every:
+            return
+        totals = self.clock.result()
+        logger.info("DDTREE stage times over %d rounds (ms a round): %s", every,
+                    {k: round(v * 1e3 / every, 3) for k, v in totals.items()})
+        self.clock.reset()
 
     def describe(self) -> str:
         t = self._depth_temperature
@@ -310,4 +323,11 @@ class _ServerRound(RoundHost):
         logits_output.hidden_states = None
 
     def result(self, plan, n: int):
-        return self.sgl.result(self.target_out, plan, self.dr.block_size, n)
+        out = self.sgl.result(self.target_out, plan, self.dr.block_size, n)
+        self.mark("between")
+        self.dr.log_stage_times()
+        return out
+
+    def mark(self, stage: str) -> None:
+        if self.dr.clock is not None:
+            self.dr.clock.mark(stage)

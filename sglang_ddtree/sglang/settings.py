@@ -93,7 +93,8 @@ class Var:
 TABLE = (
     Var("SGLANG_DDTREE_BUDGET", "budget", "budget", None, flag="--speculative-ddtree-budget", metavar="B",
         help=f"tree nodes verified per round, 1..{MAX_CUDA_BUDGET} (verify width B + 1), or `auto`: chosen every "
-             "round; unset: auto for an MHA/GQA target on triton at page size 1, else "
+             "round; unset: auto for an MHA/GQA target on triton, or on flashinfer / at page sizes 16 and 64 where "
+             "the prefix goes through FlashInfer, else "
              f"{DEFAULT_BUDGET}"),
     Var("SGLANG_DDTREE_TOPK", "topk", "int", None, flag="--speculative-ddtree-topk", metavar="K",
         help="candidates per depth (default min(B, vocab))"),
@@ -123,6 +124,9 @@ TABLE = (
         help="the auto budget's candidates"),
     Var("SGLANG_DDTREE_CALIBRATION", "calibration", "text", "auto", values="`auto` / `off` / path",
         help="the drafter's per-depth temperatures"),
+    Var("SGLANG_DDTREE_STAGE_TIMES", "stage_times", "int", None, values="rounds N",
+        help="log, every N decode rounds, the device time a round spends in each stage (draft, verify, sample, "
+             "accept, commit, and between rounds) from CUDA events, one event wait a log; unset: off"),
 )
 VARS = {v.field: v for v in TABLE}
 
@@ -148,6 +152,7 @@ class Settings:
     auto_budgets: tuple = ()      # auto's candidates; () = the default ladder
     prefix: str = "auto"
     mla_kv_move: str = "layers"
+    stage_times: int | None = None  # log per-stage round times every N rounds; None: off
 
     @property
     def mla_prefix(self) -> str:

@@ -51,8 +51,9 @@ def test_auto_budget_reserves_the_widest_candidate(resolve, monkeypatch):
 def test_default_budget_is_auto_where_auto_has_served(resolve, monkeypatch):
     """No budget given: on an MHA/GQA target on triton at page size 1 (where auto has served on the GPU) the
     server chooses the budget every round — the widest candidate reserved, and the choice handed to the
-    scheduler processes through the environment they inherit; on other backends, page sizes, the FULL_MASK
-    path and MLA targets, the fixed DEFAULT_BUDGET. A budget the user gives always wins."""
+    scheduler processes through the environment they inherit; on flashinfer and at page sizes 16 / 64 only where
+    the FlashInfer prefix serves (flashinfer not installed here: the fixed budget; the next test installs it);
+    on the FULL_MASK path and MLA targets, the fixed DEFAULT_BUDGET. A budget the user gives always wins."""
     from sglang_ddtree.sglang.settings import AUTO_DEFAULT, DEFAULT_BUDGET, Settings
     ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
 
@@ -73,6 +74,26 @@ def test_default_budget_is_auto_where_auto_has_served(resolve, monkeypatch):
     assert resolve().speculative_num_draft_tokens == 17
     monkeypatch.setenv(ENV_BUDGET, "auto")
     assert resolve().speculative_num_draft_tokens == 64 and not Settings.from_env().auto_default
+
+
+def test_default_budget_is_auto_with_the_flashinfer_prefix(resolve, monkeypatch):
+    """Where the FlashInfer prefix serves (the fixture's head dim 64, flashinfer importable), auto is the default
+    on flashinfer and at page sizes 1 / 16 / 64 on either backend, as it served on the GPU; not at another page
+    size, not with SGLANG_DDTREE_PREFIX=tree (our kernel over the prefix there, not served with auto), and not
+    for a head dim FlashInfer's prefill does not take."""
+    from sglang_ddtree.sglang import args
+    from sglang_ddtree.sglang.settings import DEFAULT_BUDGET
+
+    monkeypatch.setattr(args, "_flashinfer_installed", lambda: True)
+    for extra in [("--attention-backend", "flashinfer"), ("--page-size", "16"),
+                  ("--attention-backend", "flashinfer", "--page-size", "64")]:
+        assert resolve(*extra).speculative_num_draft_tokens == 64, extra
+    assert resolve("--page-size", "32").speculative_num_draft_tokens == DEFAULT_BUDGET + 1
+    monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "tree")
+    assert resolve("--attention-backend", "flashinfer").speculative_num_draft_tokens == DEFAULT_BUDGET + 1
+    monkeypatch.delenv("SGLANG_DDTREE_PREFIX")
+    monkeypatch.setattr(args, "head_dim", lambda view: 32)
+    assert resolve("--page-size", "16").speculative_num_draft_tokens == DEFAULT_BUDGET + 1
 
 
 def test_block_size_flag_beats_config(resolve):

@@ -222,7 +222,7 @@ def release(sglang_release):
 
 
 def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention, auto_budgets=(),
-               auto_default=False):
+               auto_default=False, stage_times=None):
     from sglang_ddtree.sglang.settings import Settings
     from sglang_ddtree.sglang.decode_round import DecodeRound
 
@@ -236,7 +236,7 @@ def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_atte
                                         speculative_draft_model_path=None, random_seed=0, max_running_requests=8)
     knobs = Settings(budget=None, topk=None, ops_backend="cpu", draft_graph_head=False, verify_attention="auto",
                   anchor=None, calibration="off", auto=bool(auto_budgets), auto_budgets=tuple(auto_budgets),
-                  auto_default=auto_default)
+                  auto_default=auto_default, stage_times=stage_times)
     rnd = DecodeRound(sgl, server_args, knobs)
     rnd.tree_attn = captured["tree_attn"] = FakeTreeAttention() if tree_attention else None
     batch = types.SimpleNamespace(
@@ -563,3 +563,25 @@ def test_the_worker_and_the_engine_run_the_same_round_function(release, monkeypa
     res = Engine.from_pretrained(device="cpu").generate(heldout_prompts(2), 8, method="ddtree", budget=8)
     rounds = sum(r.rounds for r in res)
     assert hosts[1:] == ["_EngineBatch"] * res[0].stage_times["rounds"] and rounds > 0
+
+
+def test_stage_times_are_logged_every_n_rounds(release, caplog):
+    """SGLANG_DDTREE_STAGE_TIMES=N: every N-th round logs each stage's time a round (the round's own stages and
+    the stretch between rounds), then starts counting afresh; unset, the round keeps no clock."""
+    import logging
+
+    seq_lens = torch.tensor([5, 9, 12])
+    g = torch.Generator().manual_seed(2)
+    prefix_tokens = [torch.randint(0, V - 1, (int(L),), generator=g).tolist() for L in seq_lens]
+    rnd, *_ = make_round(release, 7, 4, seq_lens, prefix_tokens, [0, 0, 0], True)
+    assert rnd.clock is None
+    rnd, _, _, _, batch = make_round(release, 7, 4, seq_lens, prefix_tokens, [0, 0, 0], True, stage_times=2)
+    with caplog.at_level(logging.INFO, logger="sglang_ddtree"):
+        rnd.decode(batch, None)
+        assert "stage times" not in caplog.text
+        rnd.decode(batch, None)
+    logged = [r.getMessage() for r in caplog.records if "stage times over 2 rounds" in r.getMessage()]
+    assert len(logged) == 1
+    for stage in ("draft", "verify", "sample", "accept", "commit", "between"):
+        assert f"'{stage}':" in logged[0], (stage, logged[0])
+    assert all(v == 0.0 for v in rnd.clock.totals.values())

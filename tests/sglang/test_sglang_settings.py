@@ -25,12 +25,15 @@ def test_the_package_reads_no_variable_outside_the_table():
     for path in pkg.rglob("*.py"):
         if path.name != "settings.py":
             assert not set(re.findall(r"os\.environ(?:\.get)?\(?\[?\"(SGLANG_DDTREE_\w+)", path.read_text())), path
-    assert len(declared) == 11
+    assert len(declared) == 12
 
 
 def test_defaults_and_types():
     s = Settings.from_env({})
-    assert s == Settings()
+    assert s == Settings() and s.stage_times is None
+    assert Settings.from_env({"SGLANG_DDTREE_STAGE_TIMES": "200"}).stage_times == 200
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_STAGE_TIMES must be >= 1"):
+        Settings.from_env({"SGLANG_DDTREE_STAGE_TIMES": "0"})
     env = {"SGLANG_DDTREE_BUDGET": "48", "SGLANG_DDTREE_TOPK": "8", "SGLANG_DDTREE_DRAFT_GRAPH_HEAD": "0",
            "SGLANG_DDTREE_ANCHOR": "None", "SGLANG_DDTREE_AUTO_BUDGETS": "15, 31", "SGLANG_DDTREE_MLA_PREFIX": "tree",
            "SGLANG_DDTREE_CALIBRATION": "/x/Cal.json"}
