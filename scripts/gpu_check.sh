@@ -22,6 +22,16 @@ if [ -f .sgl/sgl-bundle.tar.xz ] && [ ! -f /tmp/site/.done ]; then
   mkdir -p /tmp/site && python3 -c "import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='fully_trusted')" \
     .sgl/sgl-bundle.tar.xz /tmp/site && touch /tmp/site/.done
 fi
+# sgl_kernel's FA3 library, carried in parts over several calls (scripts/build_fa3_parts.sh): each part is kept
+# in /tmp/fa3-parts; once all are there (and the bundle is unpacked) it is installed into the bundle's sgl_kernel
+if ls .sgl-fa3/part-* >/dev/null 2>&1; then mkdir -p /tmp/fa3-parts && cp .sgl-fa3/* /tmp/fa3-parts/; fi
+FA3_SO=/tmp/site/sgl_kernel/flash_ops.abi3.so
+if [ -f /tmp/fa3-parts/MANIFEST ] && [ -d /tmp/site/sgl_kernel ] && [ ! -f "$FA3_SO" ] \
+   && [ "$(ls /tmp/fa3-parts/part-* | wc -l)" = "$(awk '/^parts/ {print $2}' /tmp/fa3-parts/MANIFEST)" ]; then
+  cat /tmp/fa3-parts/part-* | xz -d > "$FA3_SO.tmp" \
+    && [ "$(sha256sum "$FA3_SO.tmp" | cut -d' ' -f1)" = "$(awk '/^sha256/ {print $2}' /tmp/fa3-parts/MANIFEST)" ] \
+    && mv "$FA3_SO.tmp" "$FA3_SO" || { rm -f "$FA3_SO.tmp"; echo "FA3 parts did not assemble" >&2; }
+fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 # the package itself (entry point metadata included, so SGLang's plugin loader finds it)
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$WORK/pip.log" 2>&1 \

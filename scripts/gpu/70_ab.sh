@@ -15,6 +15,7 @@
 # 8B cost per forward, the tiny pair's acceptance; docs/inflated-pair.md), with DFLASH on flashinfer next to DFLASH
 # on triton (AB_DFLASH_FI=1, the default there) so the baseline at each point is DFLASH's faster backend, and the
 # served default (no budget: what a user types) as ddtree_default.
+# AB_FA3=1: DFLASH and DDTree's auto budget on fa3 too (needs sgl_kernel's FA3 carried).
 # AB_SERVERS: keep only these servers, in this order.
 set -u
 cd "$(dirname "$0")/../.."
@@ -36,6 +37,9 @@ S+=(--server "dflash=$DFLASH_ARGS")
 [ "${AB_DFLASH_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
   && S+=(--server "dflash_flashinfer=$DFLASH_ARGS --attention-backend flashinfer")
 [ "${AB_PAIR:-tiny}" = inflated ] && S+=(--server "ddtree_default=$DDTREE_AUTO_ARGS")
+# AB_FA3=1 (where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's Hopper default
+[ "${AB_FA3:-0}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \
+  && S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS --attention-backend fa3")
 [ "${AB_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS")
 for b in ${AB_BUDGETS:-16 64}; do S+=(--server "ddtree_b$b=$(ddtree_args $b)"); done
 # an A/A pair: a second server with the same flags as budget AB_TWIN; the two differ only by noise, so their gap

@@ -20,6 +20,7 @@
 # on the flashinfer backend),
 # RC_STAGE_TIMES (N: DDTree servers log each stage's device time a round every N rounds, SGLANG_DDTREE_STAGE_TIMES;
 # off by default: its event records are not in the served default's round),
+# RC_FA3 (1: also DFLASH and DDTree's auto budget on fa3, where sgl_kernel's FA3 was carried),
 # RC_START_ALL (0: one server up at a time; 1: all start together, memory split, and take turns pass by pass,
 # RC_REPEATS passes each, 3 by default), RC_TRITON (0: leave out the DFLASH
 # and DDTree servers on triton, e.g. to measure only the FlashMLA pair in one call)
@@ -61,6 +62,12 @@ if [ $MLA = 0 ] && [ "${RC_CASCADE:-1}" = 1 ]; then
   S+=(--server "dflash_flashinfer=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend flashinfer")
   S+=(--server "ddtree_auto_tree=SGLANG_DDTREE_PREFIX=tree SGLANG_DDTREE_BUDGET=auto $DD")
   S+=(--server "ddtree_auto_fi=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend flashinfer")
+fi
+# RC_FA3=1 (where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3 (SGLang's default on
+# Hopper) and DDTree's auto budget on fa3 (the prefix through FA3, the tree through our kernel)
+if [ $MLA = 0 ] && [ "${RC_FA3:-0}" = 1 ]; then
+  S+=(--server "dflash_fa3=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend fa3")
+  S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend fa3")
 fi
 if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
   FM="--attention-backend flashmla --page-size 64 --speculative-draft-attention-backend triton"

@@ -1,7 +1,7 @@
 """Tree verify attention: the n tree queries of each request over its prefix KV and its own tree KV.
 
 Cascade (docs/DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
-(FlashMLA, FlashInfer, or our kernel) → (O_p, LSE_p); the tree tail with the ancestor mask (our kernel)
+(FlashMLA, FlashInfer, FA3, or our kernel) → (O_p, LSE_p); the tree tail with the ancestor mask (our kernel)
 → (O_t, LSE_t); merged by LSE with each library's base converted explicitly. backend="native" runs
 prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree tile last).
 """
@@ -14,7 +14,7 @@ from .merge import LN2, lse_from_natural, lse_to_natural, merge_states
 from .problem import Problem, check_contents, make_problem, unpack_mask
 from .reference import reference_tree_attention
 
-BACKENDS = ("auto", "native", "flashmla", "flashinfer", "torch")
+BACKENDS = ("auto", "native", "flashmla", "flashinfer", "fa3", "torch")
 
 __all__ = ["tree_verify_attention", "reference_tree_attention", "merge_states", "lse_to_natural",
            "lse_from_natural", "LN2", "BACKENDS", "resolve_backend", "make_problem", "unpack_mask", "Problem"]

@@ -1,10 +1,11 @@
-"""Prefix attention through FlashMLA (sgl_kernel) and FlashInfer, when they import.
+"""Prefix attention through FlashMLA and FA3 (sgl_kernel) and FlashInfer, when they import.
 
 Each adapter returns (O_p [T, Hq, Dv], LSE_p [T, Hq], base) for the n tree queries of every request over
 its prefix only (no mask: one KV pass per request shared by all n queries). The base is what the library
-returns ("e" for FlashMLA, "2" for FlashInfer) and travels with the LSE to `merge_states`.
+returns ("e" for FlashMLA and FA3, "2" for FlashInfer) and travels with the LSE to `merge_states`.
 Library planning (FlashInfer's plan, FlashMLA's tile metadata) happens once per batch and is kept in the
 caller's `plan` dict, so the layers of one forward reuse it; planning reads the prefix lengths on the host.
+FA3 plans nothing on the host: it reads the lengths on the device (as SGLang's fa3 backend runs it in graphs).
 The served verify's FlashInfer prefix (`FlashInferPrefix`, below) reads none: it plans once per width and
 batch and writes the length-dependent schedule on the device.
 """
@@ -29,6 +30,9 @@ def available(name: str) -> bool:
         if name == "flashinfer":
             import flashinfer  # noqa: F401
             return True
+        if name == "fa3":  # sgl_kernel's FA3 library (flash_ops): SGLang's fa3 backend's kernels
+            from sgl_kernel.flash_attn import flash_attn_with_kvcache  # noqa: F401
+            return True
     except Exception:
         return False
     raise ValueError(f"unknown library {name!r}")
@@ -41,6 +45,8 @@ def supports(name: str, prob: Problem) -> bool:
         return prob.layout == "mla" and prob.page_size == 64 and prob.Dqk == 576 and prob.Dv == 512
     if name == "flashinfer":
         return True
+    if name == "fa3":
+        return prob.layout == "gqa" and prob.Dqk == prob.Dv and prob.Dqk in FA3_HEAD_DIMS
     return False
 
 
@@ -81,6 +87,31 @@ def flashmla_prefix(prob: Problem, plan: dict):
     q = prob.q_full().reshape(prob.B, prob.n, prob.Hq, prob.Dqk)
     o, lse = flashmla_attend(q, _cache_4d(prob.k_cache, prob.page_size), prob.page_table, prob.prefix_lens,
                              prob.Dv, plan["flashmla_meta"], prob.sm_scale)
+    return o, _empty_rows_to_neg_inf(prob, lse), "e"
+
+
+FA3_HEAD_DIMS = (64, 96, 128, 192, 256)  # the head dims sgl_kernel's FA3 is built for (equal K and V dims here)
+
+
+def fa3_attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+               prefix_lens: torch.Tensor, sm_scale: float):
+    """Every query of request b over its first prefix_lens[b] cached tokens, no mask, through FA3's paged
+    attention (sgl_kernel.flash_attn.flash_attn_with_kvcache, the kernel of SGLang's fa3 backend). q [B, n, Hq, D];
+    k_cache / v_cache [pages, page_size, Hkv, D]; page_table int32 [B, pages]; prefix_lens int32 [B] on the device
+    (FA3 reads them there: nothing is planned on the host, so a CUDA graph replays at any length). Returns (O
+    [B·n, Hq, D], natural-log LSE [B·n, Hq]); FA3 returns the LSE as [B, Hq, n]."""
+    from sgl_kernel.flash_attn import flash_attn_with_kvcache
+
+    B, n, H = q.shape[0], q.shape[1], q.shape[2]
+    o, lse, *_ = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=prefix_lens, page_table=page_table,
+                                         softmax_scale=sm_scale, causal=False, return_softmax_lse=True)
+    return o.reshape(B * n, H, -1), lse.transpose(1, 2).reshape(B * n, H)
+
+
+def fa3_prefix(prob: Problem, plan: dict):
+    q = prob.q_a.reshape(prob.B, prob.n, prob.Hq, prob.Dqk)
+    o, lse = fa3_attend(q, _cache_4d(prob.k_cache, prob.page_size), _cache_4d(prob.v_cache, prob.page_size),
+                        prob.page_table.to(torch.int32), prob.prefix_lens.to(torch.int32), prob.sm_scale)
     return o, _empty_rows_to_neg_inf(prob, lse), "e"
 
 
@@ -128,7 +159,7 @@ def flashinfer_prefix(prob: Problem, plan: dict):
     return o, _empty_rows_to_neg_inf(prob, lse), "2"
 
 
-PREFIX = {"flashmla": flashmla_prefix, "flashinfer": flashinfer_prefix}
+PREFIX = {"flashmla": flashmla_prefix, "flashinfer": flashinfer_prefix, "fa3": fa3_prefix}
 
 
 # --- FlashInfer's paged prefill inside the served verify's CUDA graphs ---------------------------------------

@@ -179,7 +179,7 @@ def naive_runner(args):
 
 def bench_grid(layout, Ns, Ts, Bs, ceil, *, with_naive=True, log=print):
     rows = []
-    libs = [lib for lib in ("flashmla", "flashinfer") if libraries.available(lib)]
+    libs = [lib for lib in ("flashmla", "flashinfer", "fa3") if libraries.available(lib)]
     for N in Ns:
         for B in Bs:
             for n in Ts:
@@ -222,7 +222,7 @@ def breakdown(layout, N, n, B, ceil):
     out = {"layout": layout, "N": N, "T": n, "B": B}
     out["prefix_native_us"], _ = _time_graph(lambda: native.attend(prob, with_tree=False, max_prefix_len=N))
     out["tail_native_us"], _ = _time_graph(lambda: native.attend(prob, with_prefix=False))
-    for lib in ("flashmla", "flashinfer"):
+    for lib in ("flashmla", "flashinfer", "fa3"):
         if libraries.available(lib) and libraries.supports(lib, prob):
             plan = {}
             libraries.PREFIX[lib](prob, plan)

@@ -133,6 +133,37 @@ def _flashinfer_installed() -> bool:
     return importlib.util.find_spec("flashinfer") is not None
 
 
+def _fa3_installed() -> bool:
+    """sgl_kernel with its FA3 library (flash_ops), found without importing it (the import loads CUDA)."""
+    import glob
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("sgl_kernel")
+    return any(glob.glob(os.path.join(d, "flash_ops*")) for d in (spec.submodule_search_locations or ())) \
+        if spec is not None else False
+
+
+def _fa3_prefix_refusal(view, mla: bool, settings: Settings) -> tuple | None:
+    """(what, fix) when SGLANG_DDTREE_PREFIX=fa3 cannot serve this server, else None."""
+    from sglang_ddtree.attention.libraries import FA3_HEAD_DIMS
+
+    unset = f"unset {env('prefix')}"
+    if mla:
+        return f"{env('prefix')}=fa3 for an MLA target (the FA3 prefix is wired for MHA/GQA targets)", unset
+    if settings.verify_attention == "full_mask":
+        return (f"{env('prefix')}=fa3 with {env('verify_attention')}=full_mask (the prefix split is the tree "
+                f"kernel's; SGLang's FULL_MASK verify has none)", "unset one of the two")
+    d = head_dim(view)
+    if d is not None and d not in FA3_HEAD_DIMS:
+        return (f"{env('prefix')}=fa3 for a target of head dim {d} (FA3 takes head dims "
+                f"{', '.join(map(str, FA3_HEAD_DIMS))})", unset)
+    if not _fa3_installed():
+        return (f"{env('prefix')}=fa3 without sgl_kernel's FA3 library (flash_ops) installed",
+                f"install sglang-kernel with it, or {unset}")
+    return None
+
+
 def _flashinfer_prefix_refusal(view, mla: bool, settings: Settings) -> tuple | None:
     """(what, fix) when SGLANG_DDTREE_PREFIX=flashinfer cannot serve this server, else None."""
     from sglang_ddtree.attention.libraries import FI_HEAD_DIMS
@@ -205,6 +236,8 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
         return f"{env('verify_attention')}=full_mask"
     if backend not in backends.MHA:
         return f"--attention-backend {backend}"
+    if backend == "fa3":
+        return "--attention-backend fa3 (its verify through the FA3 prefix has not yet run on the GPU)"
     if mla_dims(view) is not None:
         return "an MLA target"
     if backend == "triton" and page == 1:
@@ -299,11 +332,19 @@ def validate_server_args(server_args) -> None:
                 _reject(f"{flag} {backend} for an MLA target (the tree kernel verifies MLA trees inside "
                         f"{', '.join(backends.MLA)} only)", f"pass {flag} triton (or flashmla / flashinfer)")
             continue
+        if backend == "fa3" and not _fa3_installed():
+            _reject(f"{flag} fa3 without sgl_kernel's FA3 library (flash_ops) installed",
+                    f"install sglang-kernel with it, or pass {flag} triton (or flashinfer)")
+        if backend == "fa3" and settings.verify_attention == "full_mask":
+            _reject(f"{flag} fa3 with {env('verify_attention')}=full_mask (SGLang's fa3 backend applies a tree mask "
+                    f"only in its topk > 1 cascade mode, which DDTree does not enable)",
+                    f"unset {env('verify_attention')} (the tree kernel verifies on fa3), or pass {flag} triton "
+                    f"(or flashinfer)")
         if backend is None or backend in backends.MHA:
             continue
-        why = ("fa3 verifies a tree only in cascade mode (topk > 1), which this release does not enable"
-               if backend in ("fa3", "fa4") else f"{backend} cannot apply a tree mask in TARGET_VERIFY")
-        _reject(f"{flag} {backend} ({why})", f"pass {flag} triton (or flashinfer)")
+        why = (f"the tree kernel is not wired into {backend}'s TARGET_VERIFY" if backend == "fa4"
+               else f"{backend} cannot apply a tree mask in TARGET_VERIFY")
+        _reject(f"{flag} {backend} ({why})", f"pass {flag} triton (or flashinfer, fa3)")
     if mla and settings.verify_attention == "full_mask":
         _reject(f"{env('verify_attention')}=full_mask for an MLA target (SGLang's MLA backends cannot apply a "
                 "tree mask)",
@@ -312,10 +353,10 @@ def validate_server_args(server_args) -> None:
         _reject(f"{env('prefix')}=flashmla without an MLA target on --attention-backend flashmla (FlashMLA reads "
                 f"the prefix from SGLang's FlashMLA page tables, page size 64)",
                 f"serve the MLA target with --attention-backend flashmla --page-size 64, or unset {env('prefix')}")
-    if settings.prefix == "flashinfer":
-        refusal = _flashinfer_prefix_refusal(view, mla, settings)
-        if refusal is not None:
-            _reject(*refusal)
+    for prefix, refusal in (("flashinfer", _flashinfer_prefix_refusal), ("fa3", _fa3_prefix_refusal)):
+        why = refusal(view, mla, settings) if settings.prefix == prefix else None
+        if why is not None:
+            _reject(*why)
     page = getattr(view, "page_size", None)
     if page is not None and int(page) != 1 and settings.verify_attention == "full_mask":
         # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1

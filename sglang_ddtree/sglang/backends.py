@@ -2,10 +2,14 @@
 and its class (tree_attention.py checks the live backend's class; args.py checks the flags)."""
 
 BY_POOL = {
-    "MHATokenToKVPool": {"triton": "TritonAttnBackend", "flashinfer": "FlashInferAttnBackend"},
+    "MHATokenToKVPool": {"triton": "TritonAttnBackend", "flashinfer": "FlashInferAttnBackend",
+                         "fa3": "FlashAttentionBackend"},
     # MLA (absorbed: one latent KV head of 576, values its first 512), only through the tree kernel
     "MLATokenToKVPool": {"triton": "TritonAttnBackend", "flashmla": "FlashMLABackend",
                          "flashinfer": "FlashInferMLAAttnBackend"},
 }
-MHA = tuple(BY_POOL["MHATokenToKVPool"])  # also where SGLang's FULL_MASK fallback applies a tree mask
+MHA = tuple(BY_POOL["MHATokenToKVPool"])
 MLA = tuple(BY_POOL["MLATokenToKVPool"])
+# SGLang's fa3 backend verifies a tree only in its topk > 1 cascade mode, which DDTree does not enable: on fa3 its
+# FULL_MASK verify is no fallback for the tree kernel (triton and flashinfer apply the mask)
+NO_FULL_MASK = ("fa3",)

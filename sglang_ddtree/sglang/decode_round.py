@@ -128,7 +128,10 @@ class DecodeRound:
                                 "use --page-size 1 (SGLang's FULL_MASK verify assumes page size 1)"),
                                (tree_attention.is_mla(runner) and "an MLA target",
                                 "SGLang's MLA backends cannot verify a tree; serve it with the CUDA ops on "
-                                f"{' / '.join(tree_attention.BACKENDS['MLATokenToKVPool'])}")):
+                                f"{' / '.join(tree_attention.BACKENDS['MLATokenToKVPool'])}"),
+                               (not tree_attention.is_mla(runner) and tree_attention.no_full_mask(runner),
+                                "pass --attention-backend triton or flashinfer (SGLang's fa3 backend applies a tree "
+                                "mask only in its topk > 1 cascade mode, which DDTree does not enable)")):
                 if needs:
                     raise ValueError(f"DDTREE: {needs} needs the tree kernel, which is not in use here ("
                                      f"{why or 'SGLANG_DDTREE_VERIFY_ATTENTION=full_mask'}). Fix: {fix}")

@@ -109,13 +109,14 @@ TABLE = (
     Var("SGLANG_DDTREE_VERIFY_ATTENTION", "verify_attention", "choice", "auto", choices=("auto", "tree", "full_mask"),
         help="our tree-verify kernel inside the target's attention backend, or SGLang's dense-mask path as a "
              "fallback"),
-    Var("SGLANG_DDTREE_PREFIX", "prefix", "choice", "auto", choices=("auto", "tree", "flashmla", "flashinfer"),
-        alias="SGLANG_DDTREE_MLA_PREFIX",
+    Var("SGLANG_DDTREE_PREFIX", "prefix", "choice", "auto",
+        choices=("auto", "tree", "flashmla", "flashinfer", "fa3"), alias="SGLANG_DDTREE_MLA_PREFIX",
         help="who attends each tree query's committed prefix; our kernel always attends the tree, and the two are "
              "merged by LSE. `auto` (default): FlashInfer's paged prefill for MHA/GQA targets with head dim "
-             "64/128/256 (any page size, triton or flashinfer backend), FlashMLA for MLA targets on "
+             "64/128/256 (any page size, triton or flashinfer backend), FA3's paged attention on "
+             "`--attention-backend fa3` (else FlashInfer's), FlashMLA for MLA targets on "
              "`--attention-backend flashmla --page-size 64`, else our kernel over prefix and tree (`tree`). An "
-             "explicit `flashinfer` / `flashmla` that cannot serve is refused at start-up. The old name "
+             "explicit `flashinfer` / `flashmla` / `fa3` that cannot serve is refused at start-up. The old name "
              "`SGLANG_DDTREE_MLA_PREFIX` is still read"),
     Var("SGLANG_DDTREE_MLA_KV_MOVE", "mla_kv_move", "choice", "layers", choices=("layers", "one_launch"),
         help="how an MLA target's accepted KV moves: SGLang's per-layer move (default), or every layer in one "

@@ -30,7 +30,11 @@ merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTR
   knows there only as an upper bound (overlap scheduling), and a plan made from a bound misplaces the split
   partial outputs (libraries.py, above FI_HEAD_DIMS): so its host plan is made once per (width, batch) and the
   length-dependent schedule is written on the device in the metadata (libraries.FlashInferPrefix).
-  `auto` keeps our kernel over the whole prefix for MHA/GQA until measured otherwise (AUTO_GQA_PREFIX).
+- `fa3`: an MHA/GQA target where sgl_kernel's FA3 library imports (SGLang's fa3 backend's kernel): FA3's paged
+  attention over SGLang's page table (req_to_token's page columns, as the fa3 backend builds it), the prefix
+  lengths read on the device, so nothing is planned on the host and a graph replays at any length. `auto` on
+  `--attention-backend fa3`.
+`auto` picks the FlashInfer cascade on triton and flashinfer (AUTO_GQA_PREFIX), FA3's on fa3 (else FlashInfer's).
 `tree` keeps our kernel over prefix and tree everywhere.
 
 One instance serves every verify width the worker captures graphs for (the served auto budget): a forward's width
@@ -63,6 +67,8 @@ PREFIXES = VARS["prefix"].choices
 # timing on the H200 puts well ahead of the whole-prefix kernel at long prefixes and wide trees and a few µs behind
 # at short prefixes (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md §3)
 AUTO_GQA_PREFIX = "flashinfer"
+FA3_BACKEND = backends.BY_POOL["MHATokenToKVPool"]["fa3"]  # SGLang's fa3 backend class: its own library first
+PAGED_PREFIXES = ("flashmla", "fa3")  # prefixes read through SGLang's page table and the lengths on the device
 
 
 def is_mla(model_runner) -> bool:
@@ -103,6 +109,14 @@ def unsupported(model_runner) -> str | None:
     return None
 
 
+def no_full_mask(model_runner) -> str | None:
+    """`--attention-backend NAME` where SGLang's FULL_MASK verify cannot stand in for the tree kernel on this
+    MHA/GQA runner's backend (backends.NO_FULL_MASK), else None."""
+    names = {cls: name for name, cls in backends.BY_POOL["MHATokenToKVPool"].items()}
+    name = names.get(type(model_runner.attn_backend).__name__)
+    return f"--attention-backend {name}" if name in backends.NO_FULL_MASK else None
+
+
 def flashmla_unsupported(model_runner, mla: bool) -> str | None:
     """Why FlashMLA cannot take the prefix of this runner's tree verify (None: it can)."""
     if not mla:
@@ -129,6 +143,41 @@ def flashinfer_unsupported(model_runner, mla: bool) -> str | None:
     if not libraries.available("flashinfer"):
         return "flashinfer cannot be imported here"
     return None
+
+
+def fa3_unsupported(model_runner, mla: bool) -> str | None:
+    """Why FA3's paged attention cannot take the prefix of this runner's tree verify (None: it can)."""
+    if mla:
+        return "the target is MLA (the FA3 prefix is wired for MHA/GQA targets)"
+    k, v = model_runner.token_to_kv_pool.get_key_buffer(0), model_runner.token_to_kv_pool.get_value_buffer(0)
+    d, dv = int(k.shape[-1]), int(v.shape[-1])
+    if d != dv or d not in libraries.FA3_HEAD_DIMS:
+        return (f"the head dims are {d}/{dv} (the FA3 prefix takes equal key and value head dims in "
+                f"{', '.join(map(str, libraries.FA3_HEAD_DIMS))})")
+    if not libraries.available("fa3"):
+        return "sgl_kernel's FA3 library (flash_ops) cannot be imported here"
+    return None
+
+
+UNSUPPORTED = {"flashmla": flashmla_unsupported, "flashinfer": flashinfer_unsupported, "fa3": fa3_unsupported}
+
+
+def auto_prefix(model_runner, mla: bool) -> str:
+    """What `auto` runs the prefix through (module docstring): the first library that can serve, else `tree`."""
+    if mla:
+        order = ("flashmla",)
+    elif type(model_runner.attn_backend).__name__ == FA3_BACKEND:
+        order = ("fa3", AUTO_GQA_PREFIX)
+    else:
+        order = (AUTO_GQA_PREFIX,)
+    for lib in order:
+        if lib not in UNSUPPORTED:  # AUTO_GQA_PREFIX set to `tree`
+            return lib
+        why = UNSUPPORTED[lib](model_runner, mla)
+        if why is None:
+            return lib
+        logger.info("sglang-ddtree: the prefix not through %s (%s)", lib, why)
+    return "tree"
 
 
 def _sm_count(device) -> int:
@@ -167,16 +216,13 @@ class TreeVerifyAttention:
         if prefix not in PREFIXES:
             raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
         asked = prefix
-        if prefix == "auto":  # FlashMLA over an MLA prefix wherever it can take it (module docstring: why)
-            prefix = ("tree" if flashmla_unsupported(model_runner, True) else "flashmla") if self.mla else AUTO_GQA_PREFIX
-        why = {"flashmla": lambda: flashmla_unsupported(model_runner, self.mla),
-               "flashinfer": lambda: flashinfer_unsupported(model_runner, self.mla)}.get(prefix, lambda: None)()
-        if why is not None and asked != "auto":
-            raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix}, but {why}")
-        if why is not None:
-            logger.info("sglang-ddtree: the prefix through the tree kernel (%s cannot take it: %s)", prefix, why)
-            prefix = "tree"
-        if prefix in ("flashmla", "flashinfer"):
+        if prefix == "auto":
+            prefix = auto_prefix(model_runner, self.mla)
+        elif prefix in UNSUPPORTED:
+            why = UNSUPPORTED[prefix](model_runner, self.mla)
+            if why is not None:
+                raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix}, but {why}")
+        if prefix != "tree":
             self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
         if prefix == "flashinfer":
             why = self._make_flashinfer(int(max_bs))
@@ -186,10 +232,11 @@ class TreeVerifyAttention:
                 logger.warning("sglang-ddtree: the prefix through the tree kernel (FlashInfer failed to plan: %s)", why)
                 prefix = "tree"
         self.prefix = prefix
-        if prefix == "flashmla":
-            self.page = int(model_runner.page_size)
+        if prefix in PAGED_PREFIXES:  # SGLang's page table of the prefix and its lengths, in static buffers
+            self.page = int(getattr(model_runner, "page_size", 1) or 1)
             self.block_table = torch.zeros(int(max_bs), -(-self.context // self.page), dtype=torch.int32, device=dev)
             self.prefix_lens = torch.zeros(int(max_bs), dtype=torch.int32, device=dev)
+        if prefix == "flashmla":
             self.hq = int(self.backend.num_q_heads)  # FlashMLA's plan is made before the layers see any query
             self._plans = {}  # verify width -> FlashMLA's split plan in static buffers (graphs read their addresses)
             self._plan = None  # the plan of the forward under way: (tile metadata, num_splits[:bs + 1])
@@ -239,7 +286,7 @@ class TreeVerifyAttention:
         self._orig = backend_override.route_target_verify(self.backend, self)
         logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK; the prefix through "
                     "%s), verify width%s %s", type(self.backend).__name__,
-                    {"flashmla": "FlashMLA", "flashinfer": "FlashInfer"}.get(self.prefix, "the tree kernel"),
+                    {"flashmla": "FlashMLA", "flashinfer": "FlashInfer", "fa3": "FA3"}.get(self.prefix, "the tree kernel"),
                     "s" if len(self.widths) > 1 else "", self.widths)
 
     @property
@@ -309,9 +356,9 @@ class TreeVerifyAttention:
             mask[: old.shape[0]].copy_(old)
             self.masks[w] = mask
         self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
-        if self.prefix in ("flashmla", "flashinfer"):
+        if self.prefix != "tree":
             self.no_prefix = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
-        if self.prefix == "flashmla":
+        if self.prefix in PAGED_PREFIXES:
             self.block_table = torch.zeros(bs, self.block_table.shape[1], dtype=torch.int32, device=self.device)
             self.prefix_lens = torch.zeros(bs, dtype=torch.int32, device=self.device)
 
@@ -327,12 +374,13 @@ class TreeVerifyAttention:
         if bs > self.masks[self.n].shape[0]:
             self._grow(bs)
         self._ensure_indices(bs)
-        if self.prefix == "flashmla":  # FlashMLA's page table and lengths; the tail reads no prefix
+        if self.prefix in PAGED_PREFIXES:  # the library's page table and lengths; the tail reads no prefix
             rows, lens = forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
             torch.div(self.req_to_token[:, :: self.page].index_select(0, rows), self.page, rounding_mode="floor",
                       out=self.block_table[:bs])  # page columns only, two launches
             self.prefix_lens[:bs].copy_(lens)
-            self._plan_flashmla(bs, self._width(forward_batch, bs))
+            if self.prefix == "flashmla":
+                self._plan_flashmla(bs, self._width(forward_batch, bs))
         elif self.prefix == "flashinfer":  # the wrapper of (width, batch), its slot lists and device schedule
             self.fi_width = self._width(forward_batch, bs)
             self.fi.prepare(self.fi_width, bs, self.req_to_token, forward_batch.req_pool_indices[:bs],
@@ -423,6 +471,8 @@ class TreeVerifyAttention:
             o = self._flashmla_cascade(q_full, q, q_pe, kc, vc, k3, v3, bs, n, hq, layer.scaling)
         elif self.prefix == "flashinfer":
             o = self._flashinfer_cascade(q, kc, vc, k3, v3, bs, n, hq, layer.scaling)
+        elif self.prefix == "fa3":
+            o = self._fa3_cascade(q, kc, vc, k3, v3, bs, n, hq, layer.scaling)
         else:
             splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
             o, _ = native.attend_ragged(q, q_pe, kc, vc, self.kv_indptr[: bs + 1], self.kv_indices, k3, v3,
@@ -451,6 +501,17 @@ class TreeVerifyAttention:
         o_t, lse_t = native.attend_ragged(q, None, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
                                           self.masks[n][:bs], scale, 1)
         o, _ = native.merge(o_p, lse_p, "2", o_t, lse_t, "e", o_t.dtype)
+        return o
+
+    def _fa3_cascade(self, q, kc, vc, k3, v3, bs, n, hq, scale):
+        """FA3 over the prefix through the page table (its LSE natural), our kernel over the tree alone, merged."""
+        hkv, d = kc.shape[-2], kc.shape[-1]
+        pages = lambda c: c[: c.shape[0] // self.page * self.page].view(-1, self.page, hkv, c.shape[-1])  # noqa: E731
+        o_p, lse_p = libraries.fa3_attend(q.view(bs, n, hq, d), pages(kc), pages(vc), self.block_table[:bs],
+                                          self.prefix_lens[:bs], scale)
+        o_t, lse_t = native.attend_ragged(q, None, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
+                                          self.masks[n][:bs], scale, 1)
+        o, _ = native.merge(o_p, lse_p, "e", o_t, lse_t, "e", o_t.dtype)
         return o
 
     def _mla_inputs(self, q, k, q_rope, k_rope, hq, layer, forward_batch, save_kv_cache):

@@ -58,7 +58,7 @@ def _case(layout, B, budget, spec, ps, heads, kv_heads, dtype=torch.bfloat16, se
 def _paths(args):
     prob = make_problem(*args)
     out = ["native"]
-    out += [lib for lib in ("flashmla", "flashinfer") if libraries.supports(lib, prob) and libraries.available(lib)]
+    out += [lib for lib in ("flashmla", "flashinfer", "fa3") if libraries.supports(lib, prob) and libraries.available(lib)]
     return out
 
 
@@ -107,7 +107,7 @@ def test_native_tree_tail_alone(layout, budget):
     assert A.rel_err(o, ref_o) <= BF16_TOL and A.rel_err(lse, ref_l) <= BF16_TOL
 
 
-@pytest.mark.parametrize("lib", ["flashmla", "flashinfer"])
+@pytest.mark.parametrize("lib", ["flashmla", "flashinfer", "fa3"])
 @pytest.mark.parametrize("layout", ["mla", "gqa"])
 def test_library_lse_base_is_what_we_assume(lib, layout):
     """Each library's prefix LSE, converted by its declared base, equals our natural-log prefix LSE."""

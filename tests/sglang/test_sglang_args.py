@@ -123,9 +123,9 @@ REJECTIONS = [
     (["--speculative-use-rejection-sampling"], "rejection-sampling"),
     (["--pp-size", "2"], "pipeline parallelism"),
     (["--tp-size", "2"], "tensor parallelism"),
-    (["--attention-backend", "fa3"], "cascade"),
+    (["--attention-backend", "fa4"], "not wired into fa4"),
     (["--attention-backend", "flashmla"], "cannot apply a tree mask"),
-    (["--decode-attention-backend", "fa3"], "decode-attention-backend"),
+    (["--decode-attention-backend", "fa4"], "decode-attention-backend"),
     (["--speculative-num-draft-tokens", "4"], "below the drafter block size"),
     (["--speculative-eagle-topk", "4"], "SGLANG_DDTREE_TOPK"),
     (["--speculative-draft-window-size", "64"], "draft-window-size"),
@@ -223,6 +223,38 @@ def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch
         Settings.from_env()
 
 
+def test_fa3_backend_serves_where_sgl_kernel_has_fa3(resolve, monkeypatch):
+    """--attention-backend fa3 (SGLang's default on Hopper): served through the tree kernel where sgl_kernel's FA3
+    library is installed, with a fixed default budget (auto has not run there on the GPU); refused at start-up
+    naming the fix without FA3, with the FULL_MASK path (SGLang's fa3 verify applies no tree mask at topk 1), and
+    as SGLANG_DDTREE_PREFIX=fa3 for an MLA target, another head dim or without FA3."""
+    from sglang_ddtree.engine.data import MODELS_DIR
+    from sglang_ddtree.sglang import args as A
+
+    monkeypatch.setattr(A, "_fa3_installed", lambda: False)
+    with pytest.raises(ValueError, match="fa3 without sgl_kernel's FA3 library.*Fix: install sglang-kernel"):
+        resolve("--attention-backend", "fa3")
+    monkeypatch.setattr(A, "_fa3_installed", lambda: True)
+    sa = resolve("--attention-backend", "fa3")
+    assert sa.attention_backend == "fa3" and sa.speculative_num_draft_tokens == A.verify_width(A.DEFAULT_BUDGET)
+    monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "fa3")
+    for extra in ((), ("--attention-backend", "fa3"), ("--page-size", "16")):
+        resolve(*extra)  # the fixture target: head dim 64, FA3's prefix on any MHA backend
+    with pytest.raises(ValueError, match="fa3 for an MLA target.*Fix: unset SGLANG_DDTREE_PREFIX"):
+        resolve(target=os.path.abspath(SHIPPED_MLA))
+    with pytest.raises(ValueError, match="head dim 32 .*FA3 takes head dims 64, 96, 128"):
+        resolve(target=os.path.join(MODELS_DIR, "tiny-target"))
+    monkeypatch.delenv("SGLANG_DDTREE_PREFIX")
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
+    with pytest.raises(ValueError, match="fa3 with SGLANG_DDTREE_VERIFY_ATTENTION=full_mask.*Fix: unset"):
+        resolve("--attention-backend", "fa3")
+    monkeypatch.delenv("SGLANG_DDTREE_VERIFY_ATTENTION")
+    monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "fa3")
+    monkeypatch.setattr(A, "_fa3_installed", lambda: False)
+    with pytest.raises(ValueError, match="PREFIX=fa3 without sgl_kernel's FA3 library"):
+        resolve()
+
+
 def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
     monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "20")
     with pytest.raises(ValueError, match="budget \\+ 1 = 21"):
@@ -232,8 +264,8 @@ def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
 @pytest.mark.parametrize("name,value,needle", [
     ("SGLANG_DDTREE_BUDGET", "abc", "integer"), ("SGLANG_DDTREE_TOPK", "0", ">= 1"),
     ("SGLANG_DDTREE_OPS_BACKEND", "gpu", "auto, cuda, cpu"), ("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "yes", "0 or 1"),
-    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_PREFIX", "fa3", "tree, flashmla, flashinfer"),
-    ("SGLANG_DDTREE_MLA_PREFIX", "flashattn", "tree, flashmla, flashinfer"),
+    ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_PREFIX", "fa2", "tree, flashmla, flashinfer, fa3"),
+    ("SGLANG_DDTREE_MLA_PREFIX", "flashattn", "tree, flashmla, flashinfer, fa3"),
     ("SGLANG_DDTREE_MLA_KV_MOVE", "fast", "layers, one_launch")])
 def test_bad_knobs(monkeypatch, name, value, needle):
     from sglang_ddtree.sglang.settings import Settings

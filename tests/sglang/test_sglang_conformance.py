@@ -166,3 +166,22 @@ def test_unknown_release_has_no_adapter():
     with pytest.raises(releases.UnsupportedSGLangVersion, match="no worker adapter for sglang 0.5.20"):
         adapters.for_release("0.5.20")
     assert set(adapters.MODULES) == set(releases.SUPPORTED_VERSIONS)
+
+
+def test_backend_names_and_classes_are_sglangs(sglang_release):
+    """backends.BY_POOL's --attention-backend names are registered in SGLang's attention registry and each
+    creator makes the class tree_attention checks the live backend against (read from the registry's source:
+    importing the backends loads their CUDA libraries)."""
+    from sglang_ddtree.sglang import backends
+
+    registry = Path(importlib.util.find_spec("sglang.srt.layers.attention.attention_registry").origin)
+    creators = {}
+    for node in ast.parse(registry.read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                if isinstance(deco, ast.Call) and getattr(deco.func, "id", "") == "register_attention_backend":
+                    creators[deco.args[0].value] = ast.get_source_segment(registry.read_text(), node)
+    for pool, by_name in backends.BY_POOL.items():
+        for name, cls in by_name.items():
+            assert name in creators, f"{name} is not an --attention-backend of SGLang {sglang_release}"
+            assert cls in creators[name], f"SGLang {sglang_release}'s {name} creator makes no {cls} ({pool})"

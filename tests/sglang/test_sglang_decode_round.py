@@ -412,6 +412,17 @@ def test_start_up_refuses_what_the_round_cannot_serve(release):
         rnd.choose_verify_attention()
 
 
+def test_fa3_without_the_tree_kernel_is_refused_at_start_up(release):
+    """On SGLang's fa3 backend the FULL_MASK verify is no fallback (its tree mask needs topk > 1): where the tree
+    kernel cannot serve, start-up refuses naming the fix instead of serving a verify that ignores the tree."""
+    rnd, _, host, _, _ = make_round(release, 7, 4, torch.tensor([5, 9]), [[1] * 5, [2] * 9], [1, 0, 0], False)
+    runner = host.model_runner
+    runner.attn_backend, rnd.sgl.target_runner = type("FlashAttentionBackend", (), {})(), lambda: runner
+    with pytest.raises(ValueError, match="--attention-backend fa3 needs the tree kernel.*Fix: pass --attention-backend "
+                                         "triton or flashinfer"):
+        rnd.choose_verify_attention()
+
+
 @pytest.mark.parametrize("tree_attention", [True, False], ids=["tree_kernel", "full_mask_rejected"])
 def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(release, tree_attention):
     """SGLANG_DDTREE_BUDGET=auto: the drafter builds the widest tree, the round verifies its first w nodes

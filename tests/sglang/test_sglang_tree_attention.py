@@ -10,6 +10,7 @@ implementations of their contracts (FlashInfer's: fi_emulator, which runs only w
 the GPU with the real ones.
 """
 import inspect
+import math
 import os
 import sys
 import types
@@ -158,8 +159,8 @@ def test_unsupported_targets_are_named(plugins_loaded):
     r = make_runner(d=96)
     assert "head dims 96" in TA.unsupported(r)
     r = make_runner()
-    r.attn_backend = type("FlashAttentionBackend", (), {})()
-    assert "FlashAttentionBackend" in TA.unsupported(r)
+    r.attn_backend = type("TRTLLMHAAttnBackend", (), {})()
+    assert "TRTLLMHAAttnBackend" in TA.unsupported(r)
     r = make_runner()
     r.token_to_kv_pool.k = r.token_to_kv_pool.k.float()
     assert "float32" in TA.unsupported(r)
@@ -700,21 +701,181 @@ def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
         TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashattn")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("backend,page", [("TritonAttnBackend", 1), ("FlashInferAttnBackend", 64)])
-def test_flashinfer_prefix_cascade_on_the_gpu(plugins_loaded, backend, page):
-    """The same wiring with the real FlashInfer and our CUDA kernels at Qwen3-8B attention shapes (32 / 8 heads,
-    head dim 128, bf16), widths 16 and 64: eager forwards, then the verify captured as SGLang's graph runner does
-    (metadata out of the graph, the layer inside) at batch 4 and replayed with other prefixes and trees and with
-    a padded batch (1 real request + 3 padding rows at seq_len 1 of pool row 0), against float64 attention."""
+# --- the FA3 prefix for MHA/GQA targets (SGLANG_DDTREE_PREFIX=fa3; `auto` on --attention-backend fa3) --------
+
+def _fake_fa3(monkeypatch, calls):
+    """sgl_kernel.flash_attn replaced by a float64 implementation of flash_attn_with_kvcache's documented contract
+    (paged KV through page_table, lengths cache_seqlens, no mask; out [B, n, H, D], natural-log LSE [B, H, n]),
+    recording how it was called; the library reported importable."""
+    def flash_attn_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, page_table, softmax_scale, causal,
+                                return_softmax_lse):
+        calls.append(dict(q=tuple(q.shape), k=tuple(k_cache.shape), table=page_table.clone(),
+                          lens=cache_seqlens.clone(), causal=causal, lse=return_softmax_lse))
+        B, n, H, D = q.shape
+        page, hkv = k_cache.shape[1], k_cache.shape[2]
+        out = torch.zeros(B, n, H, v_cache.shape[-1], dtype=torch.float64)
+        lse = torch.full((B, H, n), -math.inf, dtype=torch.float64)
+        for b in range(B):
+            j = torch.arange(int(cache_seqlens[b]))
+            rows = (page_table[b, j // page].long() * page + j % page).cpu()
+            keys, vals = k_cache.reshape(-1, hkv, D)[rows].cpu(), v_cache.reshape(-1, hkv, v_cache.shape[-1])[rows].cpu()
+            for i in range(n):
+                for h in range(H):
+                    if rows.numel():
+                        out[b, i, h], lse[b, h, i] = _attend(q[b, i, h].cpu(), keys[:, h // (H // hkv)],
+                                                             vals[:, h // (H // hkv)], softmax_scale)
+        return out.to(q.device, q.dtype), lse.float().to(q.device), None
+
+    kernel = types.ModuleType("sgl_kernel")
+    kernel.flash_attn = types.ModuleType("sgl_kernel.flash_attn")
+    kernel.flash_attn.flash_attn_with_kvcache = flash_attn_with_kvcache
+    monkeypatch.setitem(sys.modules, "sgl_kernel", kernel)
+    monkeypatch.setitem(sys.modules, "sgl_kernel.flash_attn", kernel.flash_attn)
+
+
+@pytest.mark.parametrize("backend,page", [("FlashAttentionBackend", 1), ("FlashAttentionBackend", 16),
+                                          ("TritonAttnBackend", 64)])
+def test_fa3_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch, backend, page):
+    """SGLANG_DDTREE_PREFIX=fa3 (`auto` on the fa3 backend): FA3's paged attention over each request's prefix
+    through SGLang's page table (req_to_token's page columns / page size, in a static buffer) and the lengths on
+    the device, our kernel over the tree alone, merged by natural-log LSE. FA3 is a float64 implementation of
+    flash_attn_with_kvcache's contract (so libraries.fa3_attend's layouts are the code under test), the tail a
+    float64 one of our kernel's; checked against attention over prefix + tree from req_to_token and the ancestor
+    mask at both verify widths, after a later round's metadata (same buffers: the graph's addresses), and at a
+    padded graph replay."""
     from sglang_ddtree.sglang import tree_attention as TA
 
-    if not TA.libraries.available("flashinfer"):
-        pytest.skip("flashinfer is not importable here")
+    calls = []
+    _fake_fa3(monkeypatch, calls)
+    monkeypatch.setattr(TA.libraries, "available", lambda name: name == "fa3")
+    hq, hkv, d = 8, 2, 64
+    runner, g = _gqa_runner(backend, page=page)
+    ta = TA.TreeVerifyAttention(runner, n=9, max_bs=4, widths=(5, 9),
+                                prefix="auto" if backend == "FlashAttentionBackend" else "fa3")
+    assert ta.prefix == "fa3" and ta.block_table.shape == (4, 256 // page)
+    ta.install()
+    base = runner.attn_backend
+    monkeypatch.setattr(TA.native, "attend_ragged", _fake_tail(None))
+    r2t = runner.req_to_token_pool.req_to_token
+    static = (ta.block_table.data_ptr(), ta.prefix_lens.data_ptr())
+    for n, req, lens in ((5, [3, 0, 4], [150, 7, 230]), (9, [1, 4, 2], [240, 129, 3]), (9, [0, 2, 3], [60, 200, 245])):
+        fb, mask, layer, q, k, v, want = _verify_case(runner, g, req, lens, n, hq, hkv, d)
+        base.init_forward_metadata_out_graph(fb, False)
+        ta.load_mask(mask)
+        out = base.forward_extend(q, k, v, layer, fb)
+        torch.testing.assert_close(out.view(-1, hq, d).double(), want, rtol=1e-5, atol=1e-5)
+        c = calls[-1]
+        assert c["q"] == (3, n, hq, d) and c["k"] == ((r2t.numel() + 1) // page, page, hkv, d)
+        assert c["lens"].tolist() == lens and not c["causal"] and c["lse"]
+        assert torch.equal(c["table"], r2t[req, ::page] // page)  # SGLang's fa3 page table of these rows
+    assert (ta.block_table.data_ptr(), ta.prefix_lens.data_ptr()) == static
+    # a padded replay as SGLang's graph runner makes it: 2 requests in the 3-request graph, the padding row at
+    # seq_len 1 of request-pool row 0
+    from sglang.srt.model_executor.runner import decode_cuda_graph_runner as cgr
+
+    class Round(types.SimpleNamespace):
+        def __getattr__(self, name):
+            return None
+
+    n = 9
+    fb2, mask2, layer, q2, k2, v2, want2 = _verify_case(runner, g, [4, 1], [199, 240], n, hq, hkv, d)
+    buffers = types.SimpleNamespace(input_ids=torch.zeros(3 * n, dtype=torch.int64), positions=torch.zeros(
+        3 * n, dtype=torch.int64), req_pool_indices=torch.tensor([4, 1, 0]), seq_lens=torch.tensor([199, 240, 1]),
+        seq_lens_cpu=None, encoder_lens=None, mamba_track_indices=None)
+    args = dict(forward_batch=Round(forward_mode=Mode("TARGET_VERIFY"), out_cache_loc=fb2.out_cache_loc),
+                buffers=buffers, bs=3, raw_bs=2, num_tokens=3 * n, seq_len_fill_value=1,
+                capture_forward_mode=Mode("TARGET_VERIFY"), is_encoder_decoder=False)
+    if "global_num_tokens_cpu" in inspect.signature(cgr.build_replay_fb_view).parameters:
+        args["global_num_tokens_cpu"] = None
+    view = cgr.build_replay_fb_view(**args)
+    base.init_forward_metadata_out_graph(view)
+    ta.load_mask(torch.cat([mask2, mask2[:1]]))
+    pad = lambda t: torch.cat([t, t[:n]])  # noqa: E731  (the padding row's tokens)
+    view.out_cache_loc = pad(fb2.out_cache_loc)
+    out = base.forward_extend(pad(q2), pad(k2), pad(v2), layer, view).view(-1, hq, d)
+    assert torch.isfinite(out).all() and calls[-1]["lens"].tolist() == [199, 240, 1]
+    torch.testing.assert_close(out[: 2 * n].double(), want2, rtol=1e-5, atol=1e-5)
+
+
+def test_fa3_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
+    """`auto` on SGLang's fa3 backend takes FA3's prefix where sgl_kernel's FA3 imports and the head dims are
+    FA3's, else FlashInfer's, else our kernel; on triton / flashinfer `auto` stays FlashInfer's (measured); an
+    explicit `fa3` where it cannot serve is refused naming the reason; SGLang's FULL_MASK verify is no fallback
+    on fa3 (its tree mask needs topk > 1)."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    _fake_flashinfer(monkeypatch, TA)
+    have = {"fa3": True, "flashinfer": True}
+    monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
+    mk = lambda backend, d=128: _gqa_runner(backend, ctx=64, rows=2, d=d)[0]  # noqa: E731
+    for fa3, fi, want in ((True, True, "fa3"), (False, True, "flashinfer"), (False, False, "tree")):
+        have.update(fa3=fa3, flashinfer=fi)
+        assert TA.TreeVerifyAttention(mk("FlashAttentionBackend"), n=3, max_bs=2).prefix == want, (fa3, fi)
+        assert TA.TreeVerifyAttention(mk("TritonAttnBackend"), n=3, max_bs=2).prefix == ("flashinfer" if fi else "tree")
+    have.update(fa3=True, flashinfer=True)
+    assert TA.TreeVerifyAttention(mk("FlashAttentionBackend", 32), n=3, max_bs=2).prefix == "tree"  # head dim 32
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3, but the head dims are 32/32"):
+        TA.TreeVerifyAttention(mk("TritonAttnBackend", 32), n=3, max_bs=2, prefix="fa3")
+    have["fa3"] = False
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3, but sgl_kernel's FA3 library"):
+        TA.TreeVerifyAttention(mk("FlashAttentionBackend"), n=3, max_bs=2, prefix="fa3")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3, but the target is MLA"):
+        TA.TreeVerifyAttention(make_mla_runner("TritonAttnBackend", ctx=64, rows=2), n=3, max_bs=2, prefix="fa3")
+    r = make_runner()  # bf16
+    r.attn_backend = type("FlashAttentionBackend", (TritonAttnBackend,), {})()
+    assert TA.unsupported(r) == "a KV cache on cpu (the kernel runs on CUDA)"  # everything else would do
+    assert TA.no_full_mask(mk("FlashAttentionBackend")) == "--attention-backend fa3"
+    assert TA.no_full_mask(mk("TritonAttnBackend")) is None and TA.no_full_mask(mk("FlashInferAttnBackend")) is None
+
+
+def test_fa3_library_prefix_matches_the_reference(monkeypatch):
+    """The standalone cascade (tree_verify_attention backend='fa3'): libraries.fa3_prefix through FA3's contract
+    (float64, above) equals the prefix part of the reference, its LSE natural, at page sizes 1 and 16 with an empty
+    prefix among the requests (LSE -inf there)."""
+    from sglang_ddtree.attention import fallback, libraries
+    from sglang_ddtree.attention.problem import make_problem
+
+    calls = []
+    _fake_fa3(monkeypatch, calls)
+    g = torch.Generator().manual_seed(5)
+    for page in (1, 16):
+        B, n, hq, hkv, d, pages = 3, 4, 8, 2, 64, 12
+        k = torch.randn(pages * page + page, hkv, d, generator=g)
+        v = torch.randn(pages * page + page, hkv, d, generator=g)
+        table = torch.randperm(pages, generator=g)[: B * 4].view(B, 4).to(torch.int32)
+        lens = torch.tensor([0, 3 * page + 1, 2], dtype=torch.int32)
+        q = torch.randn(B * n, hq, d, generator=g)
+        tree = (torch.randn(B * n, hkv, d, generator=g), torch.randn(B * n, hkv, d, generator=g))
+        mask = torch.ones(B, n, 1, dtype=torch.int32)
+        prob = make_problem(q, (k.view(-1, page, hkv, d), v.view(-1, page, hkv, d)), table, lens, tree, mask, 0.1)
+        assert libraries.supports("fa3", prob) is False  # a CPU problem: the standalone path never picks it
+        o, lse, base = libraries.fa3_prefix(prob, {})
+        ref_o, ref_l = fallback.attend(prob, with_tree=False)
+        assert base == "e" and calls[-1]["q"] == (B, n, hq, d) and calls[-1]["k"] == (pages + 1, page, hkv, d)
+        assert torch.isinf(lse[:n]).all() and (lse[:n] < 0).all()
+        torch.testing.assert_close(lse[n:].double(), ref_l[n:].double(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(o[n:].double(), ref_o[n:].double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix,backend,page", [("flashinfer", "TritonAttnBackend", 1),
+                                                 ("flashinfer", "FlashInferAttnBackend", 64),
+                                                 ("fa3", "FlashAttentionBackend", 1),
+                                                 ("fa3", "FlashAttentionBackend", 16)])
+def test_library_prefix_cascade_on_the_gpu(plugins_loaded, prefix, backend, page):
+    """The same wiring with the real library (FlashInfer, or sgl_kernel's FA3) and our CUDA kernels at Qwen3-8B
+    attention shapes (32 / 8 heads, head dim 128, bf16), widths 16 and 64: eager forwards, then the verify
+    captured as SGLang's graph runner does (metadata out of the graph, the layer inside) at batch 4 and replayed
+    with other prefixes and trees and with a padded batch (1 real request + 3 padding rows at seq_len 1 of pool
+    row 0), against float64 attention."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    if not TA.libraries.available(prefix):
+        pytest.skip(f"{prefix} is not importable here")
     hq, hkv, d, bs = 32, 8, 128, 4
     runner, g = _gqa_runner(backend, ctx=4096, rows=6, hq=hq, hkv=hkv, d=d, page=page, dtype=torch.bfloat16,
                             device="cuda")
-    ta = TA.TreeVerifyAttention(runner, n=64, max_bs=bs, widths=(16, 64), prefix="flashinfer")
+    ta = TA.TreeVerifyAttention(runner, n=64, max_bs=bs, widths=(16, 64), prefix=prefix)
     ta.install()
     base = runner.attn_backend
     tol = dict(rtol=2e-2, atol=2e-2)

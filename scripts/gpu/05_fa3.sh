@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# sgl_kernel's FA3 library, carried in parts over several calls (scripts/build_fa3_parts.sh; gpu_check.sh installs
+# it once every part is here): the parts kept so far, whether FA3 imports, and where it does the GPU tests of the
+# FA3 prefix (the standalone cascade against the reference, and the served verify wiring captured in a graph).
+set -u
+cd "$(dirname "$0")/../.."
+OUTD=${STEP_OUT:-${OUT:-/tmp}/fa3}; mkdir -p "$OUTD"
+ls -la /tmp/fa3-parts 2>/dev/null; cat /tmp/fa3-parts/MANIFEST 2>/dev/null
+python3 -c "from sglang_ddtree.attention import libraries as L; print('fa3 importable:', L.available('fa3'))" \
+  | tee "$OUTD/fa3.txt"
+grep -q "importable: True" "$OUTD/fa3.txt" || exit 0
+STEP_OUT=$OUTD GPU_TESTS="tests/attention/test_attention_gpu.py tests/sglang/test_sglang_tree_attention.py::test_library_prefix_cascade_on_the_gpu" \
+  bash scripts/gpu/15_tests.sh
