@@ -144,43 +144,35 @@ def _fa3_installed() -> bool:
         if spec is not None else False
 
 
-def _fa3_prefix_refusal(view, mla: bool, settings: Settings) -> tuple | None:
-    """(what, fix) when SGLANG_DDTREE_PREFIX=fa3 cannot serve this server, else None."""
-    from sglang_ddtree.attention.libraries import FA3_HEAD_DIMS
+def _prefix_library(name: str) -> dict:
+    """What SGLANG_DDTREE_PREFIX=`name` (a library) needs: head dims, an install check and words for the user."""
+    from sglang_ddtree.attention.libraries import FA3_HEAD_DIMS, FI_HEAD_DIMS
 
+    if name == "fa3":
+        return dict(dims=FA3_HEAD_DIMS, installed=_fa3_installed, what="FA3", missing="sgl_kernel's FA3 library "
+                    "(flash_ops) installed", install="install sglang-kernel with it",
+                    mla="the FA3 prefix is wired for MHA/GQA targets")
+    return dict(dims=FI_HEAD_DIMS, installed=_flashinfer_installed, what="FlashInfer's paged prefill",
+                missing="flashinfer installed", install="pip install flashinfer-python",
+                mla="its FlashInfer-MLA prefix is not wired")
+
+
+def _library_prefix_refusal(name: str, view, mla: bool, settings: Settings) -> tuple | None:
+    """(what, fix) when SGLANG_DDTREE_PREFIX=`name` (flashinfer or fa3) cannot serve this server, else None."""
+    lib, knob = _prefix_library(name), f"{env('prefix')}={name}"
     unset = f"unset {env('prefix')}"
     if mla:
-        return f"{env('prefix')}=fa3 for an MLA target (the FA3 prefix is wired for MHA/GQA targets)", unset
-    if settings.verify_attention == "full_mask":
-        return (f"{env('prefix')}=fa3 with {env('verify_attention')}=full_mask (the prefix split is the tree "
-                f"kernel's; SGLang's FULL_MASK verify has none)", "unset one of the two")
-    d = head_dim(view)
-    if d is not None and d not in FA3_HEAD_DIMS:
-        return (f"{env('prefix')}=fa3 for a target of head dim {d} (FA3 takes head dims "
-                f"{', '.join(map(str, FA3_HEAD_DIMS))})", unset)
-    if not _fa3_installed():
-        return (f"{env('prefix')}=fa3 without sgl_kernel's FA3 library (flash_ops) installed",
-                f"install sglang-kernel with it, or {unset}")
-    return None
-
-
-def _flashinfer_prefix_refusal(view, mla: bool, settings: Settings) -> tuple | None:
-    """(what, fix) when SGLANG_DDTREE_PREFIX=flashinfer cannot serve this server, else None."""
-    from sglang_ddtree.attention.libraries import FI_HEAD_DIMS
-
-    unset = f"unset {env('prefix')} (our kernel reads the prefix)"
-    if mla:
-        return (f"{env('prefix')}=flashinfer for an MLA target (its FlashInfer-MLA prefix is not wired)",
+        return (f"{knob} for an MLA target ({lib['mla']})",
                 f"{unset}, or {env('prefix')}=flashmla with --attention-backend flashmla --page-size 64")
     if settings.verify_attention == "full_mask":
-        return (f"{env('prefix')}=flashinfer with {env('verify_attention')}=full_mask (the prefix split is the tree "
-                f"kernel's; SGLang's FULL_MASK verify has none)", "unset one of the two")
+        return (f"{knob} with {env('verify_attention')}=full_mask (the prefix split is the tree kernel's; SGLang's "
+                f"FULL_MASK verify has none)", "unset one of the two")
     d = head_dim(view)
-    if d is not None and d not in FI_HEAD_DIMS:
-        return (f"{env('prefix')}=flashinfer for a target of head dim {d} (FlashInfer's paged prefill takes head dims "
-                f"{', '.join(map(str, FI_HEAD_DIMS))})", unset)
-    if not _flashinfer_installed():
-        return f"{env('prefix')}=flashinfer without flashinfer installed", f"pip install flashinfer-python, or {unset}"
+    if d is not None and d not in lib["dims"]:
+        return (f"{knob} for a target of head dim {d} ({lib['what']} takes head dims "
+                f"{', '.join(map(str, lib['dims']))})", unset)
+    if not lib["installed"]():
+        return f"{knob} without {lib['missing']}", f"{lib['install']}, or {unset}"
     return None
 
 
@@ -247,7 +239,7 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
         return f"--page-size {page}"
     if settings.prefix == "tree":
         return f"{env('prefix')}=tree"
-    refusal = _flashinfer_prefix_refusal(view, False, settings)
+    refusal = _library_prefix_refusal("flashinfer", view, False, settings)
     return None if refusal is None else f"--attention-backend {backend} --page-size {page} without the FlashInfer " \
                                         f"prefix ({refusal[0]})"
 
@@ -353,10 +345,10 @@ def validate_server_args(server_args) -> None:
         _reject(f"{env('prefix')}=flashmla without an MLA target on --attention-backend flashmla (FlashMLA reads "
                 f"the prefix from SGLang's FlashMLA page tables, page size 64)",
                 f"serve the MLA target with --attention-backend flashmla --page-size 64, or unset {env('prefix')}")
-    for prefix, refusal in (("flashinfer", _flashinfer_prefix_refusal), ("fa3", _fa3_prefix_refusal)):
-        why = refusal(view, mla, settings) if settings.prefix == prefix else None
-        if why is not None:
-            _reject(*why)
+    refusal = _library_prefix_refusal(settings.prefix, view, mla, settings) \
+        if settings.prefix in ("flashinfer", "fa3") else None
+    if refusal is not None:
+        _reject(*refusal)
     page = getattr(view, "page_size", None)
     if page is not None and int(page) != 1 and settings.verify_attention == "full_mask":
         # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1

@@ -585,6 +585,36 @@ def _verify_case(runner, g, req, lens, n, hq, hkv, d, device="cpu", dtype=torch.
     return fb, mask.to(device), layer, q, k, v, want
 
 
+def _padded_replay(runner, ta, g, hq, hkv, d, n=9):
+    """A padded replay as SGLang's graph runner makes it (its own build_replay_fb_view): 2 requests in the
+    3-request graph, the padding row at seq_len 1 of request-pool row 0, the view's out_cache_loc the round's own
+    (2n rows); the real rows' output must be attention over prefix + tree, the padding row's finite."""
+    from sglang.srt.model_executor.runner import decode_cuda_graph_runner as cgr
+
+    class Round(types.SimpleNamespace):  # the fields the view copies that this round does not set are None
+        def __getattr__(self, name):
+            return None
+
+    base = runner.attn_backend
+    fb2, mask2, layer, q2, k2, v2, want2 = _verify_case(runner, g, [4, 1], [199, 240], n, hq, hkv, d)
+    buffers = types.SimpleNamespace(input_ids=torch.zeros(3 * n, dtype=torch.int64), positions=torch.zeros(
+        3 * n, dtype=torch.int64), req_pool_indices=torch.tensor([4, 1, 0]), seq_lens=torch.tensor([199, 240, 1]),
+        seq_lens_cpu=None, encoder_lens=None, mamba_track_indices=None)
+    args = dict(forward_batch=Round(forward_mode=Mode("TARGET_VERIFY"), out_cache_loc=fb2.out_cache_loc),
+                buffers=buffers, bs=3, raw_bs=2, num_tokens=3 * n, seq_len_fill_value=1,
+                capture_forward_mode=Mode("TARGET_VERIFY"), is_encoder_decoder=False)
+    if "global_num_tokens_cpu" in inspect.signature(cgr.build_replay_fb_view).parameters:
+        args["global_num_tokens_cpu"] = None
+    view = cgr.build_replay_fb_view(**args)
+    base.init_forward_metadata_out_graph(view)
+    ta.load_mask(torch.cat([mask2, mask2[:1]]))
+    pad = lambda t: torch.cat([t, t[:n]])  # noqa: E731  (the padding row's tokens)
+    view.out_cache_loc = pad(fb2.out_cache_loc)  # the layer's stores: the graph's static buffer
+    out = base.forward_extend(pad(q2), pad(k2), pad(v2), layer, view).view(-1, hq, d)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[: 2 * n].double(), want2, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("backend,page", [("TritonAttnBackend", 1), ("FlashInferAttnBackend", 16),
                                           ("TritonAttnBackend", 64)])
 def test_flashinfer_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch, backend, page):
@@ -627,32 +657,7 @@ def test_flashinfer_prefix_cascade_equals_attention_over_prefix_and_tree(plugins
                                atol=1e-5)
     assert ta.fi._plans[(9, 3)][0] is wrapper and len(FE.Wrapper.made) == 3
     assert [t.data_ptr() for t in (bufs.kv_indptr, bufs.kv_indices, wrapper._int_workspace_buffer)] == addrs
-    # a padded replay as SGLang's graph runner makes it: 2 requests in the 3-request graph, the padding row at
-    # seq_len 1 of request-pool row 0; the view's out_cache_loc is the round's own (2n rows)
-    from sglang.srt.model_executor.runner import decode_cuda_graph_runner as cgr
-
-    class Round(types.SimpleNamespace):
-        def __getattr__(self, name):
-            return None
-
-    n = 9
-    fb2, mask2, layer, q2, k2, v2, want2 = _verify_case(runner, g, [4, 1], [199, 240], n, hq, hkv, d)
-    buffers = types.SimpleNamespace(input_ids=torch.zeros(3 * n, dtype=torch.int64), positions=torch.zeros(
-        3 * n, dtype=torch.int64), req_pool_indices=torch.tensor([4, 1, 0]), seq_lens=torch.tensor([199, 240, 1]),
-        seq_lens_cpu=None, encoder_lens=None, mamba_track_indices=None)
-    args = dict(forward_batch=Round(forward_mode=Mode("TARGET_VERIFY"), out_cache_loc=fb2.out_cache_loc),
-                buffers=buffers, bs=3, raw_bs=2, num_tokens=3 * n, seq_len_fill_value=1,
-                capture_forward_mode=Mode("TARGET_VERIFY"), is_encoder_decoder=False)
-    if "global_num_tokens_cpu" in inspect.signature(cgr.build_replay_fb_view).parameters:
-        args["global_num_tokens_cpu"] = None
-    view = cgr.build_replay_fb_view(**args)
-    base.init_forward_metadata_out_graph(view)
-    ta.load_mask(torch.cat([mask2, mask2[:1]]))
-    pad = lambda t: torch.cat([t, t[:n]])  # noqa: E731  (the padding row's tokens)
-    view.out_cache_loc = pad(fb2.out_cache_loc)  # the layer's stores: the graph's static buffer
-    out = base.forward_extend(pad(q2), pad(k2), pad(v2), layer, view).view(-1, hq, d)
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out[: 2 * n].double(), want2, rtol=1e-5, atol=1e-5)
+    _padded_replay(runner, ta, g, hq, hkv, d)
 
 
 def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
@@ -769,32 +774,8 @@ def test_fa3_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded
         assert c["lens"].tolist() == lens and not c["causal"] and c["lse"]
         assert torch.equal(c["table"], r2t[req, ::page] // page)  # SGLang's fa3 page table of these rows
     assert (ta.block_table.data_ptr(), ta.prefix_lens.data_ptr()) == static
-    # a padded replay as SGLang's graph runner makes it: 2 requests in the 3-request graph, the padding row at
-    # seq_len 1 of request-pool row 0
-    from sglang.srt.model_executor.runner import decode_cuda_graph_runner as cgr
-
-    class Round(types.SimpleNamespace):
-        def __getattr__(self, name):
-            return None
-
-    n = 9
-    fb2, mask2, layer, q2, k2, v2, want2 = _verify_case(runner, g, [4, 1], [199, 240], n, hq, hkv, d)
-    buffers = types.SimpleNamespace(input_ids=torch.zeros(3 * n, dtype=torch.int64), positions=torch.zeros(
-        3 * n, dtype=torch.int64), req_pool_indices=torch.tensor([4, 1, 0]), seq_lens=torch.tensor([199, 240, 1]),
-        seq_lens_cpu=None, encoder_lens=None, mamba_track_indices=None)
-    args = dict(forward_batch=Round(forward_mode=Mode("TARGET_VERIFY"), out_cache_loc=fb2.out_cache_loc),
-                buffers=buffers, bs=3, raw_bs=2, num_tokens=3 * n, seq_len_fill_value=1,
-                capture_forward_mode=Mode("TARGET_VERIFY"), is_encoder_decoder=False)
-    if "global_num_tokens_cpu" in inspect.signature(cgr.build_replay_fb_view).parameters:
-        args["global_num_tokens_cpu"] = None
-    view = cgr.build_replay_fb_view(**args)
-    base.init_forward_metadata_out_graph(view)
-    ta.load_mask(torch.cat([mask2, mask2[:1]]))
-    pad = lambda t: torch.cat([t, t[:n]])  # noqa: E731  (the padding row's tokens)
-    view.out_cache_loc = pad(fb2.out_cache_loc)
-    out = base.forward_extend(pad(q2), pad(k2), pad(v2), layer, view).view(-1, hq, d)
-    assert torch.isfinite(out).all() and calls[-1]["lens"].tolist() == [199, 240, 1]
-    torch.testing.assert_close(out[: 2 * n].double(), want2, rtol=1e-5, atol=1e-5)
+    _padded_replay(runner, ta, g, hq, hkv, d)
+    assert calls[-1]["lens"].tolist() == [199, 240, 1]
 
 
 def test_fa3_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
