@@ -22,11 +22,18 @@ if [ -f .sgl/sgl-bundle.tar.xz ] && [ ! -f /tmp/site/.done ]; then
   mkdir -p /tmp/site && python3 -c "import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='fully_trusted')" \
     .sgl/sgl-bundle.tar.xz /tmp/site && touch /tmp/site/.done
 fi
-# sgl_kernel's FA3 library, carried in parts over several calls (scripts/build_fa3_parts.sh): each part is kept
-# in /tmp/fa3-parts; once all are there (and the bundle is unpacked) it is installed into the bundle's sgl_kernel
-if ls .sgl-fa3/part-* >/dev/null 2>&1; then mkdir -p /tmp/fa3-parts && cp .sgl-fa3/* /tmp/fa3-parts/; fi
+# sgl_kernel's FA3 library (scripts/build_fa3_parts.sh: .sgl/fa3 with the bundle, or .sgl-fa3 a part per call):
+# each part is kept in /tmp/fa3-parts; once all are there (and the bundle is unpacked) it is installed into the
+# bundle's sgl_kernel
+for d in .sgl/fa3 .sgl-fa3; do
+  if ls $d/part-* >/dev/null 2>&1; then mkdir -p /tmp/fa3-parts && cp $d/* /tmp/fa3-parts/; fi
+done
+# GPU_FA3=1 puts it in place for this call (fa3 step, RC_FA3 / AB_FA3 servers); otherwise it is moved aside, so
+# that no other step loads a library whose unused cubins are zeroed
 FA3_SO=/tmp/site/sgl_kernel/flash_ops.abi3.so
-if [ -f /tmp/fa3-parts/MANIFEST ] && [ -d /tmp/site/sgl_kernel ] && [ ! -f "$FA3_SO" ] \
+if [ "${GPU_FA3:-0}" = 1 ]; then [ -f "$FA3_SO.off" ] && mv "$FA3_SO.off" "$FA3_SO"
+else [ -f "$FA3_SO" ] && mv "$FA3_SO" "$FA3_SO.off"; fi
+if [ "${GPU_FA3:-0}" = 1 ] && [ -f /tmp/fa3-parts/MANIFEST ] && [ -d /tmp/site/sgl_kernel ] && [ ! -f "$FA3_SO" ] \
    && [ "$(ls /tmp/fa3-parts/part-* | wc -l)" = "$(awk '/^parts/ {print $2}' /tmp/fa3-parts/MANIFEST)" ]; then
   cat /tmp/fa3-parts/part-* | xz -d > "$FA3_SO.tmp" \
     && [ "$(sha256sum "$FA3_SO.tmp" | cut -d' ' -f1)" = "$(awk '/^sha256/ {print $2}' /tmp/fa3-parts/MANIFEST)" ] \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# sgl_kernel's FA3 library, carried in parts over several calls (scripts/build_fa3_parts.sh; gpu_check.sh installs
-# it once every part is here): the parts kept so far, whether FA3 imports, and where it does the GPU tests of the
-# FA3 prefix (the standalone cascade against the reference, and the served verify wiring captured in a graph).
+# sgl_kernel's FA3 library (scripts/build_fa3_parts.sh; gpu_check.sh installs it with GPU_FA3=1 once every part is
+# here): the parts kept so far, whether FA3 imports, and where it does the GPU tests of the FA3 prefix (the
+# standalone cascade against the reference, and the served verify wiring captured in a graph). Run it as
+# `GPU_FA3=1 bash scripts/gpu_check.sh build fa3`.
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/fa3}; mkdir -p "$OUTD"

@@ -37,7 +37,8 @@ S+=(--server "dflash=$DFLASH_ARGS")
 [ "${AB_DFLASH_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
   && S+=(--server "dflash_flashinfer=$DFLASH_ARGS --attention-backend flashinfer")
 [ "${AB_PAIR:-tiny}" = inflated ] && S+=(--server "ddtree_default=$DDTREE_AUTO_ARGS")
-# AB_FA3=1 (where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's Hopper default
+# AB_FA3=1 (with GPU_FA3=1, where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's
+# Hopper default
 [ "${AB_FA3:-0}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \
   && S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS --attention-backend fa3")
 [ "${AB_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS")

@@ -39,6 +39,30 @@ def test_other_architectures_are_zeroed_and_the_kept_one_is_untouched(tmp_path):
     sm80 = [(start, n) for start, n, arch in found if arch == 80]
     assert changed and all(any(a <= i < a + n for a, n in sm80) for i in changed)  # nothing outside those payloads
     assert subprocess.run(["readelf", "-S", str(out)], capture_output=True).returncode == 0
-    with pytest.raises(SystemExit, match="no sm_75 entry"):
+    with pytest.raises(SystemExit, match="no sm_75 entry kept"):
         sys.argv = ["x", str(lib), str(tmp_path / "none.so"), "--arch", "75"]
         FK.main()
+
+
+def test_keep_kernels_zeroes_the_kept_architectures_cubins_without_a_wanted_kernel(tmp_path):
+    """--keep-kernels: of the sm_90a cubins, the translation unit whose kernels match stays byte for byte, the
+    other one's is zeroed (as are all sm_80 ones)."""
+    a, b = tmp_path / "a.cu", tmp_path / "b.cu"
+    a.write_text("template <int D> __global__ void wanted_kernel(float* x) { x[threadIdx.x] += D; }\n"
+                 "template __global__ void wanted_kernel<128>(float*);\n")
+    b.write_text("__global__ void other_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+    lib, out = tmp_path / "libab.so", tmp_path / "libab.keep.so"
+    subprocess.run([_nvcc(), "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_80,code=sm_80",
+                    "-gencode", "arch=compute_90a,code=sm_90a", "-o", str(lib), str(a), str(b)], check=True)
+    data = lib.read_bytes()
+    off, size = FK.section(str(lib))
+    found = list(FK.entries(data, off, size))
+    names = {start: FK.kernels(data[start:start + n]) for start, n, arch in found if arch == 90}
+    assert any("wanted_kernel<128>" in " ".join(k) for k in names.values())
+    assert any("other_kernel" in " ".join(k) for k in names.values())
+    subprocess.run([sys.executable, str(SCRIPT), str(lib), str(out), "--keep-kernels", r"wanted_kernel<128>"],
+                   check=True)
+    new = out.read_bytes()
+    for start, n, arch in found:
+        kept = arch == 90 and (not names[start] or any("wanted_kernel<128>" in k for k in names[start]))
+        assert new[start:start + n] == (data[start:start + n] if kept else bytes(n)), (arch, names.get(start))
