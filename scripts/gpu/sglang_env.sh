@@ -5,11 +5,9 @@
 pkill -f "sglang.launch_server" 2>/dev/null && sleep 5
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext} FLASHINFER_WORKSPACE_BASE=/tmp/fi
-_x() { python3 -c "import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='fully_trusted')" "$1" "$2"; }
+source scripts/gpu/fi_aot.sh
 [ -f /tmp/site/.done ] || { mkdir -p /tmp/site && _x .sgl/sgl-bundle.tar.xz /tmp/site && touch /tmp/site/.done; }
-# FlashInfer modules built on an earlier machine (gpu_check.sh GPU_CHECK_SAVE_JIT=1), loaded as AOT modules
-[ -f .sgl/fi-aot.tar.xz ] && [ ! -f /tmp/site/.aot ] && { mkdir -p /tmp/site/flashinfer/data/aot \
-  && _x .sgl/fi-aot.tar.xz /tmp/site/flashinfer/data/aot && touch /tmp/site/.aot; }
+install_fi_aot
 [ -f /tmp/site_pin/.done ] || { mkdir -p /tmp/site_pin && _x .sgl/tf-pin.tar.xz /tmp/site_pin && touch /tmp/site_pin/.done; }
 EP=/tmp/ddtree_ep/sglang_ddtree-0.1.0.dist-info; mkdir -p "$EP"
 printf 'Metadata-Version: 2.1\nName: sglang-ddtree\nVersion: 0.1.0\n' > "$EP/METADATA"
