@@ -466,12 +466,37 @@ def plot(rows: list[dict], path: str) -> str | None:
     return path
 
 
-def write_table_and_plot(rows: list[dict], out: str) -> None:
-    """DIR/ab.md and DIR/ab.png from a report's rows; the table also to stdout."""
+def write_outputs(report: dict, out: str) -> None:
+    """DIR/ab.md and DIR/ab.png from a report's rows (the table also to stdout), and DIR/ab_profiles.md where a
+    DDTree round and a DFLASH round were profiled at the same concurrency."""
+    rows = report["rows"]
     with open(os.path.join(out, "ab.md"), "w") as f:
         f.write(markdown(rows))
     plot(rows, os.path.join(out, "ab.png"))
     print(markdown(rows))
+    cmp = profile_comparisons(report.get("profiles", {}))
+    if cmp:
+        with open(os.path.join(out, "ab_profiles.md"), "w") as f:
+            f.write(cmp)
+
+
+def profile_comparisons(profiles: dict) -> str:
+    """Markdown: every profiled server's round (b) against each DFLASH server's (a) at the same concurrency,
+    kernel by kernel (sglang_ddtree.bench.trace.compare); "" where no such pair was profiled."""
+    from sglang_ddtree.bench.trace import compare, compare_markdown
+
+    def split(key):  # "<server>_c<conc>" (a merged report may suffix " (<run>)")
+        name, _, conc = key.split(" (")[0].rpartition("_c")
+        return name, conc
+
+    out = []
+    for ka, pa in sorted(profiles.items()):
+        for kb, pb in sorted(profiles.items()):
+            (na, ca), (nb, cb) = split(ka), split(kb)
+            if ca == cb and na.startswith("dflash") and not nb.startswith("dflash") and "error" not in pa \
+                    and "error" not in pb and "kernel_us_by_name" in pa and "kernel_us_by_name" in pb:
+                out.append(compare_markdown(f"{nb} (b) against {na} (a), c={ca}", compare(pa, pb)))
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
@@ -533,7 +558,7 @@ def main(argv=None) -> int:
         report = merge([merge_input(item) for item in a.merge])
         os.makedirs(a.out, exist_ok=True)
         json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
-        write_table_and_plot(report["rows"], a.out)
+        write_outputs(report, a.out)
         return 0
     if not a.server and not a.url:
         ap.error("give at least one --server or --url")
@@ -674,7 +699,7 @@ def main(argv=None) -> int:
     finally:
         for srv in early.values():
             srv.stop()
-    write_table_and_plot(report["rows"], a.out)
+    write_outputs(report, a.out)
     return 0 if all("error" not in s for s in report["servers"].values()) else 1
 
 

@@ -15,7 +15,8 @@
 # through SGLang's FULL_MASK verify, the path the tree kernel replaced: the "before" profile; GQA only),
 # RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=tree), RC_MLA_KV_MOVE (1: also
 # with SGLANG_DDTREE_MLA_KV_MOVE=one_launch), RC_SERVERS (names to keep, in order), RC_PROFILE
-# (the profiled concurrencies, "1 16"; empty: none),
+# (the profiled concurrencies, "1 16"; empty: none; ab_profiles.md sets each DDTree round beside each DFLASH
+# round at the same concurrency, kernel by kernel),
 # RC_CASCADE (GQA, 1 by default: also DFLASH on flashinfer, DDTree's auto budget with SGLANG_DDTREE_PREFIX=tree and
 # on the flashinfer backend),
 # RC_STAGE_TIMES (N: DDTree servers log each stage's device time a round every N rounds, SGLANG_DDTREE_STAGE_TIMES;

@@ -184,3 +184,19 @@ def test_sigterm_during_a_client_run_ends_the_bench_instead_of_being_taken_for_t
         ab.run_client(["--help"], str(tmp_path / "bs.log"), a)
     monkeypatch.setattr(ab, "_client_main", lambda: lambda: sys.exit(2))  # argparse's own exit stays a code
     assert ab.run_client(["--bad"], str(tmp_path / "bs.log"), a) == 2
+
+
+def test_profiles_of_ddtree_and_dflash_at_one_concurrency_are_compared(tmp_path):
+    """ab_profiles.md: each non-DFLASH server's profiled round against each DFLASH server's at the same
+    concurrency, none across concurrencies or between two DFLASH servers, none from a failed capture."""
+    ab = _load()
+    prof = lambda us: {"round_us": us, "kernel_us_by_name": {"gemm": [us / 2, 1.0]}}  # noqa: E731
+    report = {"rows": [], "profiles": {"dflash_c1": prof(100.0), "dflash_flashinfer_c1": prof(90.0),
+                                       "ddtree_default_c1": prof(120.0), "ddtree_default_c16": prof(300.0),
+                                       "ddtree_b15_c1": {"error": "no trace written"}}}
+    ab.write_outputs(report, str(tmp_path))
+    md = (tmp_path / "ab_profiles.md").read_text()
+    titles = [line for line in md.splitlines() if line.startswith("### ")]
+    assert titles == ["### ddtree_default (b) against dflash (a), c=1",
+                      "### ddtree_default (b) against dflash_flashinfer (a), c=1"]
+    assert "| round_us | 90.0 | 120.0 | 30.0 |" in md
