@@ -11,7 +11,7 @@ SGL_LIGHT_DEPS = aiohttp dill ipython msgspec orjson pillow psutil pybase64 pyda
   "openai==2.8.0" partial-json-parser einops setproctitle uvicorn fastapi
 PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
-.PHONY: install sglang-deps no-hub-kernels demo test test-core bench-tree gpu-bundle
+.PHONY: install sglang-deps no-hub-kernels demo test test-core bench-tree gpu-bundle gpu-fa3 gpu-fi-aot
 install:
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test,bench]'
@@ -62,6 +62,15 @@ test-core: install
 bench-tree: install
 	$(PY) -m sglang_ddtree.bench tree --out docs/benchmarks
 
-# SGLang 0.5.17 bundle for the H200 (ignored folder .sgl, carried by scripts/gpu_check.sh runs)
+# SGLang 0.5.17 bundle for the H200 (ignored folder .sgl, carried by scripts/gpu_check.sh runs); gpu-fa3 adds
+# sgl_kernel's FA3 library (its head dim 128 bf16 sm_90 kernels, .sgl/fa3), gpu-fi-aot FlashInfer's modules built
+# with nvcc here (.sgl/fi-aot.tar.xz, ~17 min on 2 cores)
 gpu-bundle:
 	bash scripts/build_sglang_bundle.sh .sgl lean
+
+gpu-fa3:
+	$(PY) -m pip install -q zstandard
+	bash scripts/build_fa3_parts.sh
+
+gpu-fi-aot:
+	bash scripts/build_fi_aot.sh
