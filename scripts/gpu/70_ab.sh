@@ -15,6 +15,7 @@
 # 8B cost per forward, the tiny pair's acceptance; docs/inflated-pair.md), with DFLASH on flashinfer next to DFLASH
 # on triton (AB_DFLASH_FI=1, the default there) so the baseline at each point is DFLASH's faster backend, and the
 # served default (no budget: what a user types) as ddtree_default.
+# AB_DDTREE_FI (inflated pair: 1): the served default on --attention-backend flashinfer too.
 # AB_FA3=1: DFLASH and DDTree's auto budget on fa3 too (needs sgl_kernel's FA3 carried).
 # AB_SERVERS: keep only these servers, in this order.
 set -u
@@ -37,6 +38,10 @@ S+=(--server "dflash=$DFLASH_ARGS")
 [ "${AB_DFLASH_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
   && S+=(--server "dflash_flashinfer=$DFLASH_ARGS --attention-backend flashinfer")
 [ "${AB_PAIR:-tiny}" = inflated ] && S+=(--server "ddtree_default=$DDTREE_AUTO_ARGS")
+# the served default on flashinfer (target, drafter and prefill there; the tree kernel with FlashInfer's prefix): with
+# DFLASH on both backends, what decides DDTree's default backend at short context (inflated pair: on by default)
+[ "${AB_DDTREE_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+  && S+=(--server "ddtree_default_flashinfer=$DDTREE_AUTO_ARGS --attention-backend flashinfer")
 # AB_FA3=1 (with GPU_FA3=1, where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's
 # Hopper default
 [ "${AB_FA3:-0}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \
