@@ -78,6 +78,12 @@ def is_mla(model_runner) -> bool:
     return getattr(arch, "name", None) == "MLA"
 
 
+def verify_backend_name(model_runner) -> str:
+    """The class of the backend that serves the runner's TARGET_VERIFY (inside SGLang's hybrid backend, the one it
+    routes TARGET_VERIFY to: adapters/backend_override.verify_backend)."""
+    return type(backend_override.verify_backend(model_runner.attn_backend)).__name__
+
+
 def unsupported(model_runner) -> str | None:
     """Why the tree kernel cannot serve this target runner's TARGET_VERIFY (None: it can)."""
     pool = model_runner.token_to_kv_pool
@@ -85,7 +91,7 @@ def unsupported(model_runner) -> str | None:
     if pool_name not in BACKENDS or getattr(pool, "use_hnd", False):
         return (f"KV pool {pool_name} (plain {', '.join(BACKENDS)} only: no SWA, hybrid, quantized-latent or "
                 f"head-major pools)")
-    name = type(model_runner.attn_backend).__name__
+    name = verify_backend_name(model_runner)
     if name not in BACKENDS[pool_name]:
         return (f"attention backend {name} (the tree kernel is wired for {', '.join(BACKENDS[pool_name])} "
                 f"on {pool_name})")
@@ -113,7 +119,7 @@ def no_full_mask(model_runner) -> str | None:
     """`--attention-backend NAME` where SGLang's FULL_MASK verify cannot stand in for the tree kernel on this
     MHA/GQA runner's backend (backends.NO_FULL_MASK), else None."""
     names = {cls: name for name, cls in backends.BY_POOL["MHATokenToKVPool"].items()}
-    name = names.get(type(model_runner.attn_backend).__name__)
+    name = names.get(verify_backend_name(model_runner))
     return f"--attention-backend {name}" if name in backends.NO_FULL_MASK else None
 
 
@@ -121,7 +127,7 @@ def flashmla_unsupported(model_runner, mla: bool) -> str | None:
     """Why FlashMLA cannot take the prefix of this runner's tree verify (None: it can)."""
     if not mla:
         return "the target is not MLA"
-    name = type(model_runner.attn_backend).__name__
+    name = verify_backend_name(model_runner)
     if name != "FlashMLABackend":
         return f"the target's attention backend is {name} (FlashMLA's page tables come with --attention-backend flashmla)"
     page = int(getattr(model_runner, "page_size", 1) or 1)
@@ -166,7 +172,7 @@ def auto_prefix(model_runner, mla: bool) -> str:
     """What `auto` runs the prefix through (module docstring): the first library that can serve, else `tree`."""
     if mla:
         order = ("flashmla",)
-    elif type(model_runner.attn_backend).__name__ == FA3_BACKEND:
+    elif verify_backend_name(model_runner) == FA3_BACKEND:
         order = ("fa3", AUTO_GQA_PREFIX)
     else:
         order = (AUTO_GQA_PREFIX,)
@@ -195,7 +201,7 @@ class TreeVerifyAttention:
 
     def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "auto"):
         self.runner = model_runner
-        self.backend = model_runner.attn_backend
+        self.backend = backend_override.verify_backend(model_runner.attn_backend)  # a hybrid's TARGET_VERIFY one
         self.pool = model_runner.token_to_kv_pool
         self.req_to_token = model_runner.req_to_token_pool.req_to_token
         self.n = int(n)  # the widest verify (the server's --speculative-num-draft-tokens)

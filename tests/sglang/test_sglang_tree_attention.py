@@ -902,3 +902,55 @@ def test_library_prefix_cascade_on_the_gpu(plugins_loaded, prefix, backend, page
         torch.cuda.synchronize()
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out.view(-1, hq, d)[: real * n].double().cpu(), want, **tol)
+
+
+def test_sglangs_hybrid_backend_routes_target_verify_to_the_tree_kernel_on_its_verify_backend(plugins_loaded,
+                                                                                              monkeypatch):
+    """--prefill-attention-backend / --decode-attention-backend: SGLang's real HybridAttnBackend routes
+    TARGET_VERIFY to its prefill backend (or its decode backend under --speculative-attention-mode decode). The
+    tree kernel takes over that backend instance, so the hybrid's own TARGET_VERIFY calls reach it while every
+    other mode stays the inner backends'; support and the FULL_MASK refusal are decided by that backend's class."""
+    from sglang.srt.layers.attention.hybrid_attn_backend import HybridAttnBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    def hybrid(prefill, decode, spec_decode):
+        h = object.__new__(HybridAttnBackend)  # its routing as SGLang wrote it; no model runner needed for it
+        h.prefill_backend, h.decode_backend = prefill, decode
+        h.spec_attn_is_decode, h.spec_attn_is_prefill = spec_decode, not spec_decode
+        return h
+
+    fa3 = lambda: type("FlashAttentionBackend", (TritonAttnBackend,), {})()  # noqa: E731
+    for spec_decode in (False, True):
+        runner = make_runner()
+        prefill, decode = (TritonAttnBackend(), fa3()) if not spec_decode else (fa3(), TritonAttnBackend())
+        runner.attn_backend = h = hybrid(prefill, decode, spec_decode)
+        verify, other = (prefill, decode) if not spec_decode else (decode, prefill)
+        assert TA.unsupported(runner) == "a KV cache on cpu (the kernel runs on CUDA)"  # Triton serves the verify
+        assert TA.no_full_mask(runner) is None
+        ta = TA.TreeVerifyAttention(runner, n=5, max_bs=4, prefix="tree")
+        ta.install()
+        assert ta.backend is verify and verify.ddtree_tree_attention is ta and not hasattr(other, "ddtree_tree_attention")
+        rows, lens = torch.tensor([4, 0]), torch.tensor([7, 33])
+        fb = types.SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, batch_size=2, req_pool_indices=rows,
+                                   seq_lens=lens, out_cache_loc=torch.arange(100, 110), positions=torch.zeros(10))
+        h.init_forward_metadata_out_graph(fb, in_capture=True)
+        assert ta.kv_indptr[:3].tolist() == [0, 7, 40] and verify.calls == []  # the tree kernel's metadata
+        monkeypatch.setattr(TA.native, "attend_ragged", lambda q, *a: (torch.zeros(q.shape[0], q.shape[1], 128,
+                                                                                    dtype=q.dtype), None))
+        layer = types.SimpleNamespace(tp_q_head_num=8, tp_k_head_num=2, qk_head_dim=128, v_head_dim=128, layer_id=0,
+                                      scaling=0.1, logit_cap=0.0)
+        q, k, v = (torch.randn(10, h_ * 128, dtype=torch.bfloat16) for h_ in (8, 2, 2))
+        ta.load_mask(torch.ones(2, 5, 1, dtype=torch.int32))
+        calls = ta.calls
+        assert h.forward_extend(q, k, v, layer, fb).shape == (10, 8 * 128) and ta.calls == calls + 1
+        extend = types.SimpleNamespace(forward_mode=ForwardMode.EXTEND)
+        assert h.forward_extend(None, None, None, None, extend) == "base"  # prefill: the inner backend's own
+        assert prefill.calls[-1] == ("extend", "EXTEND") and other.calls in ([], [("extend", "EXTEND")])
+    # the verify backend is fa3 (decode mode): no FULL_MASK fallback there; an unknown class is named
+    runner = make_runner()
+    runner.attn_backend = hybrid(TritonAttnBackend(), fa3(), True)
+    assert TA.no_full_mask(runner) == "--attention-backend fa3"
+    runner.attn_backend = hybrid(TritonAttnBackend(), type("TRTLLMHAAttnBackend", (), {})(), True)
+    assert "attention backend TRTLLMHAAttnBackend" in TA.unsupported(runner)

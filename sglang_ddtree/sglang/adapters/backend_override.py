@@ -13,6 +13,17 @@ from __future__ import annotations
 
 METHODS = ("init_forward_metadata", "init_forward_metadata_out_graph", "init_forward_metadata_in_graph",
            "init_cuda_graph_state", "forward_extend")
+HYBRID = "HybridAttnBackend"
+
+
+def verify_backend(attn_backend):
+    """The backend instance that serves TARGET_VERIFY: the runner's own or, inside SGLang's HybridAttnBackend
+    (--prefill-attention-backend / --decode-attention-backend), the one its `_select_backend` routes TARGET_VERIFY
+    to: the decode backend under --speculative-attention-mode decode, else the prefill backend. The hybrid calls
+    that instance's methods for every TARGET_VERIFY step, so routing them routes the hybrid's too."""
+    if type(attn_backend).__name__ == HYBRID:
+        return attn_backend.decode_backend if attn_backend.spec_attn_is_decode else attn_backend.prefill_backend
+    return attn_backend
 
 
 def route_target_verify(backend, impl) -> dict:
