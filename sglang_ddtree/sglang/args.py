@@ -140,7 +140,7 @@ def _fa3_installed() -> bool:
     import os
 
     spec = importlib.util.find_spec("sgl_kernel")
-    return any(glob.glob(os.path.join(d, "flash_ops*")) for d in (spec.submodule_search_locations or ())) \
+    return any(glob.glob(os.path.join(d, "flash_ops*.so")) for d in (spec.submodule_search_locations or ())) \
         if spec is not None else False
 
 

@@ -1,5 +1,6 @@
 """`--speculative-algorithm ddtree` through SGLang's real ServerArgs path, and every refusal."""
 import os
+import sys
 
 import pytest
 
@@ -390,3 +391,20 @@ def test_overridden_flags_are_logged(resolve, arg_warnings, extra, needle, field
 def test_default_flags_log_no_override(resolve, arg_warnings):
     resolve()
     assert not [m for m in arg_warnings if "overridden" in m]
+
+
+def test_fa3_is_found_by_its_library_file_without_importing_it(tmp_path, monkeypatch):
+    """sgl_kernel's FA3 counts as installed only with its flash_ops library in the package (a copy moved aside,
+    flash_ops.abi3.so.off, does not count); nothing is imported to find out."""
+    from sglang_ddtree.sglang import args as A
+
+    pkg = tmp_path / "sgl_kernel"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "sgl_kernel", raising=False)
+    assert not A._fa3_installed()
+    (pkg / "flash_ops.abi3.so.off").write_bytes(b"")
+    assert not A._fa3_installed()
+    (pkg / "flash_ops.abi3.so").write_bytes(b"")
+    assert A._fa3_installed()
