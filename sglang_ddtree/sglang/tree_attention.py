@@ -473,52 +473,47 @@ class TreeVerifyAttention:
                                f"{self.widths}")
         n = rows // bs
         kc, vc = self.pool.get_key_buffer(layer.layer_id), self.pool.get_value_buffer(layer.layer_id)
-        if self.prefix == "flashmla":
-            o = self._flashmla_cascade(q_full, q, q_pe, kc, vc, k3, v3, bs, n, hq, layer.scaling)
-        elif self.prefix == "flashinfer":
-            o = self._flashinfer_cascade(q, kc, vc, k3, v3, bs, n, hq, layer.scaling)
-        elif self.prefix == "fa3":
-            o = self._fa3_cascade(q, kc, vc, k3, v3, bs, n, hq, layer.scaling)
-        else:
+        if self.prefix == "tree":
             splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
             o, _ = native.attend_ragged(q, q_pe, kc, vc, self.kv_indptr[: bs + 1], self.kv_indices, k3, v3,
                                         self.masks[n][:bs], layer.scaling, splits)
+        else:  # the cascade: a library over the prefix, our kernel over the tree alone, merged by LSE
+            if self.prefix == "flashmla":
+                o_p, lse_p, base = self._flashmla_prefix(q_full, kc, bs, n, hq, layer.scaling)
+            elif self.prefix == "flashinfer":
+                o_p, lse_p, base = self._flashinfer_prefix(q, kc, vc, bs, n, hq, layer.scaling)
+            else:
+                o_p, lse_p, base = self._fa3_prefix(q, kc, vc, bs, n, hq, layer.scaling)
+            o_t, lse_t = native.attend_ragged(q, q_pe, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
+                                              self.masks[n][:bs], layer.scaling, 1)
+            o, _ = native.merge(o_p, lse_p, base, o_t, lse_t, "e", o_t.dtype)
         self.calls += 1
         return o.view(rows, hq * layer.v_head_dim)
 
-    def _flashmla_cascade(self, q_full, q, q_pe, kc, vc, k3, v3, bs, n, hq, scale):
-        """FlashMLA over the prefix (its LSE), our kernel over the tree alone, merged by LSE (both natural log)."""
+    def _flashmla_prefix(self, q_full, kc, bs, n, hq, scale):
+        """FlashMLA over the prefix through its page table: (O, LSE, its base: natural log)."""
         o_p, lse_p = libraries.flashmla_attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
                                                kc.view(-1, self.page, 1, MLA_LATENT + MLA_ROPE),
                                                self.block_table[:bs], self.prefix_lens[:bs], MLA_LATENT,
                                                self._plan, scale)
-        o_t, lse_t = native.attend_ragged(q, q_pe, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
-                                          self.masks[n][:bs], scale, 1)
-        o, _ = native.merge(o_p, lse_p, "e", o_t, lse_t, "e", o_t.dtype)
-        return o
+        return o_p, lse_p, "e"
 
-    def _flashinfer_cascade(self, q, kc, vc, k3, v3, bs, n, hq, scale):
-        """FlashInfer over the prefix (its LSE in base 2), our kernel over the tree alone (natural log), merged.
-        A key-less side (a padding row at seq_len 0) has LSE -inf: weight 0, its O never read; rows never mix."""
+    def _flashinfer_prefix(self, q, kc, vc, bs, n, hq, scale):
+        """FlashInfer over the prefix: (O, LSE, its base: 2). A key-less side (a padding row at seq_len 0) has LSE
+        -inf: weight 0 in the merge, its O never read; rows never mix."""
         if n != self.fi_width or hq != self.fi.hq:
             raise RuntimeError(f"DDTREE tree verify: {n} queries x {hq} heads a request, but FlashInfer was planned "
                                f"for {self.fi_width} x {self.fi.hq}")
         o_p, lse_p = self.fi.run(n, bs, q, kc, vc, scale)
-        o_t, lse_t = native.attend_ragged(q, None, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
-                                          self.masks[n][:bs], scale, 1)
-        o, _ = native.merge(o_p, lse_p, "2", o_t, lse_t, "e", o_t.dtype)
-        return o
+        return o_p, lse_p, "2"
 
-    def _fa3_cascade(self, q, kc, vc, k3, v3, bs, n, hq, scale):
-        """FA3 over the prefix through the page table (its LSE natural), our kernel over the tree alone, merged."""
+    def _fa3_prefix(self, q, kc, vc, bs, n, hq, scale):
+        """FA3 over the prefix through the page table: (O, LSE, its base: natural log)."""
         hkv, d = kc.shape[-2], kc.shape[-1]
         pages = lambda c: c[: c.shape[0] // self.page * self.page].view(-1, self.page, hkv, c.shape[-1])  # noqa: E731
         o_p, lse_p = libraries.fa3_attend(q.view(bs, n, hq, d), pages(kc), pages(vc), self.block_table[:bs],
                                           self.prefix_lens[:bs], scale)
-        o_t, lse_t = native.attend_ragged(q, None, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
-                                          self.masks[n][:bs], scale, 1)
-        o, _ = native.merge(o_p, lse_p, "e", o_t, lse_t, "e", o_t.dtype)
-        return o
+        return o_p, lse_p, "e"
 
     def _mla_inputs(self, q, k, q_rope, k_rope, hq, layer, forward_batch, save_kv_cache):
         """MLA (absorbed): SGLang hands the latent queries and keys either concatenated (triton, flashmla:
