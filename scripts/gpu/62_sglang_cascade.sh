@@ -2,7 +2,8 @@
 # The FlashInfer prefix cascade served (issue 28), greedy against the server without speculation, on the trained
 # tiny pair inflated to head dim 128 (scripts/inflate_pair.py: the tiny pair's function in shapes FlashInfer's
 # prefill takes; real acceptance): DDTree's auto budget with SGLANG_DDTREE_PREFIX=flashinfer on triton and on
-# flashinfer, at page sizes 16 and 64, without CUDA graphs, and the tree kernel over the whole prefix as before.
+# flashinfer, at page sizes 16 and 64, without CUDA graphs, and the tree kernel over the whole prefix as before;
+# the drafter's attention through the cascade too (dd_draft_cascade, _fi).
 # Correctness only (servers in parallel). env: SG_PROMPTS (64), SG_TOKENS (64), SG_ONLY.
 set -u
 cd "$(dirname "$0")/../.."
@@ -26,5 +27,8 @@ ARGS[dd_cascade_fi]="$DD --attention-backend flashinfer"; ENVS[dd_cascade_fi]="S
 ARGS[dd_cascade_page16]="$DD --page-size 16"; ENVS[dd_cascade_page16]="SGLANG_DDTREE_PREFIX=flashinfer SGLANG_DDTREE_BUDGET=auto"
 ARGS[dd_cascade_page64]="$DD --page-size 64"; ENVS[dd_cascade_page64]="SGLANG_DDTREE_PREFIX=flashinfer SGLANG_DDTREE_BUDGET=auto"
 ARGS[dd_cascade_nograph]="$DD --disable-cuda-graph"; ENVS[dd_cascade_nograph]="SGLANG_DDTREE_PREFIX=flashinfer"
+# the drafter's attention through the same cascade (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree), on triton and flashinfer
+ARGS[dd_draft_cascade]="$DD"; ENVS[dd_draft_cascade]="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree"
+ARGS[dd_draft_cascade_fi]="$DD --attention-backend flashinfer"; ENVS[dd_draft_cascade_fi]="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree"
 SG_PORT0=34000 serve_compare "$OUTD" "$COMMON" base
 log "done"

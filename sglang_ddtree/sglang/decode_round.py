@@ -26,7 +26,7 @@ from sglang_ddtree.sampling import request_seeds
 from sglang_ddtree.sizes import budget_of, verify_width
 from sglang_ddtree.stage_clock import StageClock
 
-from . import tree_attention
+from . import draft_attention, tree_attention
 from .adapters import registration
 from .args import auto_budgets, depth_temperatures
 from .draft_head import DraftTreeHead
@@ -67,6 +67,7 @@ class DecodeRound:
         self.verify_runners = {}  # width -> the target's verify graph runner at that width (auto only)
         self.head = self._make_head()
         self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
+        self.draft_attn = None  # set by choose_draft_attention (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree)
         self.penalty_counts = None  # penalties.PenaltyCounts, made at the first penalised round
         self.clock = StageClock(self.device) if knobs.stage_times else None  # SGLANG_DDTREE_STAGE_TIMES
 
@@ -145,6 +146,19 @@ class DecodeRound:
         if self.head.static_tree is not None:  # the draft graph writes the bitsets straight where verify reads
             self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
         self.tree_attn.install()
+
+    def choose_draft_attention(self) -> None:
+        """With SGLANG_DDTREE_DRAFT_ATTENTION=ddtree, before any graph capture: the drafter's block attention through
+        the verify's cascade (draft_attention.py), refused at start-up where it cannot serve."""
+        if self.knobs.draft_attention != "ddtree":
+            return
+        runner = self.sgl.draft_runner()
+        why = "the CUDA ops are unavailable" if self.round.backend != "cuda" else \
+            draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported())
+        if why is not None:
+            raise ValueError(f"DDTREE: {env('draft_attention')}=ddtree, but {why}. Fix: unset {env('draft_attention')}")
+        self.draft_attn = draft_attention.DraftBlockAttention(runner, block=self.block_size, max_bs=self._max_bs)
+        self.draft_attn.install()
 
     def capture_widths(self) -> None:
         """After every graph of the server exists (auto only): the target's verify graphs at each candidate

@@ -118,6 +118,12 @@ TABLE = (
              "`--attention-backend flashmla --page-size 64`, else our kernel over prefix and tree (`tree`). An "
              "explicit `flashinfer` / `flashmla` / `fa3` that cannot serve is refused at start-up. The old name "
              "`SGLANG_DDTREE_MLA_PREFIX` is still read"),
+    Var("SGLANG_DDTREE_DRAFT_ATTENTION", "draft_attention", "choice", "sglang", choices=("sglang", "ddtree"),
+        help="the drafter's attention over its context: `sglang` (default): the draft backend's own kernel (on "
+             "triton its extend kernel, whose time grows with the context); `ddtree`: the verify's cascade with "
+             "every block query seeing the whole block (the `SGLANG_DDTREE_PREFIX=auto` library over the context, "
+             "our kernel over the block, merged by LSE), for drafters whose layers all attend bidirectionally; "
+             "opt-in until it has run on the GPU"),
     Var("SGLANG_DDTREE_MLA_KV_MOVE", "mla_kv_move", "choice", "layers", choices=("layers", "one_launch"),
         help="how an MLA target's accepted KV moves: SGLang's per-layer move (default), or every layer in one "
              "launch per 256 rows (opt-in until it has run on the GPU)"),
@@ -152,6 +158,7 @@ class Settings:
     auto_default: bool = False    # ... because no budget was given (AUTO_DEFAULT), not asked for
     auto_budgets: tuple = ()      # auto's candidates; () = the default ladder
     prefix: str = "auto"
+    draft_attention: str = "sglang"  # the drafter's context attention: SGLang's backend, or DDTree's cascade
     mla_kv_move: str = "layers"
     stage_times: int | None = None  # log per-stage round times every N rounds; None: off
 

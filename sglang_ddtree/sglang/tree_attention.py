@@ -69,6 +69,7 @@ PREFIXES = VARS["prefix"].choices
 AUTO_GQA_PREFIX = "flashinfer"
 FA3_BACKEND = backends.BY_POOL["MHATokenToKVPool"]["fa3"]  # SGLang's fa3 backend class: its own library first
 PAGED_PREFIXES = ("flashmla", "fa3")  # prefixes read through SGLang's page table and the lengths on the device
+PREFIX_NAMES = {"flashmla": "FlashMLA", "flashinfer": "FlashInfer", "fa3": "FA3"}  # for the logs
 
 
 def is_mla(model_runner) -> bool:
@@ -292,7 +293,7 @@ class TreeVerifyAttention:
         self._orig = backend_override.route_target_verify(self.backend, self)
         logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK; the prefix through "
                     "%s), verify width%s %s", type(self.backend).__name__,
-                    {"flashmla": "FlashMLA", "flashinfer": "FlashInfer", "fa3": "FA3"}.get(self.prefix, "the tree kernel"),
+                    PREFIX_NAMES.get(self.prefix, "the tree kernel"),
                     "s" if len(self.widths) > 1 else "", self.widths)
 
     @property

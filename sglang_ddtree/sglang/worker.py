@@ -31,6 +31,7 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
         """The scheduler calls this after the target's attention backend exists, before any graph capture."""
         super().init_attention_backends()
         self.ddtree.choose_verify_attention()
+        self.ddtree.choose_draft_attention()
 
     def init_cuda_graphs(self):
         """The scheduler calls this after the target's graphs are captured: DFlash captures the draft graphs,

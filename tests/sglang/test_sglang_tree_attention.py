@@ -556,9 +556,9 @@ def _fake_tail(n_of):
     return tail
 
 
-def _verify_case(runner, g, req, lens, n, hq, hkv, d, device="cpu", dtype=torch.float32):
-    """A TARGET_VERIFY forward batch of requests `req` with prefixes `lens`, random trees, q/k/v, the layer and
-    the expected output [T, Hq, D] (float64: every query over its prefix slots and its tree ancestors)."""
+def _verify_case(runner, g, req, lens, n, hq, hkv, d, device="cpu", dtype=torch.float32, mask=None):
+    """A TARGET_VERIFY forward batch of requests `req` with prefixes `lens`, random trees (or `mask`), q/k/v, the
+    layer and the expected output [T, Hq, D] (float64: every query over its prefix slots and its tree ancestors)."""
     from sglang_ddtree.attention.problem import unpack_mask
 
     r2t = runner.req_to_token_pool.req_to_token.cpu()
@@ -567,7 +567,7 @@ def _verify_case(runner, g, req, lens, n, hq, hkv, d, device="cpu", dtype=torch.
     fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=torch.tensor(req).to(device),
                                seq_lens=torch.tensor(lens).to(device), out_cache_loc=loc.to(device),
                                positions=torch.zeros(bs * n, dtype=torch.int64, device=device))
-    mask = _random_tree_masks(bs, n, g)
+    mask = _random_tree_masks(bs, n, g) if mask is None else mask
     layer = types.SimpleNamespace(tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=d, layer_id=0,
                                   scaling=d ** -0.5, logit_cap=0.0)
     q, k, v = (torch.randn(bs * n, h * d, generator=g).to(device, dtype) for h in (hq, hkv, hkv))

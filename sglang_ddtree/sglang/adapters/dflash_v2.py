@@ -97,6 +97,7 @@ class DFlashV2Adapter:
     # filled by the release module (Needs): SGLang classes and functions
     FORWARD_BATCH = FORWARD_MODE = CAPTURE_HIDDEN_MODE = SPECULATIVE_ALGORITHM = None
     DRAFT_INPUT = VERIFY_INPUT = BATCH_RESULT = None
+    RADIX_ATTENTION = None  # the attention module SGLang's backends serve (the drafter's layers are read from it)
     PREPARE_DRAFT_BLOCK = BLOCK_POS_OFFSETS = BLOCK_SPEC_INFO = None
     DRAFT_KV_LENS = ("", "")  # DFlashDraftInputV2's host-side next-round KV lengths (cpu [bs], int sum)
     DECODE_GRAPH_RUNNER = FULL_GRAPH_BACKEND = None  # verify graphs at more widths; timing their replays
@@ -119,6 +120,26 @@ class DFlashV2Adapter:
 
     def target_runner(self):
         return self.host.target_worker.model_runner
+
+    def draft_runner(self):
+        return self.host.draft_model_runner
+
+    def draft_layers_unsupported(self) -> str | None:
+        """Why the drafter's attention layers are not all full bidirectional attention (DFlash's default: every
+        block query sees the whole context and the whole block), else None: SGLang's RadixAttention modules of the
+        draft model, as its attention backends read them (attention type, window, cross attention, logit cap)."""
+        layers = [m for m in self.host.draft_model.modules() if isinstance(m, self.RADIX_ATTENTION)]
+        if not layers:
+            return "the drafter has no attention layer SGLang's backends serve (RadixAttention)"
+        for m in layers:
+            kind = getattr(getattr(m, "attn_type", None), "name", None)
+            if kind != "ENCODER_ONLY" or getattr(m, "is_cross_attention", False):
+                return f"draft layer {m.layer_id} is {str(kind).lower()} attention (causal), not bidirectional"
+            if int(getattr(m, "sliding_window_size", -1) or -1) > -1:
+                return f"draft layer {m.layer_id} attends a sliding window of {m.sliding_window_size}"
+            if getattr(m, "logit_cap", 0):
+                return f"draft layer {m.layer_id} caps its logits"
+        return None
 
     def lm_head(self):
         return getattr(self.host.target_worker.model_runner.model, "lm_head", None)

@@ -33,6 +33,7 @@ class Adapter(DFlashV2Adapter):
     FORWARD_MODE = need(_FB, "ForwardMode")
     CAPTURE_HIDDEN_MODE = need(_FB, "CaptureHiddenMode")
     SPECULATIVE_ALGORITHM = need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    RADIX_ATTENTION = need("sglang.srt.layers.radix_attention", "RadixAttention")
     DRAFT_INPUT = need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2")
     DRAFT_KV_LENS = ("reserved_seq_lens_cpu", "reserved_seq_lens_sum")
     VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")

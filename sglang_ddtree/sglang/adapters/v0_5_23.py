@@ -52,6 +52,7 @@ class Adapter(DFlashV2Adapter):
     CAPTURE_HIDDEN_MODE = need(_FB, "CaptureHiddenMode")
     NUM_TOKEN_NON_PADDED = staticmethod(need(_FB, "enable_num_token_non_padded"))
     SPECULATIVE_ALGORITHM = need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    RADIX_ATTENTION = need("sglang.srt.layers.radix_attention", "RadixAttention")
     DRAFT_INPUT = need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2")
     DRAFT_KV_LENS = ("nxt_kv_lens_cpu", "nxt_kv_lens_sum")
     VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")

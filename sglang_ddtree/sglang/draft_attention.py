@@ -1,0 +1,68 @@
+"""The drafter's attention through DDTree's verify cascade (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree).
+
+DFlash drafts a block in one TARGET_VERIFY forward of the draft runner: every query of the block attends the
+drafter's context KV (the committed prefix, from req_to_token) and every key of the block (its layers are
+bidirectional: ENCODER_ONLY). That is the tree verify with a tail mask of all ones, so the same
+tree_attention.TreeVerifyAttention serves it: a library (FlashInfer's paged prefill, or FA3's on fa3) over the
+context, our kernel over the block, merged by LSE, the metadata written on the device (graph-safe at any length).
+Why: on triton the draft backend's extend kernel reads a long context with few blocks; at 8k it took 2.65 ms of an
+8.5-10 ms round (docs/benchmarks/round-cost-h200-2026-12-05-8k-profile.md).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang_ddtree import ops
+
+from . import tree_attention
+from .adapters import backend_override
+
+logger = logging.getLogger("sglang_ddtree")
+
+
+def all_visible_bits(bs: int, n: int, device) -> torch.Tensor:
+    """int32 [bs, n, ⌈n/32⌉]: every one of the n block keys visible to every query (bit j%32 of word j//32)."""
+    words = []
+    for w in range(ops.mask_words(n)):
+        bits = min(32, n - 32 * w)
+        value = (1 << bits) - 1
+        words.append(value - (1 << 32) if value >= 1 << 31 else value)  # the int32 with those bits
+    row = torch.tensor(words, dtype=torch.int32, device=device)
+    return row.expand(bs, n, len(words)).contiguous()
+
+
+def unsupported(draft_runner, layers_why: str | None) -> str | None:
+    """Why the cascade cannot take the drafter's attention (None: it can). `layers_why` is the adapter's answer
+    for the drafter's layers (adapters/dflash_v2.DFlashV2Adapter.draft_layers_unsupported)."""
+    if layers_why is not None:
+        return layers_why
+    if tree_attention.is_mla(draft_runner):
+        return "the drafter is an MLA model"
+    return tree_attention.unsupported(draft_runner)
+
+
+class DraftBlockAttention(tree_attention.TreeVerifyAttention):
+    """The draft backend's TARGET_VERIFY: the tree cascade at width `block`, its mask all ones (module docstring)."""
+
+    def __init__(self, draft_runner, *, block: int, max_bs: int):
+        super().__init__(draft_runner, n=block, max_bs=max_bs, prefix="auto")
+        self._fill()
+
+    def _fill(self) -> None:
+        mask = self.masks[self.n]
+        mask.copy_(all_visible_bits(mask.shape[0], self.n, mask.device))
+
+    def _grow(self, bs: int) -> None:
+        super()._grow(bs)
+        self._fill()
+
+    def load_mask(self, mask_bits: torch.Tensor) -> None:
+        raise RuntimeError("the drafter's block mask is fixed (all visible): nothing is loaded a round")
+
+    def install(self) -> None:
+        self._orig = backend_override.route_target_verify(self.backend, self)
+        logger.info("sglang-ddtree: the drafter's attention through the cascade on %s (the context through %s, the "
+                    "block of %d through the tree kernel)", type(self.backend).__name__,
+                    tree_attention.PREFIX_NAMES.get(self.prefix, "the tree kernel"), self.n)
