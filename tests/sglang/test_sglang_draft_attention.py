@@ -129,19 +129,7 @@ def test_draft_block_on_the_gpu(plugins_loaded, backend, page):
     base.init_forward_metadata(fb)
     torch.testing.assert_close(base.forward_extend(q, k, v, layer, fb).view(-1, hq, d).double().cpu(), want, **tol)
     fb, _, layer, q, k, v, _ = case([1, 2, 3, 4], [100, 200, 300, 400])
-    static = {name: getattr(fb, name).clone() for name in ("req_pool_indices", "seq_lens", "out_cache_loc", "positions")}
-    sfb = types.SimpleNamespace(forward_mode=fb.forward_mode, batch_size=bs, **static)
-    sq, sk, sv = q.clone(), k.clone(), v.clone()
-    base.init_forward_metadata_out_graph(sfb, True)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        base.forward_extend(sq, sk, sv, layer, sfb)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = base.forward_extend(sq, sk, sv, layer, sfb)
+    graph, out, static, sfb, (sq, sk, sv) = T._captured_layer(base, fb, q, k, v, layer)
     for req, lens in (([5, 0, 2, 3], [7900, 2, 6000, 129]), ([2, 4, 1, 0], [16, 8100, 33, 5000])):
         fb, _, layer, q, k, v, want = case(req, lens)
         for name in ("req_pool_indices", "seq_lens", "out_cache_loc"):

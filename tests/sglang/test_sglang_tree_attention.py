@@ -838,6 +838,27 @@ def test_fa3_library_prefix_matches_the_reference(monkeypatch):
         torch.testing.assert_close(o[n:].double(), ref_o[n:].double(), rtol=1e-5, atol=1e-5)
 
 
+def _captured_layer(base, fb, q, k, v, layer, before=lambda: None):
+    """One layer's verify captured as SGLang's graph runner captures it: static copies of the forward's inputs, the
+    metadata out of the graph (then `before`), a warm-up on a side stream, the capture. Returns (graph, its output,
+    the static fields, the static forward batch, the static q / k / v)."""
+    static = {name: getattr(fb, name).clone() for name in ("req_pool_indices", "seq_lens", "out_cache_loc", "positions")}
+    sfb = types.SimpleNamespace(forward_mode=fb.forward_mode, batch_size=int(fb.batch_size), **static)
+    qkv = tuple(t.clone() for t in (q, k, v))
+    base.init_forward_metadata_out_graph(sfb, True)
+    before()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        base.forward_extend(*qkv, layer, sfb)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = base.forward_extend(*qkv, layer, sfb)
+    return graph, out, static, sfb, qkv
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("prefix,backend,page", [("flashinfer", "TritonAttnBackend", 1),
                                                  ("flashinfer", "FlashInferAttnBackend", 64),
@@ -870,20 +891,7 @@ def test_library_prefix_cascade_on_the_gpu(plugins_loaded, prefix, backend, page
     n = 16
     fb, mask, layer, q, k, v, _ = _verify_case(runner, g, [1, 2, 3, 4], [100, 200, 300, 400], n, hq, hkv, d, "cuda",
                                                torch.bfloat16)
-    static = {name: getattr(fb, name).clone() for name in ("req_pool_indices", "seq_lens", "out_cache_loc", "positions")}
-    sfb = types.SimpleNamespace(forward_mode=fb.forward_mode, batch_size=bs, **static)
-    sq, sk, sv = q.clone(), k.clone(), v.clone()
-    base.init_forward_metadata_out_graph(sfb, True)
-    ta.load_mask(mask)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        base.forward_extend(sq, sk, sv, layer, sfb)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = base.forward_extend(sq, sk, sv, layer, sfb)
+    graph, out, static, sfb, (sq, sk, sv) = _captured_layer(base, fb, q, k, v, layer, lambda: ta.load_mask(mask))
     pad = runner.token_to_kv_pool.k.shape[0] - 1  # the padding rows' store slot, in no request's row
     for req, lens, real in (([5, 0, 2, 3], [3500, 2, 4000, 129], 4), ([3, 0, 0, 0], [2900, 1, 1, 1], 1)):
         fb, mask, layer, q, k, v, want = _verify_case(runner, g, req[:real], lens[:real], n, hq, hkv, d, "cuda",
