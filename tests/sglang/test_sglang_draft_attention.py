@@ -14,7 +14,12 @@ import torch
 
 import test_sglang_decode_round as R
 import test_sglang_tree_attention as T
-from test_sglang_decode_round import release  # noqa: F401  (the installed release's adapter fixture)
+from test_sglang_decode_round import release  # noqa: F401  (its fixture: the installed release's adapter module)
+
+
+@pytest.fixture
+def adapter_module(release):  # noqa: F811
+    return release
 
 
 def _all_visible(bs, n):
@@ -93,10 +98,10 @@ def test_which_drafters_the_cascade_takes(plugins_loaded, sglang_release):
         .draft_layers_unsupported()
 
 
-def test_the_knob_is_refused_at_start_up_where_it_cannot_serve(release):
+def test_the_knob_is_refused_at_start_up_where_it_cannot_serve(adapter_module):
     """SGLANG_DDTREE_DRAFT_ATTENTION=ddtree where the cascade cannot serve stops the server at start-up with the
     knob and the fix named; the default leaves the draft backend alone."""
-    rnd, _, host, _, _ = R.make_round(release, 7, 4, torch.tensor([5, 9]), [[1] * 5, [2] * 9], [1, 0, 0], True)
+    rnd, _, host, _, _ = R.make_round(adapter_module, 7, 4, torch.tensor([5, 9]), [[1] * 5, [2] * 9], [1, 0, 0], True)
     rnd.choose_draft_attention()  # the default: nothing installed
     assert rnd.draft_attn is None
     rnd.knobs = dataclasses.replace(rnd.knobs, draft_attention="ddtree")
