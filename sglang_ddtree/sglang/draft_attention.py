@@ -5,21 +5,16 @@ drafter's context KV (the committed prefix, from req_to_token) and every key of 
 bidirectional: ENCODER_ONLY). That is the tree verify with a tail mask of all ones, so the same
 tree_attention.TreeVerifyAttention serves it: a library (FlashInfer's paged prefill, or FA3's on fa3) over the
 context, our kernel over the block, merged by LSE, the metadata written on the device (graph-safe at any length).
-Why: on triton the draft backend's extend kernel reads a long context with few blocks; at 8k it took 2.65 ms of an
-8.5-10 ms round (docs/benchmarks/round-cost-h200-2026-12-05-8k-profile.md).
+Why: on triton the draft backend's extend kernel reads a long context with few blocks, and its time grows with the
+context (docs/benchmarks/round-cost-h200-2026-12-05-8k-profile.md).
 """
 from __future__ import annotations
-
-import logging
 
 import torch
 
 from sglang_ddtree import ops
 
 from . import tree_attention
-from .adapters import backend_override
-
-logger = logging.getLogger("sglang_ddtree")
 
 
 def all_visible_bits(bs: int, n: int, device) -> torch.Tensor:
@@ -61,8 +56,7 @@ class DraftBlockAttention(tree_attention.TreeVerifyAttention):
     def load_mask(self, mask_bits: torch.Tensor) -> None:
         raise RuntimeError("the drafter's block mask is fixed (all visible): nothing is loaded a round")
 
-    def install(self) -> None:
-        self._orig = backend_override.route_target_verify(self.backend, self)
-        logger.info("sglang-ddtree: the drafter's attention through the cascade on %s (the context through %s, the "
-                    "block of %d through the tree kernel)", type(self.backend).__name__,
-                    tree_attention.PREFIX_NAMES.get(self.prefix, "the tree kernel"), self.n)
+    def describe(self) -> str:
+        return (f"the drafter's attention through the cascade on {type(self.backend).__name__} (the context through "
+                f"{tree_attention.PREFIX_NAMES.get(self.prefix, 'the tree kernel')}, the block of {self.n} through the "
+                f"tree kernel)")

@@ -291,10 +291,12 @@ class TreeVerifyAttention:
     def install(self) -> None:
         """Take the backend instance's TARGET_VERIFY over (adapters/backend_override.py; every other mode stays)."""
         self._orig = backend_override.route_target_verify(self.backend, self)
-        logger.info("sglang-ddtree: TARGET_VERIFY through the tree kernel on %s (no FULL_MASK; the prefix through "
-                    "%s), verify width%s %s", type(self.backend).__name__,
-                    PREFIX_NAMES.get(self.prefix, "the tree kernel"),
-                    "s" if len(self.widths) > 1 else "", self.widths)
+        logger.info("sglang-ddtree: %s", self.describe())
+
+    def describe(self) -> str:
+        return (f"TARGET_VERIFY through the tree kernel on {type(self.backend).__name__} (no FULL_MASK; the prefix "
+                f"through {PREFIX_NAMES.get(self.prefix, 'the tree kernel')}), verify "
+                f"width{'s' if len(self.widths) > 1 else ''} {self.widths}")
 
     @property
     def layers(self) -> int:
