@@ -4,7 +4,9 @@
 # regex of kernel names; by default FA3's head dim 128 bf16 forward kernels, its split combine and its scheduler
 # metadata: what a Qwen3-8B-shaped target calls), the sm_90 cubins holding none of those kernels; then xz -9e, cut
 # into parts of 63 MiB: OUTDIR/part-NN and OUTDIR/MANIFEST (part count, sha256 of the library as installed).
-# Default: one part of ~10 MB in .sgl/fa3, carried with the bundle (`carry: [".sgl"]`). FA3_KEEP= (empty) keeps
+# Default: one part of ~10 MB in .sgl/fa3. The bundle and the checkout leave no room for it in one 64 MiB carry:
+# carry it on a warm machine after a call that carried the bundle (`carry: [".sgl/fa3", ".sgl/fi-aot.tar.xz"]`,
+# GPU_FA3=1). FA3_KEEP= (empty) keeps
 # every sm_90 cubin: two parts of ~60 MiB in OUTDIR=.sgl-fa3, one call each (`carry: [".sgl-fa3/part-00",
 # ".sgl-fa3/MANIFEST"]`). gpu_check.sh keeps every part it is handed in /tmp/fa3-parts on the warm machine and,
 # once all are there and the bundle is unpacked, installs the library into the bundle's sgl_kernel.
