@@ -18,10 +18,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext}
 t0=$(date +%s)
-source scripts/gpu/fi_aot.sh  # _x, install_fi_aot
-if [ -f .sgl/sgl-bundle.tar.xz ] && [ ! -f /tmp/site/.done ]; then
-  mkdir -p /tmp/site && _x .sgl/sgl-bundle.tar.xz /tmp/site && touch /tmp/site/.done
-fi
+source scripts/gpu/fi_aot.sh  # _x, unpack_bundle, install_fi_aot
+unpack_bundle
 install_fi_aot  # FlashInfer's AOT modules, for the GPU tests too
 # sgl_kernel's FA3 library (scripts/build_fa3_parts.sh: .sgl/fa3 with the bundle, or .sgl-fa3 a part per call):
 # each part is kept in /tmp/fa3-parts; once all are there (and the bundle is unpacked) it is installed into the

@@ -6,7 +6,7 @@ pkill -f "sglang.launch_server" 2>/dev/null && sleep 5
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_ext} FLASHINFER_WORKSPACE_BASE=/tmp/fi
 source scripts/gpu/fi_aot.sh
-[ -f /tmp/site/.done ] || { mkdir -p /tmp/site && _x .sgl/sgl-bundle.tar.xz /tmp/site && touch /tmp/site/.done; }
+unpack_bundle
 install_fi_aot
 [ -f /tmp/site_pin/.done ] || { mkdir -p /tmp/site_pin && _x .sgl/tf-pin.tar.xz /tmp/site_pin && touch /tmp/site_pin/.done; }
 EP=/tmp/ddtree_ep/sglang_ddtree-0.1.0.dist-info; mkdir -p "$EP"
