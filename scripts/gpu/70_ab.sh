@@ -16,6 +16,7 @@
 # on triton (AB_DFLASH_FI=1, the default there) so the baseline at each point is DFLASH's faster backend, and the
 # served default (no budget: what a user types) as ddtree_default.
 # AB_DDTREE_FI (inflated pair: 1): the served default on --attention-backend flashinfer too.
+# AB_DRAFT_CASCADE (inflated pair: 1): the served default with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree too.
 # AB_FA3=1: DFLASH and DDTree's auto budget on fa3 too (needs sgl_kernel's FA3 carried).
 # AB_SERVERS: keep only these servers, in this order.
 set -u
@@ -42,6 +43,9 @@ S+=(--server "dflash=$DFLASH_ARGS")
 # DFLASH on both backends, what decides DDTree's default backend at short context (inflated pair: on by default)
 [ "${AB_DDTREE_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
   && S+=(--server "ddtree_default_flashinfer=$DDTREE_AUTO_ARGS --attention-backend flashinfer")
+# the drafter's attention through DDTree's cascade: what decides whether that knob becomes the default at short context
+[ "${AB_DRAFT_CASCADE:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+  && S+=(--server "ddtree_draft_cascade=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DDTREE_AUTO_ARGS")
 # AB_FA3=1 (with GPU_FA3=1, where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's
 # Hopper default
 [ "${AB_FA3:-0}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \

@@ -229,7 +229,7 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
     if backend not in backends.MHA:
         return f"--attention-backend {backend}"
     if backend == "fa3":
-        return "--attention-backend fa3 (its verify through the FA3 prefix has not yet run on the GPU)"
+        return "--attention-backend fa3 (its verify through the FA3 prefix has not yet been served on the GPU)"
     if mla_dims(view) is not None:
         return "an MLA target"
     if backend == "triton" and page == 1:
