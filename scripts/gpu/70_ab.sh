@@ -17,6 +17,7 @@
 # served default (no budget: what a user types) as ddtree_default.
 # AB_DDTREE_FI (inflated pair: 1): the served default on --attention-backend flashinfer too.
 # AB_DRAFT_CASCADE (inflated pair: 1): the served default with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree too.
+# AB_SPLIT (inflated pair: 1): that with the prefill on FlashInfer too ($SPLIT_ARGS, sglang_env.sh).
 # AB_FA3=1: DFLASH and DDTree's auto budget on fa3 too (needs sgl_kernel's FA3 carried).
 # AB_SERVERS: keep only these servers, in this order.
 set -u
@@ -46,6 +47,9 @@ S+=(--server "dflash=$DFLASH_ARGS")
 # the drafter's attention through DDTree's cascade: what decides whether that knob becomes the default at short context
 [ "${AB_DRAFT_CASCADE:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
   && S+=(--server "ddtree_draft_cascade=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DDTREE_AUTO_ARGS")
+# ... and with the prefill on FlashInfer too (the candidate default for long prompts: is it as fast at short ones?)
+[ "${AB_SPLIT:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+  && S+=(--server "ddtree_split=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DDTREE_AUTO_ARGS $SPLIT_ARGS")
 # AB_FA3=1 (with GPU_FA3=1, where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's
 # Hopper default
 [ "${AB_FA3:-0}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \

@@ -23,6 +23,7 @@
 # off by default: its event records are not in the served default's round),
 # RC_DRAFT_FI (GQA, 1 by default: also the served default with --speculative-draft-attention-backend flashinfer),
 # RC_DRAFT_CASCADE (GQA, 1 by default: also the served default with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree),
+# RC_SPLIT (GQA, 1 by default: also the drafter cascade with the prefill on FlashInfer, $SPLIT_ARGS),
 # RC_FA3 (1: also DFLASH and DDTree's auto budget on fa3, where sgl_kernel's FA3 was carried),
 # RC_START_ALL (0: one server up at a time; 1: all start together, memory split, and take turns pass by pass,
 # RC_REPEATS passes each, 3 by default), RC_TRITON (0: leave out the DFLASH
@@ -65,6 +66,9 @@ S+=(--server "ddtree_default=$DD")
 # the default with the drafter's attention through DDTree's cascade (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree: FlashInfer
 # over the context, our kernel over the block), the target's modes on triton
 [ $MLA = 0 ] && [ "${RC_DRAFT_CASCADE:-1}" = 1 ] && S+=(--server "ddtree_draft_cascade=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DD")
+# the same with the prefill on FlashInfer (SGLang's hybrid backend; TARGET_VERIFY kept on triton by the decode mode,
+# the drafter kept on triton): what is left of the 8k gap is triton's prefill
+[ $MLA = 0 ] && [ "${RC_SPLIT:-1}" = 1 ] && S+=(--server "ddtree_split=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DD $SPLIT_ARGS")
 # DFLASH on flashinfer (its fastest backend here at long context); DDTree's auto budget with our kernel over the
 # whole prefix (SGLANG_DDTREE_PREFIX=tree: the GQA default before the cascade) and with the cascade on flashinfer
 if [ $MLA = 0 ] && [ "${RC_CASCADE:-1}" = 1 ]; then

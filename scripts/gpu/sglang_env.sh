@@ -24,6 +24,8 @@ TINY_COMMON="--model-path $TARGET --attention-backend triton --sampling-backend 
  --max-running-requests 32 --random-seed 0"
 DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
 DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"  # with SGLANG_DDTREE_BUDGET=auto
+# the target's prefill on FlashInfer through SGLang's hybrid backend, TARGET_VERIFY and the drafter kept on triton
+SPLIT_ARGS="--prefill-attention-backend flashinfer --speculative-attention-mode decode --speculative-draft-attention-backend triton"
 ddtree_args() { echo "--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER --speculative-num-draft-tokens $(( $1 + 1 ))"; }
 
 # serve_start OUTD COMMON: start every server named in the ARGS / ENVS arrays together (COMMON flags, then its own;

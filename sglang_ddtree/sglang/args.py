@@ -215,6 +215,15 @@ def budget_given(view, settings: Settings) -> bool:
             or getattr(view, "speculative_num_draft_tokens", None) is not None)
 
 
+def verify_backend_name(view) -> str:
+    """The backend that serves TARGET_VERIFY: with --prefill-attention-backend / --decode-attention-backend SGLang's
+    hybrid backend routes it to the decode one under --speculative-attention-mode decode, else to the prefill one;
+    either falls back to --attention-backend."""
+    mode = "decode" if getattr(view, "speculative_attention_mode", None) == "decode" else "prefill"
+    return (getattr(view, f"{mode}_attention_backend", None) or getattr(view, "attention_backend", None)
+            or DEFAULT_ATTENTION_BACKEND)
+
+
 def default_budget_is_auto(view, settings: Settings) -> str | None:
     """None when a server given no budget should choose it every round; else why it keeps DEFAULT_BUDGET.
     Auto never verifies less than the chain and follows the batch (one fixed budget cannot be right at every
@@ -222,7 +231,7 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
     on the GPU: MHA/GQA targets on triton (page size 1) and, through the FlashInfer prefix cascade, on triton and
     flashinfer at page sizes 1/16/64 (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md,
     round-cost-h200-2026-12-04-long-context.md); elsewhere its multi-width verify is CPU-tested only."""
-    backend = getattr(view, "attention_backend", None) or DEFAULT_ATTENTION_BACKEND
+    backend = verify_backend_name(view)
     page = int(getattr(view, "page_size", None) or 1)
     if settings.verify_attention == "full_mask":
         return f"{env('verify_attention')}=full_mask"
@@ -271,11 +280,9 @@ def resolve_budget(view, settings: Settings, block: int) -> int:
 
 
 def choose_attention_backend(view) -> str | None:
-    """The default attention backend for a DDTREE server when the user gave none (else None)."""
-    if not is_ddtree(view):
-        return None
-    if any(getattr(view, f, None) for f in ("attention_backend", "prefill_attention_backend",
-                                            "decode_attention_backend")):
+    """The default --attention-backend for a DDTREE server when the user gave none (else None); a split given with
+    --prefill-attention-backend / --decode-attention-backend falls back to it for the half not given."""
+    if not is_ddtree(view) or getattr(view, "attention_backend", None):
         return None
     return DEFAULT_ATTENTION_BACKEND  # MLA targets too: the tree kernel verifies, triton runs the other modes
 

@@ -123,7 +123,7 @@ TABLE = (
              "triton its extend kernel, whose time grows with the context); `ddtree`: the verify's cascade with "
              "every block query seeing the whole block (the `SGLANG_DDTREE_PREFIX=auto` library over the context, "
              "our kernel over the block, merged by LSE), for drafters whose layers all attend bidirectionally; "
-             "opt-in until it has been served on the GPU"),
+             "opt-in until it has run at short context"),
     Var("SGLANG_DDTREE_MLA_KV_MOVE", "mla_kv_move", "choice", "layers", choices=("layers", "one_launch"),
         help="how an MLA target's accepted KV moves: SGLang's per-layer move (default), or every layer in one "
              "launch per 256 rows (opt-in until it has run on the GPU)"),

@@ -111,6 +111,27 @@ def test_default_attention_backend_is_fixed_before_sglang_picks(resolve, monkeyp
     assert resolve("--attention-backend", "triton").attention_backend == "triton"
 
 
+def test_split_backends_judge_the_half_that_verifies(resolve, monkeypatch):
+    """--prefill-attention-backend flashinfer --speculative-attention-mode decode: prefills on FlashInfer while
+    SGLang's hybrid backend sends TARGET_VERIFY to the decode half, which falls back to the plugin's default
+    backend, so auto stays the default budget; without the mode TARGET_VERIFY goes to the prefill half
+    (flashinfer, without the FlashInfer prefix here: the fixed budget). The plugin's default fills the half not
+    given."""
+    from sglang_ddtree.sglang import args
+    from sglang_ddtree.sglang.settings import DEFAULT_BUDGET
+
+    sa = resolve("--prefill-attention-backend", "flashinfer", "--speculative-attention-mode", "decode",
+                 "--speculative-draft-attention-backend", "triton")
+    assert (sa.attention_backend, sa.prefill_attention_backend, sa.speculative_draft_attention_backend) \
+        == ("triton", "flashinfer", "triton")
+    assert args.verify_backend_name(sa) == "triton" and sa.speculative_num_draft_tokens == 64
+    sa = resolve("--prefill-attention-backend", "flashinfer")
+    assert args.verify_backend_name(sa) == "flashinfer"
+    assert sa.speculative_num_draft_tokens == DEFAULT_BUDGET + 1
+    monkeypatch.setattr(args, "DEFAULT_ATTENTION_BACKEND", "flashinfer")
+    assert resolve("--prefill-attention-backend", "triton").attention_backend == "flashinfer"
+
+
 def test_dflash_is_untouched_by_the_plugin(resolve, monkeypatch):
     from sglang_ddtree.sglang import args
 
