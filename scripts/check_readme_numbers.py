@@ -244,12 +244,14 @@ CLAIMS = [
      lambda d: tuple(pick("rows", "median_ttft_ms", server=s, input_len=8192, concurrency=1)(d)
                      for s in ("ddtree_draft_cascade", "dflash_flashinfer")), None),
     ("at c=16 it lost ({}×, in one {}-second pass", INFLATED,
-     lambda d: (_vs_best(d, "ddtree_default", 16), pick("rows", "duration", server="ddtree_default", concurrency=16)(d)),
-     None),
-    ("At c=1 its {}% longer acceptance is spent on host gaps ({} ms a round more", (INFLATED, BENCH + "ab-inflated-h200-2026-12-05-profiles.md"),
+     lambda d: (_vs_best(d, "ddtree_default", 16),
+                pick("rows", "duration", server="ddtree_default", concurrency=16)(d)), None),
+    ("At c=1 its {}% longer acceptance is spent on host gaps ({} ms a round more",
+     (INFLATED, BENCH + "ab-inflated-h200-2026-12-05-profiles.md"),
      lambda d, t: ((pick("rows", "accept_length", server="ddtree_default", concurrency=1)(d)
                     / pick("rows", "accept_length", server="dflash", concurrency=1)(d) - 1) * 100,
-                   grep(r"### ddtree_default \(b\) against dflash \(a\), c=1\n(?:.*\n){5}\| host_gap_us \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+) \|")(t) / 1e3),
+                   grep(r"### ddtree_default \(b\) against dflash \(a\), c=1\n(?:.*\n){5}"
+                        r"\| host_gap_us \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+) \|")(t) / 1e3),
      None),
     ("its round took {}× DFLASH's at c=16 and {}× at c=1", KIMI_TURNS,
      lambda d: tuple(_tpot(d, CASCADE, 1024, c) / _tpot(d, "dflash_flashmla", 1024, c) for c in (16, 1)), None),
