@@ -7,7 +7,7 @@
 # env: AB_BUDGETS ("16 64"; the served default: chain-anchored, calibrated), AB_PAPER_BUDGETS ("16": the paper's tree),
 # AB_AUTO (1: the auto budget, SGLANG_DDTREE_BUDGET=auto, measured right after DFLASH), AB_TWIN (a budget: its A/A
 # twin, ddtree_b<budget>_twin), AB_BASE (1: the server
-# without speculation), AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64), AB_REPEATS (3 measured passes, median), AB_PROFILE_CONC ("1 16"; "" for none)
+# without speculation), AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64; 128 on the inflated pair, the 8B-cost A/B's definition), AB_REPEATS (3 measured passes, median), AB_PROFILE_CONC ("1 16"; "" for none)
 # Six servers, five interleaved passes and four concurrencies overrun one 10-minute device call: run AB_CONC="1 4 16"
 # and AB_CONC=32 in two calls and join them with `python examples/ab_bench.py --out DIR --merge A/ab.json B/ab.json`
 # (B/ab.json@32: only that run's c=32 rows).
@@ -67,7 +67,7 @@ if [ -n "${AB_SERVERS:-}" ]; then
 fi
 timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
-  --output-len ${AB_TOKENS:-64} --repeats ${AB_REPEATS:-3} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
+  --output-len ${AB_TOKENS:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 128 || echo 64)} --repeats ${AB_REPEATS:-3} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
   $([ -n "${AB_START_ALL:-}" ] && [ "${AB_INTERLEAVE:-1}" = 1 ] && echo --interleave)
 rc=$?
 for f in "$OUTD"/server_*.log; do grep -E "Traceback|Error|DDTREE|sglang-ddtree" "$f" | grep -v Warning | tail -60 > "${f%.log}.errors"; done
