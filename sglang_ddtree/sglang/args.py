@@ -280,9 +280,12 @@ def resolve_budget(view, settings: Settings, block: int) -> int:
 
 
 def choose_attention_backend(view) -> str | None:
-    """The default --attention-backend for a DDTREE server when the user gave none (else None); a split given with
-    --prefill-attention-backend / --decode-attention-backend falls back to it for the half not given."""
+    """The default --attention-backend for a DDTREE server when the user gave none (else None): the half of a
+    split not given (--prefill-attention-backend or --decode-attention-backend alone) falls back to it; with both
+    halves given it is left to SGLang."""
     if not is_ddtree(view) or getattr(view, "attention_backend", None):
+        return None
+    if getattr(view, "prefill_attention_backend", None) and getattr(view, "decode_attention_backend", None):
         return None
     return DEFAULT_ATTENTION_BACKEND  # MLA targets too: the tree kernel verifies, triton runs the other modes
 

@@ -115,8 +115,8 @@ def test_split_backends_judge_the_half_that_verifies(resolve, monkeypatch):
     """--prefill-attention-backend flashinfer --speculative-attention-mode decode: prefills on FlashInfer while
     SGLang's hybrid backend sends TARGET_VERIFY to the decode half, which falls back to the plugin's default
     backend, so auto stays the default budget; without the mode TARGET_VERIFY goes to the prefill half
-    (flashinfer, without the FlashInfer prefix here: the fixed budget). The plugin's default fills the half not
-    given."""
+    (flashinfer, without the FlashInfer prefix here: the fixed budget). The plugin's default fills a half not
+    given, and only then."""
     from sglang_ddtree.sglang import args
     from sglang_ddtree.sglang.settings import DEFAULT_BUDGET
 
@@ -130,6 +130,8 @@ def test_split_backends_judge_the_half_that_verifies(resolve, monkeypatch):
     assert sa.speculative_num_draft_tokens == DEFAULT_BUDGET + 1
     monkeypatch.setattr(args, "DEFAULT_ATTENTION_BACKEND", "flashinfer")
     assert resolve("--prefill-attention-backend", "triton").attention_backend == "flashinfer"
+    both = ("--prefill-attention-backend", "triton", "--decode-attention-backend", "triton")
+    assert resolve(*both).attention_backend != "flashinfer"  # both halves given: left to SGLang
 
 
 def test_dflash_is_untouched_by_the_plugin(resolve, monkeypatch):
