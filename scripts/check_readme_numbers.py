@@ -125,16 +125,27 @@ def _tpot(doc, server: str, input_len, conc: int) -> float:
     return pick("rows", "median_tpot_ms", server=server, input_len=input_len, concurrency=conc)(doc)
 
 
+def _tput(doc, server: str, conc: int, **where) -> float:
+    """One server's output tok/s at one concurrency (and input length, ...)."""
+    return pick("rows", "output_throughput", server=server, concurrency=conc, **where)(doc)
+
+
 def _vs(doc, server: str, other: str, conc: int, **where) -> float:
     """One server's output tok/s over another's at one concurrency (and input length, ...), same report."""
-    tput = lambda name: pick("rows", "output_throughput", server=name, concurrency=conc, **where)(doc)  # noqa: E731
-    return tput(server) / tput(other)
+    return _tput(doc, server, conc, **where) / _tput(doc, other, conc, **where)
 
 
-def _vs_best(doc, server: str, conc: int, baselines=("dflash", "dflash_flashinfer"), **where) -> float:
-    """One server's output tok/s over the fastest baseline's at that point, same report."""
-    tput = lambda name: pick("rows", "output_throughput", server=name, concurrency=conc, **where)(doc)  # noqa: E731
-    return tput(server) / max(tput(b) for b in baselines)
+DFLASH_BACKENDS = ("dflash", "dflash_flashinfer")  # DFLASH on triton and on flashinfer
+
+
+def _fastest(doc, conc: int, **where) -> str:
+    """The DFLASH server with the most output tok/s at that point: the baseline."""
+    return max(DFLASH_BACKENDS, key=lambda name: _tput(doc, name, conc, **where))
+
+
+def _vs_best(doc, server: str, conc: int, **where) -> float:
+    """One server's output tok/s over the fastest DFLASH's at that point, same report."""
+    return _vs(doc, server, _fastest(doc, conc, **where), conc, **where)
 
 
 def _span_of(doc, field, servers=None) -> tuple:
@@ -222,9 +233,7 @@ CLAIMS = [
      lambda d: tuple(_vs_best(d, "ddtree_default", c) for c in CONCS)
      + tuple(pick("rows", "accept_length", server=s, concurrency=1)(d) for s in ("ddtree_default", "dflash")), None),
     ("(triton at c = 1 / 4 / 16, flashinfer at 32)", INFLATED,
-     lambda d: () if [max(("dflash", "dflash_flashinfer"), key=lambda b: pick(
-         "rows", "output_throughput", server=b, concurrency=c)(d)) for c in CONCS]
-     == ["dflash"] * 3 + ["dflash_flashinfer"] else None, None),
+     lambda d: () if [_fastest(d, c) for c in CONCS] == ["dflash"] * 3 + ["dflash_flashinfer"] else None, None),
     ("output tok/s **{}× / {}×** at c = 1 / 4, TPOT {}× / {}× (the rest", DRAFT_8K,
      lambda d: tuple(_vs(d, "ddtree_draft_cascade", "dflash_flashinfer", c, input_len=8192) for c in (1, 4))
      + tuple(_tpot(d, "ddtree_draft_cascade", 8192, c) / _tpot(d, "dflash_flashinfer", 8192, c) for c in (1, 4)),

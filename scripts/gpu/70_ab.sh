@@ -25,7 +25,9 @@ cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/ab}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
 COMMON=$TINY_COMMON
-if [ "${AB_PAIR:-tiny}" = inflated ]; then
+INFLATED=$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)  # the inflated pair's servers are on by default
+TOKENS=$([ $INFLATED = 1 ] && echo 128 || echo 64)
+if [ $INFLATED = 1 ]; then
   P=/tmp/pair8b
   [ -f $P/target/config.json ] || python3 scripts/inflate_pair.py --out $P --device cuda 2>&1 | tail -3
   DRAFTER=$P/dflash
@@ -37,18 +39,18 @@ fi
 S=()
 [ "${AB_BASE:-1}" = 1 ] && S+=(--server "base=")
 S+=(--server "dflash=$DFLASH_ARGS")
-[ "${AB_DFLASH_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+[ "${AB_DFLASH_FI:-$INFLATED}" = 1 ] \
   && S+=(--server "dflash_flashinfer=$DFLASH_ARGS --attention-backend flashinfer")
-[ "${AB_PAIR:-tiny}" = inflated ] && S+=(--server "ddtree_default=$DDTREE_AUTO_ARGS")
+[ $INFLATED = 1 ] && S+=(--server "ddtree_default=$DDTREE_AUTO_ARGS")
 # the served default on flashinfer (target, drafter and prefill there; the tree kernel with FlashInfer's prefix): with
 # DFLASH on both backends, what decides DDTree's default backend at short context (inflated pair: on by default)
-[ "${AB_DDTREE_FI:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+[ "${AB_DDTREE_FI:-$INFLATED}" = 1 ] \
   && S+=(--server "ddtree_default_flashinfer=$DDTREE_AUTO_ARGS --attention-backend flashinfer")
 # the drafter's attention through DDTree's cascade: what decides whether that knob becomes the default at short context
-[ "${AB_DRAFT_CASCADE:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+[ "${AB_DRAFT_CASCADE:-$INFLATED}" = 1 ] \
   && S+=(--server "ddtree_draft_cascade=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DDTREE_AUTO_ARGS")
 # ... and with the prefill on FlashInfer too (the candidate default for long prompts: is it as fast at short ones?)
-[ "${AB_SPLIT:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 1 || echo 0)}" = 1 ] \
+[ "${AB_SPLIT:-$INFLATED}" = 1 ] \
   && S+=(--server "ddtree_split=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DDTREE_AUTO_ARGS $SPLIT_ARGS")
 # AB_FA3=1 (with GPU_FA3=1, where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's
 # Hopper default
@@ -67,7 +69,7 @@ if [ -n "${AB_SERVERS:-}" ]; then
 fi
 timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
-  --output-len ${AB_TOKENS:-$([ "${AB_PAIR:-tiny}" = inflated ] && echo 128 || echo 64)} --repeats ${AB_REPEATS:-3} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
+  --output-len ${AB_TOKENS:-$TOKENS} --repeats ${AB_REPEATS:-3} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
   $([ -n "${AB_START_ALL:-}" ] && [ "${AB_INTERLEAVE:-1}" = 1 ] && echo --interleave)
 rc=$?
 for f in "$OUTD"/server_*.log; do grep -E "Traceback|Error|DDTREE|sglang-ddtree" "$f" | grep -v Warning | tail -60 > "${f%.log}.errors"; done

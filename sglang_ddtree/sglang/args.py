@@ -215,10 +215,11 @@ def budget_given(view, settings: Settings) -> bool:
             or getattr(view, "speculative_num_draft_tokens", None) is not None)
 
 
-def verify_backend_name(view) -> str:
-    """The backend that serves TARGET_VERIFY: with --prefill-attention-backend / --decode-attention-backend SGLang's
-    hybrid backend routes it to the decode one under --speculative-attention-mode decode, else to the prefill one;
-    either falls back to --attention-backend."""
+def verify_backend_flag(view) -> str:
+    """The backend name, from the flags, that will serve TARGET_VERIFY (tree_attention.verify_backend_name reads
+    the live instance later): with --prefill-attention-backend / --decode-attention-backend SGLang's hybrid backend
+    routes it to the decode one under --speculative-attention-mode decode, else to the prefill one; either falls
+    back to --attention-backend."""
     mode = "decode" if getattr(view, "speculative_attention_mode", None) == "decode" else "prefill"
     return (getattr(view, f"{mode}_attention_backend", None) or getattr(view, "attention_backend", None)
             or DEFAULT_ATTENTION_BACKEND)
@@ -231,7 +232,7 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
     on the GPU: MHA/GQA targets on triton (page size 1) and, through the FlashInfer prefix cascade, on triton and
     flashinfer at page sizes 1/16/64 (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md,
     round-cost-h200-2026-12-04-long-context.md); elsewhere its multi-width verify is CPU-tested only."""
-    backend = verify_backend_name(view)
+    backend = verify_backend_flag(view)
     page = int(getattr(view, "page_size", None) or 1)
     if settings.verify_attention == "full_mask":
         return f"{env('verify_attention')}=full_mask"

@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ddtree import ops
-
 from . import tree_attention
 
 
 def all_visible_bits(bs: int, n: int, device) -> torch.Tensor:
     """int32 [bs, n, ⌈n/32⌉]: every one of the n block keys visible to every query (bit j%32 of word j//32)."""
-    words = []
-    for w in range(ops.mask_words(n)):
-        bits = min(32, n - 32 * w)
-        value = (1 << bits) - 1
-        words.append(value - (1 << 32) if value >= 1 << 31 else value)  # the int32 with those bits
+    words = [-1] * (n // 32) + ([(1 << n % 32) - 1] if n % 32 else [])  # -1: the int32 of 32 bits set
     row = torch.tensor(words, dtype=torch.int32, device=device)
     return row.expand(bs, n, len(words)).contiguous()
 

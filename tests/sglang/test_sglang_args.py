@@ -124,9 +124,9 @@ def test_split_backends_judge_the_half_that_verifies(resolve, monkeypatch):
                  "--speculative-draft-attention-backend", "triton")
     assert (sa.attention_backend, sa.prefill_attention_backend, sa.speculative_draft_attention_backend) \
         == ("triton", "flashinfer", "triton")
-    assert args.verify_backend_name(sa) == "triton" and sa.speculative_num_draft_tokens == 64
+    assert args.verify_backend_flag(sa) == "triton" and sa.speculative_num_draft_tokens == 64
     sa = resolve("--prefill-attention-backend", "flashinfer")
-    assert args.verify_backend_name(sa) == "flashinfer"
+    assert args.verify_backend_flag(sa) == "flashinfer"
     assert sa.speculative_num_draft_tokens == DEFAULT_BUDGET + 1
     monkeypatch.setattr(args, "DEFAULT_ATTENTION_BACKEND", "flashinfer")
     assert resolve("--prefill-attention-backend", "triton").attention_backend == "flashinfer"
