@@ -11,7 +11,7 @@ struct CommitOutputs {   // W = depth_limit + 1 columns per request
   int32_t* accept_index;  // [B, W] accepted nodes (root first), -1 pad
   int32_t* accept_len;    // [B] tokens committed incl. the bonus
   int64_t* bonus;         // [B]
-  int32_t* flags;         // [B] kWalkMalformed
+  int32_t* flags;         // [B] kFlagMalformedTree, kFlagNonfiniteTarget (tree_walk.h)
   int64_t* out_tokens;    // [B, W] committed tokens, then 0
   int64_t* kv_src;        // [B, W] KV move source slots
   int64_t* kv_dst;        // [B, W] KV move destination slots

@@ -1,5 +1,5 @@
-// Host-side entry points of the CUDA tree stage (top-k + log-normaliser, best-first build, accept walk,
-// per-row sampling). Plain C++ declarations only, so both the .cu files and the torch binding
+// Host-side entry points of the CUDA tree stage (top-k + log-normaliser, best-first build, truncation, accept
+// walk, per-row sampling). Plain C++ declarations only, so both the .cu files and the torch binding
 // (kernels/torch_cuda/tree.cpp, compiled by the host compiler) include it. Every launcher enqueues on
 // `stream`, never synchronises, and returns cudaGetLastError() of its launches.
 #pragma once
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "tree_constants.h"
+#include "tree_truncate.h"
 
 namespace ddtree {
 
@@ -46,6 +47,10 @@ cudaError_t launch_tree_accept(const int64_t* tokens, const int64_t* next_token,
                                const int32_t* num_nodes, const int64_t* target, int B, int n, int depth_limit,
                                int32_t* accept_index, int32_t* accept_len, int64_t* bonus, int32_t* flags,
                                cudaStream_t stream);
+
+// The first n of n_big slots of B trees as the tree of budget n - 1 (kernels/tree_truncate.h), one launch.
+cudaError_t launch_tree_truncate(const TruncIn& in, const TruncOut& out, int B, int n_big, int n,
+                                 cudaStream_t stream);
 
 // Per-row Gumbel-max sample (argmax, first index on ties, when temperature == 0): logits [R, V].
 cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, float temperature,

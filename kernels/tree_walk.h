@@ -22,7 +22,7 @@ namespace ddtree {
 struct WalkResult {
   int len;        // accepted nodes incl. the root (= tokens committed incl. the bonus)
   int last;       // the last accepted node (its target token is the bonus)
-  int32_t flags;  // kFlagMalformedTree or 0
+  int32_t flags;  // kFlagMalformedTree, kFlagNonfiniteTarget (the bonus tgt[last] is -1: no token), or 0
 };
 
 // tok/tgt/nt/ns: one request's n tokens, per-node target tokens and links; acc: depth_limit + 1 slots,
@@ -64,6 +64,7 @@ DDTREE_HD WalkResult walk_tree(const Tok* tok, const Tok* tgt, const Link* nt, c
     acc[len++] = static_cast<int32_t>(matched);
     cur = matched;
   }
+  if (tgt[cur] < 0) flg |= kFlagNonfiniteTarget;  // the walk ends at a node the target gave no token
   return {len, static_cast<int>(cur), flg};
 }
 

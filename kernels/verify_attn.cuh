@@ -60,4 +60,10 @@ cudaError_t launch_gather_prefix_slots(const int32_t* req_to_token, int64_t stri
                                        const void* lens, bool lens_64, int B, int32_t* indptr, int32_t* indices,
                                        cudaStream_t stream);
 
+// FlashInfer's CUDA-graph prefill schedule for this round's lengths (kernels/fa2_schedule.h), one launch: lens int32 or
+// int64 [bs]; valid [live = bs * tiles * kmax]; o_indptr [bs + 1], merge_indptr [bs * n + 1] and chunk [1] int32.
+cudaError_t launch_fa2_schedule(const void* lens, bool lens_64, int bs, int n, int tiles, int kmax, int min_chunk,
+                                bool* valid, int live, int32_t* o_indptr, int32_t* merge_indptr, int32_t* chunk,
+                                cudaStream_t stream);
+
 }  // namespace ddtree

@@ -12,7 +12,6 @@ import numbers
 import torch
 
 from . import _checks as C
-from . import flags as F
 from . import ops
 from .tree import TreeBatch
 
@@ -84,7 +83,6 @@ def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, backend: str = 
         idx, length, bonus, flg = ops.op("accept_tree")(
             tree.tokens.contiguous(), tree.retrive_next_token.contiguous(),
             tree.retrive_next_sibling.contiguous(), tree.num_nodes.contiguous(), target, tree.depth_limit)
-    flg = flg | torch.where(bonus < 0, F.NONFINITE_TARGET, 0).to(flg.dtype)  # the walk met a −1 target
     return AcceptResult(idx, length, bonus, _committed_tokens(tree.tokens, idx, length, bonus), flg)
 
 

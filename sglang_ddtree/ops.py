@@ -24,6 +24,11 @@ SCHEMAS = {
     "build_tree_from_topk": "(Tensor lp, Tensor ids, Tensor root_tokens, Tensor seq_lens, int budget, "
                             "int chain_pops=0) -> ("
                             + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
+    # the TreeBatch fields of a tree with n_big slots (all but retrive_index) -> the tree of a smaller budget
+    #   (budget.truncate's definition, kernels/tree_truncate.h), every field in TreeBatch order, contiguous
+    "truncate_tree": "(Tensor num_nodes, Tensor tokens, Tensor parents, Tensor depths, Tensor ranks, Tensor logw, "
+                     "Tensor positions, Tensor next_token, Tensor next_sibling, Tensor tree_mask, Tensor mask_bits, "
+                     "Tensor flags, int budget) -> (" + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
     # tokens i64 [B,n], next_token i64 [B,n], next_sibling i64 [B,n], num_nodes i32 [B], target i64 [B,n]
     #   -> accept_index i32 [B,L+1], accept_len i32 [B], bonus i64 [B], flags i32 [B]
     "accept_tree": "(Tensor tokens, Tensor next_token, Tensor next_sibling, Tensor num_nodes, Tensor target, "
@@ -49,17 +54,26 @@ def mask_words(n: int) -> int:
     return (n + 31) // 32
 
 
+def _tree_fake(like, B: int, n: int) -> tuple:
+    """Empty TreeBatch fields of B trees with n slots (the tree ops' meta outputs)."""
+    i32, i64 = dict(dtype=torch.int32), dict(dtype=torch.int64)
+    return (like.new_empty((B,), **i32), like.new_empty((B, n), **i64), like.new_empty((B, n), **i32),
+            like.new_empty((B, n), **i32), like.new_empty((B, n), **i32),
+            like.new_empty((B, n), dtype=torch.float64), like.new_empty((B, n), **i64),
+            like.new_empty((B, n), **i64), like.new_empty((B, n), **i64), like.new_empty((B, n), **i64),
+            like.new_empty((B, n, n), dtype=torch.bool), like.new_empty((B, n, mask_words(n)), **i32),
+            like.new_empty((B,), **i32))
+
+
 @torch.library.register_fake(f"{NS}::build_tree_from_topk")
 def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget, chain_pops=0):
-    B, n = lp.shape[0], verify_width(budget)
-    i32 = dict(dtype=torch.int32, device=lp.device)
-    i64 = dict(dtype=torch.int64, device=lp.device)
-    return (lp.new_empty((B,), **i32), lp.new_empty((B, n), **i64), lp.new_empty((B, n), **i32),
-            lp.new_empty((B, n), **i32), lp.new_empty((B, n), **i32),
-            lp.new_empty((B, n), dtype=torch.float64), lp.new_empty((B, n), **i64),
-            lp.new_empty((B, n), **i64), lp.new_empty((B, n), **i64), lp.new_empty((B, n), **i64),
-            lp.new_empty((B, n, n), dtype=torch.bool), lp.new_empty((B, n, mask_words(n)), **i32),
-            lp.new_empty((B,), **i32))
+    return _tree_fake(lp, lp.shape[0], verify_width(budget))
+
+
+@torch.library.register_fake(f"{NS}::truncate_tree")
+def _truncate_tree_fake(num_nodes, tokens, parents, depths, ranks, logw, positions, next_token, next_sibling,
+                        tree_mask, mask_bits, flags, budget):
+    return _tree_fake(tokens, tokens.shape[0], verify_width(budget))
 
 
 @torch.library.register_fake(f"{NS}::accept_tree")
@@ -184,6 +198,19 @@ _lib.define("gather_prefix_slots" + SCHEMAS["gather_prefix_slots"])
 
 @torch.library.register_fake(f"{NS}::gather_prefix_slots")
 def _gather_prefix_slots_fake(req_to_token, rows, lens, indptr, indices):
+    return None
+
+
+# FlashInfer's CUDA-graph prefill schedule for this round's prefix lengths (libraries.Fa2Schedule; the rule is
+# kernels/fa2_schedule.h), written in place into views of the plan's int workspace: lens i32/i64 [bs]; valid bool
+# [bs * tiles * kmax]; o_indptr i32 [bs + 1], merge_indptr i32 [bs * n + 1], chunk i32 [1].
+SCHEMAS["fa2_schedule"] = ("(Tensor lens, int n, int tiles, int kmax, int min_chunk, Tensor(a!) valid, "
+                           "Tensor(b!) o_indptr, Tensor(c!) merge_indptr, Tensor(d!) chunk) -> ()")
+_lib.define("fa2_schedule" + SCHEMAS["fa2_schedule"])
+
+
+@torch.library.register_fake(f"{NS}::fa2_schedule")
+def _fa2_schedule_fake(lens, n, tiles, kmax, min_chunk, valid, o_indptr, merge_indptr, chunk):
     return None
 
 

@@ -135,7 +135,8 @@ def walk_reference(tokens, next_token, next_sibling, num_nodes: int, target, dep
     first such child in index order), until none matches. Links must point strictly forward (a child
     after its parent, a sibling after the previous one) and inside [1, num_nodes); anything else — and a
     path longer than depth_limit — sets MALFORMED_TREE and stops the walk, so a cyclic or corrupt tree
-    terminates after at most n link reads. Returns (accepted node indices incl. root, bonus, flags).
+    terminates after at most n link reads. A bonus of −1 (the target gave the last accepted node no token,
+    sampling.node_tokens) sets NONFINITE_TARGET. Returns (accepted node indices incl. root, bonus, flags).
     """
     n = len(tokens)
     flags = F.OK
@@ -167,6 +168,8 @@ def walk_reference(tokens, next_token, next_sibling, num_nodes: int, target, dep
             break
         accepted.append(matched)
         cur = matched
+    if int(target[cur]) < 0:
+        flags |= F.NONFINITE_TARGET
     return accepted, int(target[cur]), flags
 
 

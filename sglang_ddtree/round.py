@@ -27,7 +27,6 @@ import logging
 
 import torch
 
-from . import flags as F
 from . import ops
 from .accept import sample_rows_torch
 from .budget import truncate
@@ -102,6 +101,20 @@ class RoundOps:
                                     anchor=anchor)
         return tree.to(self.device, non_blocking=True) if self.fallback else tree
 
+    def truncate(self, tree: TreeBatch, budget: int) -> TreeBatch:
+        """The tree of a smaller budget (budget.truncate, its definition) in one op on this decoder's backend:
+        the auto budget verifies fewer nodes than the drafter's tree nearly every round, and the definition's
+        two dozen tensor ops would each be a launch."""
+        if not 0 <= budget <= tree.budget:
+            raise ValueError(f"budget must be in [0, {tree.budget}], got {budget}")
+        if budget == tree.budget or self.fallback:  # the fallback: torch ops on the device, no round trip
+            return truncate(tree, budget)
+        t = tree
+        outs = ops.op("truncate_tree")(t.num_nodes, t.tokens, t.parents, t.depths, t.ranks, t.logw, t.positions,
+                                       t.retrive_next_token, t.retrive_next_sibling, t.tree_mask, t.mask_bits,
+                                       t.flags, budget)
+        return TreeBatch(*outs, budget=budget, depth_limit=t.depth_limit, topk=min(t.topk, max(budget, 1)))
+
     def greedy_tokens(self, logits: torch.Tensor) -> torch.Tensor:
         """Per-node argmax (first index on ties, NaN wins, like torch.argmax) of logits [..., V]."""
         return torch.argmax(logits, dim=-1)
@@ -128,9 +141,7 @@ class RoundOps:
         args = self._host(tree.tokens, tree.retrive_next_token, tree.retrive_next_sibling, tree.num_nodes,
                           target_tokens.to(torch.int64), prefix_lens, slots.to(torch.int64))
         outs = self._back(ops.op("commit_tree")(*[a.contiguous() for a in args], tree.depth_limit))
-        plan = CommitPlan.from_outputs(outs)
-        plan.flags = plan.flags | torch.where(plan.bonus < 0, F.NONFINITE_TARGET, 0).to(plan.flags.dtype)
-        return plan
+        return CommitPlan.from_outputs(outs)
 
 
 def verify_attention(requested: str, why_not: str | None, setting: str) -> bool:
@@ -243,7 +254,7 @@ class Round:
                 n = self.width(bs, context)
                 slots = slots[:, :n]
             if n < self.widest:
-                tree = truncate(tree, budget_of(n))
+                tree = self.ops.truncate(tree, budget_of(n))
         host.mark("verify")
         logits = host.verify(tree, slots, n)
         host.mark("sample")

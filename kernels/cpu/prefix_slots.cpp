@@ -1,9 +1,14 @@
-// CPU implementation of sglang_ddtree::gather_prefix_slots (the CUDA one is in kernels/verify_attn.cu):
-// SGLang's prefix addressing for verify_attn_ragged, from its request -> token-slot table.
+// CPU implementations of sglang_ddtree::gather_prefix_slots (the CUDA one is in kernels/verify_attn.cu): SGLang's
+// prefix addressing for verify_attn_ragged, from its request -> token-slot table; and sglang_ddtree::fa2_schedule
+// (kernels/fa2_schedule.h's rule, shared with kernels/fa2_schedule.cu).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include "fa2_schedule.h"
 
 namespace {
 
@@ -33,6 +38,38 @@ void gather_prefix_slots_cpu(const at::Tensor& req_to_token, const at::Tensor& r
   }
 }
 
+void fa2_schedule_cpu(const at::Tensor& lens_in, int64_t n, int64_t tiles, int64_t kmax, int64_t min_chunk,
+                      at::Tensor& valid, at::Tensor& o_indptr, at::Tensor& merge_indptr, at::Tensor& chunk_out) {
+  const int64_t bs = lens_in.numel();
+  TORCH_CHECK(n >= 1 && tiles >= 1 && kmax >= 1 && min_chunk >= 1, "fa2_schedule: n, tiles, kmax, min_chunk >= 1");
+  TORCH_CHECK(valid.scalar_type() == at::kBool && valid.is_contiguous() && valid.numel() == bs * tiles * kmax,
+              "fa2_schedule: valid must be contiguous bool [bs * tiles * kmax]");
+  for (const at::Tensor* t : {&o_indptr, &merge_indptr, &chunk_out})
+    TORCH_CHECK(t->scalar_type() == at::kInt && t->is_contiguous(), "fa2_schedule: indptrs and chunk must be int32");
+  TORCH_CHECK(o_indptr.numel() == bs + 1 && merge_indptr.numel() == bs * n + 1 && chunk_out.numel() == 1,
+              "fa2_schedule: o_indptr [bs + 1], merge_indptr [bs * n + 1], chunk [1]");
+  const auto lens = lens_in.to(at::kLong).contiguous();
+  const int64_t* len = lens.data_ptr<int64_t>();
+  int64_t max_len = 1;
+  for (int64_t b = 0; b < bs; ++b) max_len = std::max(max_len, ddtree::fa2_len(len[b]));
+  const int64_t chunk = ddtree::fa2_chunk(max_len, kmax, min_chunk);
+  std::vector<int64_t> counts(bs);
+  int32_t* o = o_indptr.data_ptr<int32_t>();
+  int32_t* merge = merge_indptr.data_ptr<int32_t>();
+  o[0] = merge[0] = 0;
+  for (int64_t b = 0; b < bs; ++b) {
+    counts[b] = ddtree::fa2_count(len[b], chunk);
+    o[b + 1] = static_cast<int32_t>(o[b] + n * counts[b]);
+    for (int64_t i = 0; i < n; ++i) merge[1 + b * n + i] = static_cast<int32_t>(o[b] + (i + 1) * counts[b]);
+  }
+  bool* live = valid.data_ptr<bool>();
+  for (int64_t e = 0; e < valid.numel(); ++e) live[e] = ddtree::fa2_live(e, kmax, counts[ddtree::fa2_request(e, tiles, kmax)]);
+  chunk_out.data_ptr<int32_t>()[0] = static_cast<int32_t>(chunk);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) { m.impl("gather_prefix_slots", &gather_prefix_slots_cpu); }
+TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) {
+  m.impl("gather_prefix_slots", &gather_prefix_slots_cpu);
+  m.impl("fa2_schedule", &fa2_schedule_cpu);
+}

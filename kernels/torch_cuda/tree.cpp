@@ -1,5 +1,5 @@
 // CUDA implementations of the tree-stage ops declared in sglang_ddtree/ops.py: topk_lse,
-// build_tree_from_topk, accept_tree, sample_rows. Thin: check devices/dtypes/shapes, allocate outputs,
+// build_tree_from_topk, truncate_tree, accept_tree, sample_rows. Thin: check devices/dtypes/shapes, allocate outputs,
 // call the launchers in kernels/*.cu on the current stream (c10::cuda::getCurrentCUDAStream, the stream
 // at::cuda::getCurrentCUDAStream returns; ATen/cuda/CUDAContext.h needs cuSPARSE headers). No host
 // synchronisation anywhere, so a decode round built from these ops can be captured in a CUDA graph.
@@ -81,6 +81,59 @@ TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids,
           tree_mask, mask_bits, flags};
 }
 
+TreeTuple truncate_tree_cuda(const at::Tensor& num_nodes, const at::Tensor& tokens, const at::Tensor& parents,
+                             const at::Tensor& depths, const at::Tensor& ranks, const at::Tensor& logw,
+                             const at::Tensor& positions, const at::Tensor& next_token, const at::Tensor& next_sibling,
+                             const at::Tensor& tree_mask, const at::Tensor& mask_bits, const at::Tensor& flags,
+                             int64_t budget) {
+  const at::Device dev = tokens.device();
+  check_cuda(tokens, "tokens", at::kLong, 2, dev);
+  const int64_t B = tokens.size(0), n_big = tokens.size(1), n = budget + 1;
+  TORCH_CHECK(budget >= 0 && n <= n_big, "budget must be in [0, ", n_big - 1, "], got ", budget);
+  TORCH_CHECK(n_big <= ddtree::kMaxBudget + 1 && B < (int64_t{1} << 31), "tree too large");
+  check_cuda(num_nodes, "num_nodes", at::kInt, 1, dev);
+  check_cuda(flags, "flags", at::kInt, 1, dev);
+  TORCH_CHECK(num_nodes.size(0) == B && flags.size(0) == B, "num_nodes and flags must be [B]");
+  const auto per_node = [&](const at::Tensor& t, const char* name, at::ScalarType dtype) {
+    check_cuda(t, name, dtype, 2, dev);
+    TORCH_CHECK(t.sizes() == tokens.sizes(), name, " must be [B, n] like tokens");
+  };
+  per_node(parents, "parents", at::kInt);
+  per_node(depths, "depths", at::kInt);
+  per_node(ranks, "ranks", at::kInt);
+  per_node(logw, "logw", at::kDouble);
+  per_node(positions, "positions", at::kLong);
+  per_node(next_token, "next_token", at::kLong);
+  per_node(next_sibling, "next_sibling", at::kLong);
+  check_cuda(tree_mask, "tree_mask", at::kBool, 3, dev);
+  check_cuda(mask_bits, "mask_bits", at::kInt, 3, dev);
+  TORCH_CHECK(tree_mask.sizes() == at::IntArrayRef({B, n_big, n_big}), "tree_mask must be [B, n, n]");
+  TORCH_CHECK(mask_bits.sizes() == at::IntArrayRef({B, n_big, ddtree::mask_words(static_cast<int>(n_big))}),
+              "mask_bits must be [B, n, ceil(n/32)]");
+  const c10::cuda::CUDAGuard guard(dev);
+  auto i32 = tokens.options().dtype(at::kInt), i64 = tokens.options();
+  at::Tensor o_num = at::empty({B}, i32), o_tokens = at::empty({B, n}, i64), o_parents = at::empty({B, n}, i32),
+             o_depths = at::empty({B, n}, i32), o_ranks = at::empty({B, n}, i32),
+             o_logw = at::empty({B, n}, i64.dtype(at::kDouble)), o_positions = at::empty({B, n}, i64),
+             o_index = at::empty({B, n}, i64), o_next = at::empty({B, n}, i64), o_sibling = at::empty({B, n}, i64),
+             o_mask = at::empty({B, n, n}, i64.dtype(at::kBool)),
+             o_bits = at::empty({B, n, ddtree::mask_words(static_cast<int>(n))}, i32), o_flags = at::empty({B}, i32);
+  const ddtree::TruncIn in{num_nodes.data_ptr<int32_t>(), tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(),
+                           depths.data_ptr<int32_t>(), ranks.data_ptr<int32_t>(), logw.data_ptr<double>(),
+                           positions.data_ptr<int64_t>(), next_token.data_ptr<int64_t>(),
+                           next_sibling.data_ptr<int64_t>(), tree_mask.data_ptr<bool>(), mask_bits.data_ptr<int32_t>(),
+                           flags.data_ptr<int32_t>()};
+  const ddtree::TruncOut out{o_num.data_ptr<int32_t>(), o_tokens.data_ptr<int64_t>(), o_parents.data_ptr<int32_t>(),
+                             o_depths.data_ptr<int32_t>(), o_ranks.data_ptr<int32_t>(), o_logw.data_ptr<double>(),
+                             o_positions.data_ptr<int64_t>(), o_index.data_ptr<int64_t>(), o_next.data_ptr<int64_t>(),
+                             o_sibling.data_ptr<int64_t>(), o_mask.data_ptr<bool>(), o_bits.data_ptr<int32_t>(),
+                             o_flags.data_ptr<int32_t>()};
+  C10_CUDA_CHECK(ddtree::launch_tree_truncate(in, out, static_cast<int>(B), static_cast<int>(n_big),
+                                              static_cast<int>(n), c10::cuda::getCurrentCUDAStream()));
+  return {o_num, o_tokens, o_parents, o_depths, o_ranks, o_logw, o_positions, o_index, o_next, o_sibling, o_mask,
+          o_bits, o_flags};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> accept_tree_cuda(
     const at::Tensor& tokens, const at::Tensor& next_token, const at::Tensor& next_sibling,
     const at::Tensor& num_nodes, const at::Tensor& target, int64_t depth_limit) {
@@ -152,6 +205,7 @@ at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const 
 
 TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
   m.impl("build_tree_from_topk", &build_tree_from_topk_cuda);
+  m.impl("truncate_tree", &truncate_tree_cuda);
   m.impl("accept_tree", &accept_tree_cuda);
   m.impl("topk_lse", &topk_lse_cuda);
   m.impl("sample_rows", &sample_rows_cuda);

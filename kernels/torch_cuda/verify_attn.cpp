@@ -220,9 +220,33 @@ void gather_prefix_slots(const at::Tensor& req_to_token, const at::Tensor& rows,
   TORCH_CHECK(err == cudaSuccess, "gather_prefix_slots launch failed: ", cudaGetErrorString(err));
 }
 
+void fa2_schedule(const at::Tensor& lens, int64_t n, int64_t tiles, int64_t kmax, int64_t min_chunk, at::Tensor& valid,
+                  at::Tensor& o_indptr, at::Tensor& merge_indptr, at::Tensor& chunk) {
+  TORCH_CHECK(lens.is_cuda() && lens.dim() == 1 && lens.is_contiguous() &&
+                  (lens.scalar_type() == at::kInt || lens.scalar_type() == at::kLong), "lens must be CUDA int [bs]");
+  const int64_t bs = lens.numel();
+  TORCH_CHECK(n >= 1 && tiles >= 1 && kmax >= 1 && min_chunk >= 1, "n, tiles, kmax and min_chunk must be >= 1");
+  TORCH_CHECK(valid.is_cuda() && valid.scalar_type() == at::kBool && valid.is_contiguous() &&
+                  valid.numel() == bs * tiles * kmax, "valid must be contiguous CUDA bool [bs * tiles * kmax]");
+  for (const at::Tensor* t : {&o_indptr, &merge_indptr, &chunk})
+    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kInt && t->is_contiguous(), "indptrs and chunk must be CUDA int32");
+  TORCH_CHECK(o_indptr.numel() == bs + 1 && merge_indptr.numel() == bs * n + 1 && chunk.numel() == 1,
+              "o_indptr [bs + 1], merge_indptr [bs * n + 1], chunk [1]");
+  TORCH_CHECK(bs * n < (int64_t{1} << 31) && valid.numel() < (int64_t{1} << 31), "schedule too large");
+  if (bs == 0) return;
+  const c10::DeviceGuard guard(lens.device());
+  const cudaError_t err = ddtree::launch_fa2_schedule(
+      lens.data_ptr(), lens.scalar_type() == at::kLong, static_cast<int>(bs), static_cast<int>(n),
+      static_cast<int>(tiles), static_cast<int>(kmax), static_cast<int>(min_chunk), valid.data_ptr<bool>(),
+      static_cast<int>(valid.numel()), o_indptr.data_ptr<int32_t>(), merge_indptr.data_ptr<int32_t>(),
+      chunk.data_ptr<int32_t>(), current_stream(lens));
+  TORCH_CHECK(err == cudaSuccess, "fa2_schedule launch failed: ", cudaGetErrorString(err));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
+  m.impl("fa2_schedule", &fa2_schedule);
   m.impl("verify_attn", &verify_attn);
   m.impl("verify_attn_ragged", &verify_attn_ragged);
   m.impl("gather_prefix_slots", &gather_prefix_slots);

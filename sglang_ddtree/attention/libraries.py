@@ -220,7 +220,8 @@ class Fa2Schedule:
     host search does), written once. Every round: chunk size C = max(128, ceil(max_b len_b / kmax)), request b's
     chunk count c_b = ceil(max(len_b, 1) / C) (the kernel's own count), CTA (b, t, k) live iff k < c_b,
     partial-output offsets o_indptr[b] = n·Σ_{b'<b} c_b' and merge offsets o_indptr[b] + (i + 1)·c_b for its
-    query i — ~15 small launches, no host read. For requests of one length this is FlashInfer's own schedule
+    query i — one launch (the fa2_schedule op; its rule is kernels/fa2_schedule.h), no host read. For requests of
+    one length this is FlashInfer's own schedule
     (its search lands on the same C); with mixed lengths the shorter requests get fewer chunks than it would
     give them."""
 
@@ -232,8 +233,11 @@ class Fa2Schedule:
                                f"this schedule writes (graph {graph}, split {split}, rows {rows})")
         if any(off % 4 for off in (rows_off, req_off, qo_off, kv_off, merge_off, o_off, chunk_off)):
             raise RuntimeError("FlashInfer's int workspace offsets are not 4-byte aligned")
+        from .. import ops
+
+        ops.ensure_backend("cuda" if int_ws.device.type == "cuda" else "cpu")  # write's fa2_schedule op
         tiles = -(-n * group // tile)
-        self.bs, self.n, self.kmax = bs, n, max(1, max_split // tiles // bs)
+        self.bs, self.n, self.tiles, self.kmax = bs, n, tiles, max(1, max_split // tiles // bs)
         self.live = bs * tiles * self.kmax
         if self.live > padded:
             raise RuntimeError(f"{self.live} CTAs do not fit FlashInfer's grid of {padded}")
@@ -242,26 +246,21 @@ class Fa2Schedule:
         self.o_indptr, self.merge_indptr = view(o_off, bs + 1), view(merge_off, rows + 1)
         self.chunk, self.valid = view(chunk_off, 1), int_ws[valid_off: valid_off + padded].view(torch.bool)
         e = torch.arange(self.live, device=int_ws.device, dtype=torch.int64)
-        self._b, self._k = e // (tiles * self.kmax), (e % self.kmax).to(torch.int32)
-        for off, vals in ((req_off, self._b), (qo_off, (e // self.kmax) % tiles), (kv_off, self._k)):
+        for off, vals in ((req_off, e // (tiles * self.kmax)), (qo_off, (e // self.kmax) % tiles),
+                          (kv_off, e % self.kmax)):
             buf = view(off, padded)
             buf.zero_()
             buf[: self.live].copy_(vals)
         self.valid.zero_()
         self.o_indptr[:1].zero_(), self.merge_indptr[:1].zero_()
         view(rows_off, 1).fill_(rows)
-        self._queries = torch.arange(1, n + 1, device=int_ws.device, dtype=torch.int32)
 
     def write(self, lens: torch.Tensor) -> None:
-        """This round's schedule from the exact prefix lengths lens [bs] (device, any int dtype)."""
-        lens = lens[: self.bs].clamp(min=1)
-        chunk = ((lens.amax() + (self.kmax - 1)) // self.kmax).clamp(min=FI_MIN_CHUNK)
-        count = (lens + (chunk - 1)) // chunk
-        torch.lt(self._k, count[self._b], out=self.valid[: self.live])
-        torch.cumsum(count * self.n, 0, dtype=torch.int32, out=self.o_indptr[1:])
-        torch.add(self.o_indptr[: self.bs, None], self._queries * count[:, None],
-                  out=self.merge_indptr[1:].view(self.bs, self.n))
-        self.chunk.copy_(chunk)
+        """This round's schedule from the exact prefix lengths lens [bs] (device, int32 or int64)."""
+        from .. import ops
+
+        ops.op("fa2_schedule")(lens[: self.bs].contiguous(), self.n, self.tiles, self.kmax, FI_MIN_CHUNK,
+                               self.valid[: self.live], self.o_indptr, self.merge_indptr, self.chunk)
 
 
 def _fi_wrapper_class():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import torch
 
@@ -70,6 +71,8 @@ class DecodeRound:
         self.draft_attn = None  # set by choose_draft_attention (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree)
         self.penalty_counts = None  # penalties.PenaltyCounts, made at the first penalised round
         self.clock = StageClock(self.device) if knobs.stage_times else None  # SGLANG_DDTREE_STAGE_TIMES
+        self._after_prefill = False  # another forward ran since the last round (interrupt)
+        self._host = {"after_prefill": [0.0, 0], "steady": [0.0, 0]}  # host seconds launching rounds, rounds
 
     @property
     def auto(self):
@@ -93,14 +96,18 @@ class DecodeRound:
 
     def log_stage_times(self) -> None:
         """Every SGLANG_DDTREE_STAGE_TIMES rounds: ms a round per stage since the last log ("between": from a
-        round's end to the next one's draft: the scheduler, prefill forwards and idle time)."""
+        round's end to the next one's draft: the scheduler, prefill forwards and idle time), and the host's
+        time launching a round, apart for the first round after a prefill (the overlap scheduler hands out a
+        prefill's first token only once the next round is launched)."""
         every = self.knobs.stage_times
         if self.clock is None or self.core.count % every:
             return
         totals = self.clock.result()
-        logger.info("DDTREE stage times over %d rounds (ms a round): %s", every,
-                    {k: round(v * 1e3 / every, 3) for k, v in totals.items()})
+        host = {k: (round(t * 1e3 / n, 3), n) for k, (t, n) in self._host.items() if n}
+        logger.info("DDTREE stage times over %d rounds (ms a round): %s; host launch (ms a round, rounds): %s",
+                    every, {k: round(v * 1e3 / every, 3) for k, v in totals.items()}, host)
         self.clock.reset()
+        self._host = {k: [0.0, 0] for k in self._host}
 
     def describe(self) -> str:
         t = self._depth_temperature
@@ -204,6 +211,7 @@ class DecodeRound:
 
     def interrupt(self) -> None:
         """Another forward (prefill, idle) ran between decode rounds."""
+        self._after_prefill = True
         if self.auto is not None:
             self.auto.interrupt()
 
@@ -218,7 +226,15 @@ class DecodeRound:
 
     def decode(self, batch, on_publish, grammar_barrier=None):
         """One decode round (round.Round.run) with this worker as its host."""
-        return self.core.run(_ServerRound(self, batch, on_publish, grammar_barrier))
+        start = time.perf_counter()
+        out = self.core.run(_ServerRound(self, batch, on_publish, grammar_barrier))
+        if self.clock is not None:
+            host = self._host["after_prefill" if self._after_prefill else "steady"]
+            host[0] += time.perf_counter() - start
+            host[1] += 1
+            self.log_stage_times()
+        self._after_prefill = False
+        return out
 
 
 class _ServerRound(RoundHost):
@@ -342,7 +358,6 @@ class _ServerRound(RoundHost):
     def result(self, plan, n: int):
         out = self.sgl.result(self.target_out, plan, self.dr.block_size, n)
         self.mark("between")
-        self.dr.log_stage_times()
         return out
 
     def mark(self, stage: str) -> None:

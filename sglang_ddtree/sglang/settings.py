@@ -133,7 +133,8 @@ TABLE = (
         help="the drafter's per-depth temperatures"),
     Var("SGLANG_DDTREE_STAGE_TIMES", "stage_times", "int", None, values="rounds N",
         help="log, every N decode rounds, the device time a round spends in each stage (draft, verify, sample, "
-             "accept, commit, and between rounds) from CUDA events, one event wait a log; unset: off"),
+             "accept, commit, and between rounds) from CUDA events, one event wait a log, and the host's time "
+             "launching a round (the first round after a prefill apart); unset: off"),
 )
 VARS = {v.field: v for v in TABLE}
 

@@ -125,6 +125,32 @@ def test_plan_and_schedule_are_flashinfers_own(n, bs):
             assert ours[name] == theirs[name], (name, length)
 
 
+@pytest.mark.parametrize("bs,n,tiles,kmax", [(1, 16, 1, 33), (5, 9, 2, 3), (16, 64, 2, 1), (300, 16, 1, 1),
+                                             (700, 33, 3, 2)])
+def test_the_cuda_schedule_is_the_cpu_schedule(bs, n, tiles, kmax):
+    """The fa2_schedule CUDA kernel (one block: a max, a block scan, then the fills) writes what the CPU op writes
+    (kernels/fa2_schedule.h, held to FlashInfer's own host schedule in test_flashinfer_prefix_cpu.py), for mixed
+    lengths (0 included) and batches above the block's 256 threads (several requests a thread), int32 and int64."""
+    from sglang_ddtree import ops as O
+
+    O.ensure_backend("cpu")
+    g = torch.Generator().manual_seed(bs * n)
+    for dtype in (torch.int32, torch.int64):
+        for lens in (torch.randint(0, 40000, (bs,), generator=g), torch.zeros(bs, dtype=torch.int64),
+                     torch.randint(0, 300, (bs,), generator=g)):
+            lens = lens.to(dtype)
+            out = {}
+            for dev in ("cpu", "cuda"):
+                bufs = (torch.ones(bs * tiles * kmax, dtype=torch.bool, device=dev),
+                        torch.full((bs + 1,), -7, dtype=torch.int32, device=dev),
+                        torch.full((bs * n + 1,), -7, dtype=torch.int32, device=dev),
+                        torch.full((1,), -7, dtype=torch.int32, device=dev))
+                O.op("fa2_schedule")(lens.to(dev), n, tiles, kmax, L.FI_MIN_CHUNK, *bufs)
+                out[dev] = [t.cpu() for t in bufs]
+            for name, a, b in zip(("valid", "o_indptr", "merge_indptr", "chunk"), out["cpu"], out["cuda"]):
+                assert torch.equal(a, b), (name, dtype, lens[:8].tolist())
+
+
 def _dense_reference(q, kc, vc, slots, kt, vt, mask, scale, n):
     """float64: request b's query i over kc/vc[slots[b]] and its tree ancestors (mask bits) — O [T, Hq, D]."""
     from sglang_ddtree.attention.problem import unpack_mask

@@ -1,11 +1,15 @@
 """Budget choice (sglang_ddtree/budget.py): the prefix property it rests on, the prediction it makes, and
 the choice."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from sglang_ddtree import accept_tree, build_tree, build_tree_from_topk
+from sglang_ddtree import flags as F
 from sglang_ddtree.budget import expected_commit, truncate
+from sglang_ddtree.round import RoundOps
 
 from test_tree_native import MODES
 from treegen import random_topk
@@ -38,10 +42,66 @@ def test_a_smaller_budget_is_the_first_pops_of_a_larger_tree(backend, anchor):
                 assert torch.equal(getattr(cut, f), t), (trial, b, f)
 
 
+def scrambled(tree, rng):
+    """The tree with every input fault the truncation must carry: NaN / unsorted flags set on some requests,
+    links anywhere in [-1, n] (the walk judges them; the cut must only drop those leaving the kept nodes), node
+    counts past n and below 1."""
+    t = {k: v.clone() for k, v in tree.tensors().items()}
+    B, n = t["tokens"].shape
+    for name in ("retrive_next_token", "retrive_next_sibling"):
+        t[name] = torch.from_numpy(rng.integers(-1, n + 1, size=(B, n)))
+    t["num_nodes"] = torch.from_numpy(rng.integers(0, n + 2, size=B).astype(np.int32))
+    t["flags"] = torch.from_numpy(rng.choice([0, F.NONFINITE_INPUT, F.UNSORTED_INPUT, F.HEAP_EXHAUSTED,
+                                              F.HEAP_EXHAUSTED | F.UNSORTED_INPUT], size=B).astype(np.int32))
+    return dataclasses.replace(tree, **t)
+
+
+@pytest.mark.parametrize("anchor", [None, "chain"])
+def test_the_native_truncation_is_the_definition(anchor):
+    """RoundOps.truncate (the truncate_tree op, kernels/tree_truncate.h) equals budget.truncate field for field,
+    at every smaller budget, on built trees and on trees with every fault the fields can carry."""
+    ops = RoundOps("cpu")
+    rng = np.random.default_rng(11)
+    for trial in range(30):
+        B, L, V = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.choice([3, 17, 300]))
+        big_b = int(rng.choice([15, 31, 32, 63, 70]))
+        lp, ids = random_topk(rng, B, L, V, min(big_b, V), mode=MODES[trial % len(MODES)])
+        big = build_tree_from_topk(lp, ids, big_b, backend="cpu", anchor=anchor)
+        for tree in (big, scrambled(big, rng)):
+            for b in sorted({0, 1, 7, 15, 30, 31, 32, big_b - 1, big_b} & set(range(big_b + 1))):
+                want, got = truncate(tree, b), ops.truncate(tree, b)
+                assert (got.budget, got.depth_limit, got.topk) == (want.budget, want.depth_limit, want.topk)
+                for f, t in want.tensors().items():
+                    g = getattr(got, f)
+                    assert g.dtype == t.dtype and g.is_contiguous() and torch.equal(g, t), (trial, b, f)
+
+
+def test_the_round_truncates_in_one_op():
+    """One dispatched op, whatever the tree: the served round pays one launch for its cut (docs/DESIGN.md)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.name())
+            return func(*args, **(kwargs or {}))
+
+    lp, ids = random_topk(np.random.default_rng(1), 4, 15, 300, 32)
+    tree, ops = build_tree_from_topk(lp, ids, 63, backend="cpu", anchor="chain"), RoundOps("cpu")
+    with Ops() as seen:
+        ops.truncate(tree, 23)
+    assert seen.names == ["sglang_ddtree::truncate_tree"]
+
+
 def test_truncate_refuses_a_larger_budget():
     lp, ids = random_topk(np.random.default_rng(0), 1, 3, 10, 4)
     with pytest.raises(ValueError, match="budget"):
         truncate(build_tree_from_topk(lp, ids, 4, backend="cpu"), 5)
+    with pytest.raises(ValueError, match="budget"):
+        RoundOps("cpu").truncate(build_tree_from_topk(lp, ids, 4, backend="cpu"), 5)
 
 
 def test_expected_commit_is_the_sum_of_path_probabilities():

@@ -588,6 +588,7 @@ def test_stage_times_are_logged_every_n_rounds(release, caplog):
     assert rnd.clock is None
     rnd, _, _, _, batch = make_round(release, 7, 4, seq_lens, prefix_tokens, [0, 0, 0], True, stage_times=2)
     with caplog.at_level(logging.INFO, logger="sglang_ddtree"):
+        rnd.interrupt()  # a prefill ran: the next round's launch is counted apart
         rnd.decode(batch, None)
         assert "stage times" not in caplog.text
         rnd.decode(batch, None)
@@ -595,4 +596,7 @@ def test_stage_times_are_logged_every_n_rounds(release, caplog):
     assert len(logged) == 1
     for stage in ("draft", "verify", "sample", "accept", "commit", "between"):
         assert f"'{stage}':" in logged[0], (stage, logged[0])
+    host = logged[0].split("host launch (ms a round, rounds): ")[1]
+    assert "'after_prefill': (" in host and "'steady': (" in host and host.count(", 1)") == 2, host
     assert all(v == 0.0 for v in rnd.clock.totals.values())
+    assert all(n == 0 for _, n in rnd._host.values())
