@@ -18,6 +18,8 @@
 # AB_DDTREE_FI (inflated pair: 1): the served default on --attention-backend flashinfer too.
 # AB_DRAFT_CASCADE (inflated pair: 1): the served default with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree too.
 # AB_SPLIT (inflated pair: 1): that with the prefill on FlashInfer too ($SPLIT_ARGS, sglang_env.sh).
+# AB_TREE_PREFIX=1: the served default with SGLANG_DDTREE_PREFIX=tree (our kernel over prefix and tree, no FlashInfer
+# prefix, merge or per-round schedule): which prefix path is faster at short context
 # AB_STAGE_TIMES=N: the served default again with SGLANG_DDTREE_STAGE_TIMES=N (ddtree_default_times): its device time
 # per stage and the host's time launching a round, the first round after a prefill apart (server_*.errors)
 # AB_FA3=1: DFLASH and DDTree's auto budget on fa3 too (needs sgl_kernel's FA3 carried).
@@ -58,6 +60,7 @@ S+=(--server "dflash=$DFLASH_ARGS")
 # Hopper default
 [ "${AB_FA3:-0}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \
   && S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS --attention-backend fa3")
+[ "${AB_TREE_PREFIX:-0}" = 1 ] && S+=(--server "ddtree_tree_prefix=SGLANG_DDTREE_PREFIX=tree $DDTREE_AUTO_ARGS")
 [ -n "${AB_STAGE_TIMES:-}" ] \
   && S+=(--server "ddtree_default_times=SGLANG_DDTREE_STAGE_TIMES=$AB_STAGE_TIMES $DDTREE_AUTO_ARGS")
 [ "${AB_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS")
