@@ -68,7 +68,7 @@ class DecodeRound:
         self.verify_runners = {}  # width -> the target's verify graph runner at that width (auto only)
         self.head = self._make_head()
         self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
-        self.draft_attn = None  # set by choose_draft_attention (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree)
+        self.draft_attn = None  # set by choose_draft_attention (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree / auto)
         self.penalty_counts = None  # penalties.PenaltyCounts, made at the first penalised round
         self.clock = StageClock(self.device) if knobs.stage_times else None  # SGLANG_DDTREE_STAGE_TIMES
         self._after_prefill = False  # another forward ran since the last round (interrupt)
@@ -155,14 +155,19 @@ class DecodeRound:
         self.tree_attn.install()
 
     def choose_draft_attention(self) -> None:
-        """With SGLANG_DDTREE_DRAFT_ATTENTION=ddtree, before any graph capture: the drafter's block attention through
-        the verify's cascade (draft_attention.py), refused at start-up where it cannot serve."""
-        if self.knobs.draft_attention != "ddtree":
+        """Before any graph capture: the drafter's block attention through the verify's cascade
+        (draft_attention.py) with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree (refused at start-up where it cannot serve)
+        or =auto (wherever it can serve; elsewhere the draft backend's own kernel, said once in the log)."""
+        choice = self.knobs.draft_attention
+        if choice == "sglang":
             return
         runner = self.sgl.draft_runner()
         why = "the CUDA ops are unavailable" if self.round.backend != "cuda" else \
             draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported())
         if why is not None:
+            if choice == "auto":
+                logger.info("sglang-ddtree: the drafter's attention stays on its backend's kernel: %s", why)
+                return
             raise ValueError(f"DDTREE: {env('draft_attention')}=ddtree, but {why}. Fix: unset {env('draft_attention')}")
         self.draft_attn = draft_attention.DraftBlockAttention(runner, block=self.block_size, max_bs=self._max_bs)
         self.draft_attn.install()

@@ -118,12 +118,13 @@ TABLE = (
              "`--attention-backend flashmla --page-size 64`, else our kernel over prefix and tree (`tree`). An "
              "explicit `flashinfer` / `flashmla` / `fa3` that cannot serve is refused at start-up. The old name "
              "`SGLANG_DDTREE_MLA_PREFIX` is still read"),
-    Var("SGLANG_DDTREE_DRAFT_ATTENTION", "draft_attention", "choice", "sglang", choices=("sglang", "ddtree"),
+    Var("SGLANG_DDTREE_DRAFT_ATTENTION", "draft_attention", "choice", "sglang", choices=("sglang", "ddtree", "auto"),
         help="the drafter's attention over its context: `sglang` (default): the draft backend's own kernel (on "
              "triton its extend kernel, whose time grows with the context); `ddtree`: the verify's cascade with "
              "every block query seeing the whole block (the `SGLANG_DDTREE_PREFIX=auto` library over the context, "
-             "our kernel over the block, merged by LSE), for drafters whose layers all attend bidirectionally; "
-             "opt-in until it has run at short context"),
+             "our kernel over the block, merged by LSE), for drafters whose layers all attend bidirectionally, "
+             "refused at start-up elsewhere; `auto`: `ddtree` where it can serve, else `sglang`. Opt-in until it "
+             "has run at short context"),
     Var("SGLANG_DDTREE_MLA_KV_MOVE", "mla_kv_move", "choice", "layers", choices=("layers", "one_launch"),
         help="how an MLA target's accepted KV moves: SGLang's per-layer move (default), or every layer in one "
              "launch per 256 rows (opt-in until it has run on the GPU)"),

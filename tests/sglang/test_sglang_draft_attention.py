@@ -7,6 +7,7 @@ implementation of its contract (as in test_sglang_tree_attention.py, whose helpe
 the cascade takes is read from SGLang's own RadixAttention modules.
 """
 import dataclasses
+import logging
 import types
 
 import pytest
@@ -98,7 +99,7 @@ def test_which_drafters_the_cascade_takes(plugins_loaded, sglang_release):
         .draft_layers_unsupported()
 
 
-def test_the_knob_is_refused_at_start_up_where_it_cannot_serve(adapter_module):
+def test_the_knob_is_refused_at_start_up_where_it_cannot_serve(adapter_module, caplog):
     """SGLANG_DDTREE_DRAFT_ATTENTION=ddtree where the cascade cannot serve stops the server at start-up with the
     knob and the fix named; the default leaves the draft backend alone."""
     rnd, _, host, _, _ = R.make_round(adapter_module, 7, 4, torch.tensor([5, 9]), [[1] * 5, [2] * 9], [1, 0, 0], True)
@@ -108,6 +109,36 @@ def test_the_knob_is_refused_at_start_up_where_it_cannot_serve(adapter_module):
     with pytest.raises(ValueError, match="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree, but the CUDA ops are unavailable. "
                                          "Fix: unset SGLANG_DDTREE_DRAFT_ATTENTION"):
         rnd.choose_draft_attention()
+    rnd.knobs = dataclasses.replace(rnd.knobs, draft_attention="auto")  # where it cannot serve: the backend's own
+    with caplog.at_level(logging.INFO, logger="sglang_ddtree"):
+        rnd.choose_draft_attention()
+    assert rnd.draft_attn is None and "stays on its backend's kernel: the CUDA ops are unavailable" in caplog.text
+
+
+def test_auto_installs_the_cascade_where_it_can_serve(adapter_module, monkeypatch):
+    """SGLANG_DDTREE_DRAFT_ATTENTION=auto where the cascade can serve: the same DraftBlockAttention as `ddtree`, on
+    the draft runner, with the drafter's block and the server's batch bound."""
+    from sglang_ddtree.sglang import draft_attention as DA
+
+    rnd, _, host, _, _ = R.make_round(adapter_module, 7, 4, torch.tensor([5, 9]), [[1] * 5, [2] * 9], [1, 0, 0], True)
+    made = []
+
+    class Fake:
+        def __init__(self, runner, *, block, max_bs):
+            made.append((runner, block, max_bs))
+
+        def install(self):
+            made.append("installed")
+
+    monkeypatch.setattr(DA, "DraftBlockAttention", Fake)
+    monkeypatch.setattr(DA, "unsupported", lambda runner, layers_why: layers_why)
+    rnd.sgl.draft_layers_unsupported = lambda: None  # a bidirectional drafter (the fake host has no layers)
+    rnd.round.backend = "cuda"  # the CUDA ops load (the CPU harness has none)
+    for choice in ("auto", "ddtree"):
+        made.clear()
+        rnd.knobs = dataclasses.replace(rnd.knobs, draft_attention=choice)
+        rnd.choose_draft_attention()
+        assert made == [(host.draft_model_runner, 4, rnd._max_bs), "installed"] and isinstance(rnd.draft_attn, Fake)
 
 
 @pytest.mark.gpu
