@@ -1,5 +1,5 @@
 // Host-side entry points of the CUDA tree stage (top-k + log-normaliser, best-first build, truncation, accept
-// walk, per-row sampling). Plain C++ declarations only, so both the .cu files and the torch binding
+// walk, per-row sampling). Plain C++ (no CUDA syntax), so both the .cu files and the torch binding
 // (kernels/torch_cuda/tree.cpp, compiled by the host compiler) include it. Every launcher enqueues on
 // `stream`, never synchronises, and returns cudaGetLastError() of its launches.
 #pragma once

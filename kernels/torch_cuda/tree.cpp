@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "tree_kernels.cuh"
+#include "tree_truncate_io.h"
 
 namespace {
 
@@ -39,8 +40,7 @@ ddtree::LogitDtype logit_dtype(const at::Tensor& t, const char* name) {
   }
 }
 
-using TreeTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                             at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using ddtree::TreeTuple;
 
 TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids, const at::Tensor& root_tokens,
                                     const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops) {
@@ -111,27 +111,13 @@ TreeTuple truncate_tree_cuda(const at::Tensor& num_nodes, const at::Tensor& toke
   TORCH_CHECK(mask_bits.sizes() == at::IntArrayRef({B, n_big, ddtree::mask_words(static_cast<int>(n_big))}),
               "mask_bits must be [B, n, ceil(n/32)]");
   const c10::cuda::CUDAGuard guard(dev);
-  auto i32 = tokens.options().dtype(at::kInt), i64 = tokens.options();
-  at::Tensor o_num = at::empty({B}, i32), o_tokens = at::empty({B, n}, i64), o_parents = at::empty({B, n}, i32),
-             o_depths = at::empty({B, n}, i32), o_ranks = at::empty({B, n}, i32),
-             o_logw = at::empty({B, n}, i64.dtype(at::kDouble)), o_positions = at::empty({B, n}, i64),
-             o_index = at::empty({B, n}, i64), o_next = at::empty({B, n}, i64), o_sibling = at::empty({B, n}, i64),
-             o_mask = at::empty({B, n, n}, i64.dtype(at::kBool)),
-             o_bits = at::empty({B, n, ddtree::mask_words(static_cast<int>(n))}, i32), o_flags = at::empty({B}, i32);
-  const ddtree::TruncIn in{num_nodes.data_ptr<int32_t>(), tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(),
-                           depths.data_ptr<int32_t>(), ranks.data_ptr<int32_t>(), logw.data_ptr<double>(),
-                           positions.data_ptr<int64_t>(), next_token.data_ptr<int64_t>(),
-                           next_sibling.data_ptr<int64_t>(), tree_mask.data_ptr<bool>(), mask_bits.data_ptr<int32_t>(),
-                           flags.data_ptr<int32_t>()};
-  const ddtree::TruncOut out{o_num.data_ptr<int32_t>(), o_tokens.data_ptr<int64_t>(), o_parents.data_ptr<int32_t>(),
-                             o_depths.data_ptr<int32_t>(), o_ranks.data_ptr<int32_t>(), o_logw.data_ptr<double>(),
-                             o_positions.data_ptr<int64_t>(), o_index.data_ptr<int64_t>(), o_next.data_ptr<int64_t>(),
-                             o_sibling.data_ptr<int64_t>(), o_mask.data_ptr<bool>(), o_bits.data_ptr<int32_t>(),
-                             o_flags.data_ptr<int32_t>()};
-  C10_CUDA_CHECK(ddtree::launch_tree_truncate(in, out, static_cast<int>(B), static_cast<int>(n_big),
-                                              static_cast<int>(n), c10::cuda::getCurrentCUDAStream()));
-  return {o_num, o_tokens, o_parents, o_depths, o_ranks, o_logw, o_positions, o_index, o_next, o_sibling, o_mask,
-          o_bits, o_flags};
+  const auto out = ddtree::truncate_outputs(tokens, B, n);
+  C10_CUDA_CHECK(ddtree::launch_tree_truncate(
+      ddtree::truncate_inputs({num_nodes, tokens, parents, depths, ranks, logw, positions, next_token, next_sibling,
+                               tree_mask, mask_bits, flags}),
+      ddtree::truncate_views(out), static_cast<int>(B), static_cast<int>(n_big), static_cast<int>(n),
+      c10::cuda::getCurrentCUDAStream()));
+  return ddtree::as_tuple(out);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> accept_tree_cuda(

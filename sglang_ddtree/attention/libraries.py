@@ -221,9 +221,8 @@ class Fa2Schedule:
     chunk count c_b = ceil(max(len_b, 1) / C) (the kernel's own count), CTA (b, t, k) live iff k < c_b,
     partial-output offsets o_indptr[b] = n·Σ_{b'<b} c_b' and merge offsets o_indptr[b] + (i + 1)·c_b for its
     query i — one launch (the fa2_schedule op; its rule is kernels/fa2_schedule.h), no host read. For requests of
-    one length this is FlashInfer's own schedule
-    (its search lands on the same C); with mixed lengths the shorter requests get fewer chunks than it would
-    give them."""
+    one length this is FlashInfer's own schedule (its search lands on the same C); with mixed lengths the shorter
+    requests get fewer chunks than it would give them."""
 
     def __init__(self, int_ws: torch.Tensor, plan_info, bs: int, n: int, group: int, max_split: int):
         (padded, rows, rows_off, tile, req_off, qo_off, kv_off, merge_off, o_off, chunk_off, _v, _s, valid_off,

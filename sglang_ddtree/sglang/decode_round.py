@@ -71,7 +71,7 @@ class DecodeRound:
         self.draft_attn = None  # set by choose_draft_attention (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree / auto)
         self.penalty_counts = None  # penalties.PenaltyCounts, made at the first penalised round
         self.clock = StageClock(self.device) if knobs.stage_times else None  # SGLANG_DDTREE_STAGE_TIMES
-        self._after_prefill = False  # another forward ran since the last round (interrupt)
+        self._after_prefill = False  # another forward (a prefill, an idle one) ran since the last round
         self._host = {"after_prefill": [0.0, 0], "steady": [0.0, 0]}  # host seconds launching rounds, rounds
 
     @property
@@ -97,8 +97,8 @@ class DecodeRound:
     def log_stage_times(self) -> None:
         """Every SGLANG_DDTREE_STAGE_TIMES rounds: ms a round per stage since the last log ("between": from a
         round's end to the next one's draft: the scheduler, prefill forwards and idle time), and the host's
-        time launching a round, apart for the first round after a prefill (the overlap scheduler hands out a
-        prefill's first token only once the next round is launched)."""
+        time launching a round, the first round after another forward (a prefill) apart: the overlap scheduler
+        hands out a prefill's first token only once the next round is launched."""
         every = self.knobs.stage_times
         if self.clock is None or self.core.count % every:
             return

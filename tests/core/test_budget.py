@@ -45,9 +45,11 @@ def test_a_smaller_budget_is_the_first_pops_of_a_larger_tree(backend, anchor):
 def scrambled(tree, rng):
     """The tree with every input fault the truncation must carry: NaN / unsorted flags set on some requests,
     links anywhere in [-1, n] (the walk judges them; the cut must only drop those leaving the kept nodes), node
-    counts past n and below 1."""
+    counts past n and below 1, and mask bits anywhere (a dropped node's bit in a kept row's last word is cleared)."""
     t = {k: v.clone() for k, v in tree.tensors().items()}
     B, n = t["tokens"].shape
+    t["mask_bits"] = torch.from_numpy(rng.integers(-2**31, 2**31, size=tuple(t["mask_bits"].shape)).astype(np.int32))
+    t["tree_mask"] = torch.from_numpy(rng.random(tuple(t["tree_mask"].shape)) < 0.5)
     for name in ("retrive_next_token", "retrive_next_sibling"):
         t[name] = torch.from_numpy(rng.integers(-1, n + 1, size=(B, n)))
     t["num_nodes"] = torch.from_numpy(rng.integers(0, n + 2, size=B).astype(np.int32))
@@ -56,24 +58,31 @@ def scrambled(tree, rng):
     return dataclasses.replace(tree, **t)
 
 
+def truncation_cases(rng, anchor, trials, max_batch, max_depth, vocabs, big_budgets):
+    """(trial, tree, smaller budget): CPU-built trees and their scrambled twins, cut at every budget that crosses
+    a 32-bit mask word (and 0, 1 and the whole tree)."""
+    for trial in range(trials):
+        B, L, V = int(rng.integers(1, max_batch + 1)), int(rng.integers(1, max_depth + 1)), int(rng.choice(vocabs))
+        big_b = int(rng.choice(big_budgets))
+        lp, ids = random_topk(rng, B, L, V, min(big_b, V), mode=MODES[trial % len(MODES)])
+        big = build_tree_from_topk(lp, ids, big_b, backend="cpu", anchor=anchor)
+        for tree in (big, scrambled(big, rng)):
+            for b in sorted({0, 1, 7, 15, 30, 31, 32, 63, big_b - 1, big_b} & set(range(big_b + 1))):
+                yield trial, tree, b
+
+
 @pytest.mark.parametrize("anchor", [None, "chain"])
 def test_the_native_truncation_is_the_definition(anchor):
     """RoundOps.truncate (the truncate_tree op, kernels/tree_truncate.h) equals budget.truncate field for field,
     at every smaller budget, on built trees and on trees with every fault the fields can carry."""
     ops = RoundOps("cpu")
-    rng = np.random.default_rng(11)
-    for trial in range(30):
-        B, L, V = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.choice([3, 17, 300]))
-        big_b = int(rng.choice([15, 31, 32, 63, 70]))
-        lp, ids = random_topk(rng, B, L, V, min(big_b, V), mode=MODES[trial % len(MODES)])
-        big = build_tree_from_topk(lp, ids, big_b, backend="cpu", anchor=anchor)
-        for tree in (big, scrambled(big, rng)):
-            for b in sorted({0, 1, 7, 15, 30, 31, 32, big_b - 1, big_b} & set(range(big_b + 1))):
-                want, got = truncate(tree, b), ops.truncate(tree, b)
-                assert (got.budget, got.depth_limit, got.topk) == (want.budget, want.depth_limit, want.topk)
-                for f, t in want.tensors().items():
-                    g = getattr(got, f)
-                    assert g.dtype == t.dtype and g.is_contiguous() and torch.equal(g, t), (trial, b, f)
+    for trial, tree, b in truncation_cases(np.random.default_rng(11), anchor, 30, 4, 8, [3, 17, 300],
+                                           [15, 31, 32, 63, 70]):
+        want, got = truncate(tree, b), ops.truncate(tree, b)
+        assert (got.budget, got.depth_limit, got.topk) == (want.budget, want.depth_limit, want.topk)
+        for f, t in want.tensors().items():
+            g = getattr(got, f)
+            assert g.dtype == t.dtype and g.is_contiguous() and torch.equal(g, t), (trial, b, f)
 
 
 def test_the_round_truncates_in_one_op():
