@@ -234,7 +234,8 @@ class Fa2Schedule:
             raise RuntimeError("FlashInfer's int workspace offsets are not 4-byte aligned")
         from .. import ops
 
-        ops.ensure_backend("cuda" if int_ws.device.type == "cuda" else "cpu")  # write's fa2_schedule op
+        ops.ensure_backend("cuda" if int_ws.device.type == "cuda" else "cpu")
+        self._write = ops.op("fa2_schedule")  # resolved once: write runs every forward
         tiles = -(-n * group // tile)
         self.bs, self.n, self.tiles, self.kmax = bs, n, tiles, max(1, max_split // tiles // bs)
         self.live = bs * tiles * self.kmax
@@ -256,10 +257,8 @@ class Fa2Schedule:
 
     def write(self, lens: torch.Tensor) -> None:
         """This round's schedule from the exact prefix lengths lens [bs] (device, int32 or int64)."""
-        from .. import ops
-
-        ops.op("fa2_schedule")(lens[: self.bs].contiguous(), self.n, self.tiles, self.kmax, FI_MIN_CHUNK,
-                               self.valid[: self.live], self.o_indptr, self.merge_indptr, self.chunk)
+        self._write(lens[: self.bs].contiguous(), self.n, self.tiles, self.kmax, FI_MIN_CHUNK, self.valid[: self.live],
+                    self.o_indptr, self.merge_indptr, self.chunk)
 
 
 def _fi_wrapper_class():
