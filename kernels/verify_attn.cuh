@@ -66,4 +66,13 @@ cudaError_t launch_fa2_schedule(const void* lens, bool lens_64, int bs, int n, i
                                 bool* valid, int live, int32_t* o_indptr, int32_t* merge_indptr, int32_t* chunk,
                                 cudaStream_t stream);
 
+// FlashInfer-MLA's work schedule for this round's lengths (kernels/mla_schedule.h), one launch: lens and kv_indptr
+// int32 or int64 [bs]; the arrays in `out` as mla_schedule_view places them; merge_slots merge entries (those past
+// the round's merges zeroed).
+struct MlaShape;
+struct MlaScheduleOut;
+cudaError_t launch_mla_schedule(const void* lens, bool lens_64, const void* kv_indptr, bool kv_64, int bs,
+                                const MlaShape& shape, int64_t merge_slots, const MlaScheduleOut& out,
+                                cudaStream_t stream);
+
 }  // namespace ddtree

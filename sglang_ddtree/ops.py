@@ -214,6 +214,20 @@ def _fa2_schedule_fake(lens, n, tiles, kmax, min_chunk, valid, o_indptr, merge_i
     return None
 
 
+# FlashInfer-MLA's work schedule for this round's prefix lengths (libraries.FlashInferMLAPrefix; the rule is
+# kernels/mla_schedule.h), written in place into the plan's int workspace ws (int32 [size]) at `offsets` (14 int32
+# element offsets: q_indptr, kv_indptr, partial_indptr, q_len, kv_len, q_start, kv_start, kv_end, work_indptr,
+# merge_start, merge_end, merge_partial_start, merge_partial_end, merge_stride): lens, kv_indptr i32/i64 [>= bs].
+SCHEMAS["mla_schedule"] = ("(Tensor lens, Tensor kv_indptr, int n, int heads, int cluster_size, int clusters, "
+                           "int max_works, int merge_slots, int[] offsets, Tensor(a!) ws) -> ()")
+_lib.define("mla_schedule" + SCHEMAS["mla_schedule"])
+
+
+@torch.library.register_fake(f"{NS}::mla_schedule")
+def _mla_schedule_fake(lens, kv_indptr, n, heads, cluster_size, clusters, max_works, merge_slots, offsets, ws):
+    return None
+
+
 # o_a, o_b bf16/fp16 [..., D]; lse_* f32 [...] times lse_*_scale = natural log (1.0, or ln 2 for base 2)
 #   -> merged O [..., D] (o_a's dtype), natural-log lse f32 [...]
 SCHEMAS["merge_attn_states"] = ("(Tensor o_a, Tensor lse_a, float lse_a_scale, Tensor o_b, Tensor lse_b, "

@@ -1,6 +1,7 @@
 // CPU implementations of sglang_ddtree::gather_prefix_slots (the CUDA one is in kernels/verify_attn.cu): SGLang's
-// prefix addressing for verify_attn_ragged, from its request -> token-slot table; and sglang_ddtree::fa2_schedule
-// (kernels/fa2_schedule.h's rule, shared with kernels/fa2_schedule.cu).
+// prefix addressing for verify_attn_ragged, from its request -> token-slot table; sglang_ddtree::fa2_schedule
+// (kernels/fa2_schedule.h's rule, shared with kernels/fa2_schedule.cu) and sglang_ddtree::mla_schedule
+// (kernels/mla_schedule.h's, shared with kernels/mla_schedule.cu).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "fa2_schedule.h"
+#include "mla_schedule.h"
 
 namespace {
 
@@ -67,9 +69,42 @@ void fa2_schedule_cpu(const at::Tensor& lens_in, int64_t n, int64_t tiles, int64
   chunk_out.data_ptr<int32_t>()[0] = static_cast<int32_t>(chunk);
 }
 
+void mla_schedule_cpu(const at::Tensor& lens_in, const at::Tensor& kv_indptr_in, int64_t n, int64_t heads,
+                      int64_t cluster_size, int64_t clusters, int64_t max_works, int64_t merge_slots,
+                      at::IntArrayRef offsets, at::Tensor& ws) {
+  const int64_t bs = lens_in.numel();
+  TORCH_CHECK(n >= 1 && heads >= 1 && cluster_size >= 1 && clusters >= 1, "mla_schedule: n, heads, clusters >= 1");
+  TORCH_CHECK(kv_indptr_in.numel() >= bs, "mla_schedule: kv_indptr needs an entry a request");
+  TORCH_CHECK(ws.scalar_type() == at::kInt && ws.dim() == 1 && ws.is_contiguous(), "mla_schedule: ws must be int32 [size]");
+  ddtree::MlaScheduleOut o;
+  TORCH_CHECK(offsets.size() == 14 && ddtree::mla_schedule_view(ws.data_ptr<int32_t>(), ws.numel(), offsets.data(),
+                                                                max_works, merge_slots, clusters, &o),
+              "mla_schedule: 14 array offsets inside the workspace");
+  const auto lens = lens_in.to(at::kLong).contiguous(), kv = kv_indptr_in.to(at::kLong).contiguous();
+  const int64_t* len = lens.data_ptr<int64_t>();
+  const ddtree::MlaShape s{n, heads, cluster_size, clusters};
+  int64_t total = 0;
+  for (int64_t b = 0; b < bs; ++b) total += s.tiles() * len[b];
+  const int64_t limit = ddtree::mla_kv_limit(total, clusters);
+  std::vector<ddtree::MlaCounts> at(bs + 1, ddtree::MlaCounts{0, 0, 0});
+  for (int64_t b = 0; b < bs; ++b) {
+    const ddtree::MlaCounts c = ddtree::mla_counts(len[b], limit, s);
+    at[b + 1] = {at[b].works + c.works, at[b].partial_rows + c.partial_rows, at[b].merges + c.merges};
+  }
+  TORCH_CHECK(at[bs].works <= max_works && at[bs].merges <= merge_slots, "mla_schedule: ", at[bs].works, " works and ",
+              at[bs].merges, " merges exceed the plan's ", max_works, " and ", merge_slots);
+  for (int64_t b = 0; b < bs; ++b)
+    ddtree::mla_write_request(b, len[b], kv.data_ptr<int64_t>()[b], limit, s, at[b], at[bs].works, o);
+  for (int64_t c = 0; c <= clusters; ++c)
+    o.work_indptr[c] = static_cast<int32_t>(ddtree::mla_cluster_start(c, at[bs].works, clusters));
+  for (int64_t m = at[bs].merges; m < merge_slots; ++m)
+    o.merge_start[m] = o.merge_end[m] = o.merge_partial_start[m] = o.merge_partial_end[m] = o.merge_stride[m] = 0;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) {
   m.impl("gather_prefix_slots", &gather_prefix_slots_cpu);
   m.impl("fa2_schedule", &fa2_schedule_cpu);
+  m.impl("mla_schedule", &mla_schedule_cpu);
 }

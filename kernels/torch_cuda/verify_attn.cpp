@@ -9,6 +9,7 @@
 #include <optional>
 #include <tuple>
 
+#include "mla_schedule.h"
 #include "verify_attn.cuh"
 
 // The current stream through torch's stable C shim (in libtorch_cuda): c10/cuda headers are absent from
@@ -243,10 +244,37 @@ void fa2_schedule(const at::Tensor& lens, int64_t n, int64_t tiles, int64_t kmax
   TORCH_CHECK(err == cudaSuccess, "fa2_schedule launch failed: ", cudaGetErrorString(err));
 }
 
+void mla_schedule(const at::Tensor& lens, const at::Tensor& kv_indptr, int64_t n, int64_t heads, int64_t cluster_size,
+                  int64_t clusters, int64_t max_works, int64_t merge_slots, at::IntArrayRef offsets, at::Tensor& ws) {
+  for (const at::Tensor* t : {&lens, &kv_indptr})
+    TORCH_CHECK(t->is_cuda() && t->dim() == 1 && t->is_contiguous() &&
+                    (t->scalar_type() == at::kInt || t->scalar_type() == at::kLong), "lens and kv_indptr must be CUDA int");
+  const int64_t bs = lens.numel();
+  TORCH_CHECK(kv_indptr.numel() >= bs, "kv_indptr needs an entry a request");
+  TORCH_CHECK(n >= 1 && heads >= 1 && cluster_size >= 1 && clusters >= 1, "n, heads and clusters must be >= 1");
+  TORCH_CHECK(ws.is_cuda() && ws.scalar_type() == at::kInt && ws.dim() == 1 && ws.is_contiguous(),
+              "ws must be a contiguous CUDA int32 [size]");
+  const ddtree::MlaShape shape{n, heads, cluster_size, clusters};
+  // the rule's bounds (kernels/mla_schedule.h): this many works and merges always fit
+  TORCH_CHECK(shape.tiles() * bs + 2 * clusters <= max_works && cluster_size * clusters <= merge_slots,
+              "mla_schedule: ", bs, " requests may need more works or merges than the plan holds");
+  ddtree::MlaScheduleOut out;
+  TORCH_CHECK(offsets.size() == 14 && ddtree::mla_schedule_view(ws.data_ptr<int32_t>(), ws.numel(), offsets.data(),
+                                                                max_works, merge_slots, clusters, &out),
+              "mla_schedule: 14 array offsets inside the workspace");
+  if (bs == 0) return;
+  const c10::DeviceGuard guard(lens.device());
+  const cudaError_t err = ddtree::launch_mla_schedule(lens.data_ptr(), lens.scalar_type() == at::kLong,
+                                                      kv_indptr.data_ptr(), kv_indptr.scalar_type() == at::kLong,
+                                                      static_cast<int>(bs), shape, merge_slots, out, current_stream(lens));
+  TORCH_CHECK(err == cudaSuccess, "mla_schedule launch failed: ", cudaGetErrorString(err));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
   m.impl("fa2_schedule", &fa2_schedule);
+  m.impl("mla_schedule", &mla_schedule);
   m.impl("verify_attn", &verify_attn);
   m.impl("verify_attn_ragged", &verify_attn_ragged);
   m.impl("gather_prefix_slots", &gather_prefix_slots);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SGLang 0.5.17 with the trained tiny MLA pair (DeepSeek-V3 shapes: latent 512 + rope 64, 16 heads; held-out
 # prompts): DDTree's TARGET_VERIFY through the tree kernel's MLA layout on the triton (default), flashmla (page
-# size 64) and flashinfer MLA backends, with CUDA graphs and without, and stock DFLASH on triton, each
+# size 64) and flashinfer MLA backends (the prefix through FlashMLA, FlashInfer-MLA or the tree kernel), with CUDA
+# graphs and without, and stock DFLASH on triton, each
 # greedy-compared with the server without speculation on triton (correctness, servers in parallel); then the
 # A/B with SGLang's own client at c = 1 and 16, one server measured at a time (the others up and idle).
 # env: as 60_sglang (SG_*) and MLA_AB_CONC ("1 16"), MLA_AB_TIMEOUT (240 s; 0: no A/B)
@@ -32,6 +33,9 @@ ARGS[dd16_flashmla_tree]="${ARGS[dd16_flashmla]}"; ENVS[dd16_flashmla_tree]="SGL
 # the accepted KV moved for every layer in one launch (SGLANG_DDTREE_MLA_KV_MOVE=one_launch, opt-in)
 ARGS[dd16_flashmla_one_launch]="${ARGS[dd16_flashmla]}"; ENVS[dd16_flashmla_one_launch]="SGLANG_DDTREE_MLA_KV_MOVE=one_launch"
 ARGS[dd16_one_launch]="$DD"; ENVS[dd16_one_launch]="SGLANG_DDTREE_MLA_KV_MOVE=one_launch"
+# FlashInfer-MLA over the prefix (SGLANG_DDTREE_PREFIX=flashinfer, opt-in): on its own backend and on triton
+ARGS[dd16_flashinfer_fi]="${ARGS[dd16_flashinfer]}"; ENVS[dd16_flashinfer_fi]="SGLANG_DDTREE_PREFIX=flashinfer"
+ARGS[dd16_fi]="$DD"; ENVS[dd16_fi]="SGLANG_DDTREE_PREFIX=flashinfer"
 SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
 if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
   timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \

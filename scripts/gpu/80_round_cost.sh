@@ -13,7 +13,8 @@
 # RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_FLASHMLA (kimi-k2-shaped only, 1 by default
 # there), RC_AUTO (1: also SGLANG_DDTREE_BUDGET=auto, candidates 15/31/63), RC_FULLMASK (1: also the first budget
 # through SGLang's FULL_MASK verify, the path the tree kernel replaced: the "before" profile; GQA only),
-# RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=tree), RC_MLA_KV_MOVE (1: also
+# RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=tree), RC_MLA_FI (kimi-k2-shaped, 1:
+# DFLASH and DDTree on flashinfer, the prefix through FlashInfer-MLA), RC_MLA_KV_MOVE (1: also
 # with SGLANG_DDTREE_MLA_KV_MOVE=one_launch), RC_SERVERS (names to keep, in order), RC_PROFILE
 # (the profiled concurrencies, "1 16"; empty: none; ab_profiles.md sets each DDTree round beside each DFLASH
 # round at the same concurrency, kernel by kernel),
@@ -91,6 +92,12 @@ if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
   [ "${RC_MLA_PREFIX:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashmla_tree=SGLANG_DDTREE_MLA_PREFIX=tree $DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
   # the accepted KV moved for every layer in one launch (opt-in until measured)
   [ "${RC_MLA_KV_MOVE:-0}" = 1 ] && S+=(--server "ddtree_b${b0}_flashmla_one_launch=SGLANG_DDTREE_MLA_KV_MOVE=one_launch $DD --speculative-num-draft-tokens $((b0 + 1)) $FM")
+fi
+# RC_MLA_FI (kimi-k2-shaped, 1 by default): DFLASH on flashinfer (FlashInfer-MLA) and DDTree there with the prefix
+# through FlashInfer-MLA (SGLANG_DDTREE_PREFIX=flashinfer, opt-in until measured; ddtree_b*_flashinfer: our kernel)
+if [ $MLA = 1 ] && [ "${RC_MLA_FI:-1}" = 1 ]; then
+  S+=(--server "dflash_flashinfer=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend flashinfer")
+  S+=(--server "ddtree_b${b0}_flashinfer_fi=SGLANG_DDTREE_PREFIX=flashinfer $DD --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
 fi
 # first, next to the first budget on the tree kernel: a call cut short keeps the before/after pair
 [ $MLA = 0 ] && [ "${RC_FULLMASK:-0}" = 1 ] && S=(--server "ddtree_b${b0}_fullmask=SGLANG_DDTREE_VERIFY_ATTENTION=full_mask $DD --speculative-num-draft-tokens $((b0 + 1))" "${S[@]}")

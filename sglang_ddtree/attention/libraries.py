@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from .native import MLA_LATENT, MLA_ROPE
 from .problem import Problem
 
 _WORKSPACE_BYTES = 128 << 20
@@ -369,3 +370,134 @@ class FlashInferPrefix:
         o = torch.empty(*q.shape[:-1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
         return wrapper.run(q, (k_cache, v_cache), out=o, lse=lse, return_lse=True)
+
+
+# --- FlashInfer's MLA kernel inside the served verify's CUDA graphs -----------------------------------------
+#
+# FlashInfer-MLA (BatchMLAPagedAttentionWrapper, SGLang's flashinfer MLA backend's kernel; fa3 on Hopper, fa2
+# elsewhere) plans on the host (MLAPlan, include/flashinfer/attention/scheduler.cuh): every (request, query tile,
+# KV chunk) is a work with its own KV range, and the kernel reads no KV length but the work's — so a plan made from
+# SGLang's host upper bound of a prefix attends past its end. What the plan fixes whatever the lengths is the grid
+# (cluster size from the query shape, one cluster per SM or two SMs) and the buffers' offsets (sized for
+# MLA_MAX_WORKS works and one merge CTA an SM); the works, their KV ranges, partial-output rows and merges are
+# written on the device every round from the exact lengths (`mla_schedule`, kernels/mla_schedule.h).
+
+MLA_MAX_WORKS = 16384  # MLAPlan's max_total_num_works: the int workspace holds this many works
+MLA_CTA_TILE_Q = 64    # MLAPlan's cta_tile_q
+# MLAPlanInfo's offsets (its vector's positions 2..15) in the order the mla_schedule op takes them
+_MLA_INFO_ORDER = (2, 3, 4, 10, 11, 12, 13, 14, 15, 5, 6, 7, 8, 9)
+
+
+def mla_graph_plan(n: int, heads: int, sms: int) -> dict:
+    """What FlashInfer's MLA plan of requests of n queries x `heads` heads fixes whatever the KV lengths: the
+    cluster size (2 CTAs where a request packs more than 64 query rows), clusters (its grid's y), the query tile of
+    a cluster, and the bytes of both workspaces (AlignedAllocator, 16-byte aligned, in MLAPlan's order)."""
+    cluster = 2 if n * heads > 64 else 1
+    clusters, tile = sms // cluster, MLA_CTA_TILE_Q * cluster
+    end = 0
+    for size in [MLA_MAX_WORKS] * 3 + [sms] * 5 + [MLA_MAX_WORKS] * 6:
+        end = -(-end // 16) * 16 + 4 * size
+    o_bytes = 2 * clusters * tile * 2 * MLA_LATENT
+    return {"cluster_size": cluster, "clusters": clusters, "tile": tile, "tiles": -(-n * heads // tile),
+            "int_bytes": end, "float_bytes": -(-o_bytes // 16) * 16 + 2 * clusters * tile * 4}
+
+
+def _fi_mla_wrapper_class():
+    import flashinfer
+
+    return flashinfer.mla.BatchMLAPagedAttentionWrapper
+
+
+class FlashInferMLAPrefix:
+    """FlashInfer's MLA kernel over every request's latent prefix, all n queries of a request against its first
+    lens[b] slots of req_to_token, no mask, returning the base-2 LSE — inside CUDA graphs, with no host read of
+    any length (above MLA_MAX_WORKS: why the schedule is written on the device).
+
+    The cache is addressed by token slot ([slots, 1, 576] seen as pages of one slot), so every SGLang page size and
+    MLA backend is served. One wrapper per width, planned once with placeholder lengths (its plan depends on the
+    width only), reading the slot lists of batches up to max_bs (an eager batch above gets its own set and
+    wrappers: captured graphs keep theirs); the widths share one int workspace, which `prepare` (the forward's
+    metadata, out of the graph) fills with the slot lists and the round's schedule; `run` (per layer, inside the
+    graph) is FlashInfer's kernel and its merge."""
+
+    def __init__(self, device, *, heads: int, dtype, context: int, max_bs: int, widths, sms: int,
+                 workspace: torch.Tensor | None = None):
+        self.device, self.dtype, self.hq, self.sms = torch.device(device), dtype, int(heads), int(sms)
+        from .. import ops
+
+        ops.ensure_backend("cuda" if self.device.type == "cuda" else "cpu")
+        self._schedule = ops.op("mla_schedule")  # resolved once: prepare runs every forward
+        self.context, self.widths = int(context), tuple(int(w) for w in widths)
+        self._sets = []  # slot-list buffers by capacity (a graph reads the set its wrapper was made with)
+        self._buffers(int(max_bs))
+        need = max(mla_graph_plan(w, self.hq, self.sms)["float_bytes"] for w in self.widths)
+        if workspace is not None and workspace.device == self.device and workspace.numel() * workspace.element_size() >= need:
+            self.float_ws = workspace  # the target backend's own FlashInfer workspace: same stream, never concurrent
+        else:
+            self.float_ws = torch.empty(need, dtype=torch.uint8, device=self.device)
+        size = -(-(mla_graph_plan(1, self.hq, self.sms)["int_bytes"] + 256) // 16) * 16
+        self.int_ws = torch.zeros(size, dtype=torch.uint8, device=self.device)
+        self._pinned = torch.zeros(size, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        self._plans = {}  # (n, buffer set) -> (wrapper, its schedule's shape, the schedule's 14 int32 offsets)
+
+    def _buffers(self, bs: int) -> int:
+        """The index of the first slot-list set that holds bs requests, made if none does."""
+        for i, bufs in enumerate(self._sets):
+            if bs <= bufs.cap:
+                return i
+        for w in self.widths:
+            s = mla_graph_plan(w, self.hq, self.sms)
+            if s["tiles"] * bs + 2 * s["clusters"] > MLA_MAX_WORKS:
+                raise ValueError(f"{bs} requests of width {w} x {self.hq} heads may need more than FlashInfer's "
+                                 f"{MLA_MAX_WORKS} MLA works")
+        self._sets.append(_Buffers(bs, self.context, self.device))
+        return len(self._sets) - 1
+
+    def plan(self, n: int, bs: int = 1):
+        """The wrapper of width n for batches of bs, made and planned the first time (one request of one slot: in
+        its plan only the grid and the offsets are kept, and those depend on the width alone)."""
+        key = (int(n), self._buffers(int(bs)))
+        if key in self._plans:
+            return self._plans[key]
+        n, bufs = key[0], self._sets[key[1]]
+        dev = self.device
+        wrapper = _fi_mla_wrapper_class()(
+            self.float_ws, use_cuda_graph=True, qo_indptr=torch.zeros(2, dtype=torch.int32, device=dev),
+            kv_indptr=torch.zeros(2, dtype=torch.int32, device=dev), kv_indices=bufs.kv_indices,
+            kv_len_arr=torch.zeros(1, dtype=torch.int32, device=dev), backend="auto")
+        # the widths share one small int workspace (FlashInfer's own is 8 MiB a wrapper): every forward's metadata
+        # writes the whole schedule there before its layers read it
+        wrapper._int_workspace_buffer, wrapper._pin_memory_int_workspace_buffer = self.int_ws, self._pinned
+        host = lambda v: (lambda t: t.pin_memory() if dev.type == "cuda" else t)(torch.tensor(v, dtype=torch.int32))  # noqa: E731
+        wrapper.plan(host([0, n]), host([0, 1]), torch.zeros(1, dtype=torch.int32, device=dev), host([1]), self.hq,
+                     MLA_LATENT, MLA_ROPE, 1, False, 1.0, self.dtype, self.dtype)
+        shape = mla_graph_plan(n, self.hq, self.sms)
+        info = [int(x) for x in wrapper._plan_info]
+        if info[0] != shape["cluster_size"] or info[1] != shape["clusters"]:
+            raise RuntimeError(f"FlashInfer's MLA plan for width {n} has a grid of {info[0]} x {info[1]}, not the "
+                               f"{shape['cluster_size']} x {shape['clusters']} this schedule writes")
+        offsets = [info[i] for i in _MLA_INFO_ORDER]
+        if any(off % 4 for off in offsets):
+            raise RuntimeError("FlashInfer's MLA int workspace offsets are not 4-byte aligned")
+        self._plans[key] = (wrapper, shape, [off // 4 for off in offsets])
+        return self._plans[key]
+
+    def prepare(self, n: int, bs: int, req_to_token: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor):
+        """A forward's metadata: request b's prefix is req_to_token[rows[b], :lens[b]] (device tensors, [bs])."""
+        from .. import ops
+
+        _, shape, offsets = self.plan(n, bs)
+        bufs = self._sets[self._buffers(bs)]
+        ops.op("gather_prefix_slots")(req_to_token, rows[:bs], lens[:bs], bufs.kv_indptr, bufs.kv_indices)
+        self._schedule(lens[:bs].contiguous(), bufs.kv_indptr, n, self.hq, shape["cluster_size"], shape["clusters"],
+                       MLA_MAX_WORKS, self.sms, offsets, self.int_ws[: self.int_ws.numel() // 4 * 4].view(torch.int32))
+
+    def run(self, n: int, q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor, sm_scale: float):
+        """q_nope [bs·n, H, 512], q_pe [bs·n, H, 64]; cache [slots, 1, 576] (latent ‖ rope). Returns (O [bs·n, H,
+        512], LSE base 2 [bs·n, H])."""
+        wrapper = self._plans[(n, self._buffers(q_nope.shape[0] // n))][0]
+        wrapper._sm_scale = float(sm_scale)
+        o = torch.empty_like(q_nope)  # the kernel or its merge writes every row
+        lse = torch.empty(q_nope.shape[:2], dtype=torch.float32, device=q_nope.device)
+        return wrapper.run(q_nope, q_pe, cache[..., :MLA_LATENT], cache[..., MLA_LATENT:], out=o, lse=lse,
+                           return_lse=True)

@@ -115,8 +115,10 @@ TABLE = (
              "merged by LSE. `auto` (default): FlashInfer's paged prefill for MHA/GQA targets with head dim "
              "64/128/256 (any page size, triton or flashinfer backend), FA3's paged attention on "
              "`--attention-backend fa3` (else FlashInfer's), FlashMLA for MLA targets on "
-             "`--attention-backend flashmla --page-size 64`, else our kernel over prefix and tree (`tree`). An "
-             "explicit `flashinfer` / `flashmla` / `fa3` that cannot serve is refused at start-up. The old name "
+             "`--attention-backend flashmla --page-size 64`, else our kernel over prefix and tree (`tree`). "
+             "`flashinfer` on an MLA target is FlashInfer-MLA over the latent prefix, on any MLA backend (opt-in "
+             "until it has run on the GPU). An explicit `flashinfer` / `flashmla` / `fa3` that cannot serve is "
+             "refused at start-up. The old name "
              "`SGLANG_DDTREE_MLA_PREFIX` is still read"),
     Var("SGLANG_DDTREE_DRAFT_ATTENTION", "draft_attention", "choice", "sglang", choices=("sglang", "ddtree", "auto"),
         help="the drafter's attention over its context: `sglang` (default): the draft backend's own kernel (on "

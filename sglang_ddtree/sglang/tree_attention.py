@@ -30,6 +30,10 @@ merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTR
   knows there only as an upper bound (overlap scheduling), and a plan made from a bound misplaces the split
   partial outputs (libraries.py, above FI_HEAD_DIMS): so its host plan is made once per (width, batch) and the
   length-dependent schedule is written on the device in the metadata (libraries.FlashInferPrefix).
+- `flashinfer` on an MLA target (opt-in: not yet run on the GPU): FlashInfer-MLA (SGLang's flashinfer MLA backend's
+  kernel) over the token-level latent prefix slots, on any MLA backend. Its kernel trusts the host plan's per-work
+  KV ranges, so nothing of its plan but the grid and the offsets is kept: the works and merges are written on the
+  device in the metadata from the exact lengths (libraries.FlashInferMLAPrefix).
 - `fa3`: an MHA/GQA target where sgl_kernel's FA3 library imports (SGLang's fa3 backend's kernel): FA3's paged
   attention over SGLang's page table (req_to_token's page columns, as the fa3 backend builds it), the prefix
   lengths read on the device, so nothing is planned on the host and a graph replays at any length. `auto` on
@@ -140,11 +144,10 @@ def flashmla_unsupported(model_runner, mla: bool) -> str | None:
 
 
 def flashinfer_unsupported(model_runner, mla: bool) -> str | None:
-    """Why FlashInfer's paged prefill cannot take the prefix of this runner's tree verify (None: it can)."""
-    if mla:
-        return "the target is MLA (its FlashInfer-MLA prefix is not wired: SGLANG_DDTREE_PREFIX=flashmla or tree)"
+    """Why FlashInfer (its paged prefill; FlashInfer-MLA for an MLA target) cannot take the prefix of this runner's
+    tree verify (None: it can). An MLA target's latent shape is checked by `unsupported`."""
     k = model_runner.token_to_kv_pool.get_key_buffer(0)
-    if int(k.shape[-1]) not in libraries.FI_HEAD_DIMS:
+    if not mla and int(k.shape[-1]) not in libraries.FI_HEAD_DIMS:
         return (f"the head dim is {int(k.shape[-1])} (FlashInfer's paged prefill takes "
                 f"{', '.join(map(str, libraries.FI_HEAD_DIMS))})")
     if not libraries.available("flashinfer"):
@@ -252,15 +255,23 @@ class TreeVerifyAttention:
         self._orig = {}
 
     def _make_flashinfer(self, max_bs: int) -> str | None:
-        """FlashInfer's prefix for every verify width, planned once here at the widest width and batch 1, so
-        that a FlashInfer that cannot compile or plan is known before any request (None: it planned)."""
+        """FlashInfer's prefix for every verify width (FlashInfer-MLA's for an MLA target), planned once here at the
+        widest width and batch 1, so that a FlashInfer that cannot compile or plan is known before any request
+        (None: it planned)."""
         k = self.pool.get_key_buffer(0)
         self.fi_width = None  # the width the metadata planned (checked by each layer)
+        workspace = getattr(self.backend, "workspace_buffer", None)
         try:
+            if self.mla:
+                self.fi = libraries.FlashInferMLAPrefix(
+                    self.device, heads=_q_heads(self.runner), dtype=k.dtype, context=self.context, max_bs=max_bs,
+                    widths=self.widths, sms=self.sms, workspace=workspace)
+                self.fi.plan(self.n)
+                return None
             self.fi = libraries.FlashInferPrefix(
                 self.device, q_heads=_q_heads(self.runner), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
                 dtype=k.dtype, context=self.context, max_bs=max_bs, widths=self.widths, sms=self.sms,
-                workspace=getattr(self.backend, "workspace_buffer", None))
+                workspace=workspace)
             self.fi.plan(self.n, 1)
         except Exception as e:  # noqa: BLE001 — a JIT, import or plan failure: the reason is logged or raised
             return f"{type(e).__name__}: {e}"
@@ -484,7 +495,7 @@ class TreeVerifyAttention:
             if self.prefix == "flashmla":
                 o_p, lse_p, base = self._flashmla_prefix(q_full, kc, bs, n, hq, layer.scaling)
             elif self.prefix == "flashinfer":
-                o_p, lse_p, base = self._flashinfer_prefix(q, kc, vc, bs, n, hq, layer.scaling)
+                o_p, lse_p, base = self._flashinfer_prefix(q, q_pe, kc, vc, bs, n, hq, layer.scaling)
             else:
                 o_p, lse_p, base = self._fa3_prefix(q, kc, vc, bs, n, hq, layer.scaling)
             o_t, lse_t = native.attend_ragged(q, q_pe, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
@@ -501,13 +512,17 @@ class TreeVerifyAttention:
                                                self._plan, scale)
         return o_p, lse_p, "e"
 
-    def _flashinfer_prefix(self, q, kc, vc, bs, n, hq, scale):
+    def _flashinfer_prefix(self, q, q_pe, kc, vc, bs, n, hq, scale):
         """FlashInfer over the prefix: (O, LSE, its base: 2). A key-less side (a padding row at seq_len 0) has LSE
-        -inf: weight 0 in the merge, its O never read; rows never mix."""
+        -inf: weight 0 in the merge, its O never read; rows never mix. An MLA target: q the latent queries, q_pe
+        their rope part, kc the latent cache (latent ‖ rope)."""
         if n != self.fi_width or hq != self.fi.hq:
             raise RuntimeError(f"DDTREE tree verify: {n} queries x {hq} heads a request, but FlashInfer was planned "
                                f"for {self.fi_width} x {self.fi.hq}")
-        o_p, lse_p = self.fi.run(n, bs, q, kc, vc, scale)
+        if self.mla:
+            o_p, lse_p = self.fi.run(n, q, q_pe, kc, scale)
+        else:
+            o_p, lse_p = self.fi.run(n, bs, q, kc, vc, scale)
         return o_p, lse_p, "2"
 
     def _fa3_prefix(self, q, kc, vc, bs, n, hq, scale):

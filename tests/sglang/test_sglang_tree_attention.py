@@ -23,6 +23,7 @@ from sglang_ddtree import ops
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "attention"))
 import fi_emulator as FE  # noqa: E402  (FlashInfer's graph-mode paged prefill, emulated on the CPU)
+import fi_mla_emulator as FME  # noqa: E402  (FlashInfer's graph-mode MLA attention, emulated on the CPU)
 
 
 class Mode:
@@ -327,22 +328,23 @@ def _random_tree_masks(bs, n, g):
     return out
 
 
-def _flashmla_cascade_case(TA, device, dtype, h, n=3, lens=(70, 5), req=(3, 1), ctx=128, rows=4, seed=7):
-    """A FlashMLA-backend runner at page size 64 whose requests' pages are scattered, verifying requests `req` with
-    prefixes `lens` (by default one across a page boundary, one inside a page, with a chain and a fork; else
-    random trees of n nodes); returns (runner, ta, forward batch, pages of the rows, q, k, the layer, the expected
-    output [T, H, 512] in float64)."""
-    page, bs = 64, len(req)
-    runner = make_mla_runner("FlashMLABackend", ctx=ctx, rows=rows)
+def _mla_cascade_case(TA, device, dtype, h, n=3, lens=(70, 5), req=(3, 1), ctx=128, rows=4, seed=7,
+                      backend="FlashMLABackend", prefix="flashmla", page=64):
+    """An MLA runner (by default the FlashMLA backend at page size 64) whose requests' pages are scattered, verifying
+    requests `req` with prefixes `lens` (by default one across a page boundary, one inside a page, with a chain and
+    a fork; else random trees of n nodes) with the prefix through `prefix`; returns (runner, ta, forward batch,
+    pages of the rows, q, k, the layer, the expected output [T, H, 512] in float64)."""
+    bs = len(req)
+    runner = make_mla_runner(backend, ctx=ctx, rows=rows)
     runner.page_size = page
-    runner.attn_backend.num_q_heads = h
+    runner.attn_backend.num_q_heads = runner.model_config.num_attention_heads = h
     g = torch.Generator().manual_seed(seed)
     pages = torch.randperm(rows * ctx // page, generator=g).view(rows, ctx // page)
     offs = torch.arange(ctx)
     r2t = (pages[:, offs // page] * page + offs % page).to(torch.int32)
     runner.req_to_token_pool.req_to_token = r2t.to(device)
     runner.token_to_kv_pool.kv = torch.randn(rows * ctx, 1, 576, generator=g).to(device, dtype)
-    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=max(4, bs), prefix="flashmla")
+    ta = TA.TreeVerifyAttention(runner, n=n, max_bs=max(4, bs), prefix=prefix)
     ta.install()
     req, lens = torch.tensor(req), torch.tensor(lens)
     loc = torch.stack([r2t[r, L:L + n] for r, L in zip(req.tolist(), lens.tolist())]).flatten().long()
@@ -394,7 +396,7 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
         return torch.full((2, 8), sum(prefix_lens.tolist()), dtype=torch.int32), splits
 
     monkeypatch.setattr(TA.libraries, "flashmla_metadata", fake_plan)
-    runner, ta, fb, pages, q, k, layer, want = _flashmla_cascade_case(TA, "cpu", torch.float32, h)
+    runner, ta, fb, pages, q, k, layer, want = _mla_cascade_case(TA, "cpu", torch.float32, h)
     assert plans == [([70, 5], n, h)]  # planned by the metadata, before any layer
 
     def fake_flashmla(q4, k4, table, plens, dv, plan, scale):
@@ -467,13 +469,13 @@ def test_flashmla_prefix_cascade_on_the_gpu(plugins_loaded, h, n, bs):
     if not TA.libraries.available("flashmla"):
         pytest.skip("sgl_kernel's FlashMLA is not importable here")
     if n == 3:
-        case = _flashmla_cascade_case(TA, "cuda", torch.bfloat16, h)
+        case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h)
     else:
         g = torch.Generator().manual_seed(bs)
         ctx, rows = 1024, bs + 3
         lens = tuple(int(x) for x in torch.randint(1, ctx - n, (bs,), generator=g))
         req = tuple(int(x) for x in torch.randperm(rows, generator=g)[:bs])
-        case = _flashmla_cascade_case(TA, "cuda", torch.bfloat16, h, n=n, lens=lens, req=req, ctx=ctx, rows=rows)
+        case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h, n=n, lens=lens, req=req, ctx=ctx, rows=rows)
     runner, ta, fb, _, q, k, layer, want = case
     out = runner.attn_backend.forward_extend(q.reshape(q.shape[0], -1), k, k[..., :512].clone(), layer, fb)
     torch.testing.assert_close(out.view(want.shape).double().cpu(), want, rtol=2e-2, atol=2e-2)
@@ -504,6 +506,100 @@ def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypa
                 TA.TreeVerifyAttention(runner, n=3, max_bs=2, prefix="flashmla")
     have["flashinfer"] = False
     assert TA.TreeVerifyAttention(make_runner(), n=3, max_bs=2).prefix == "tree"  # not MLA (and no FlashInfer)
+
+
+def _mla_forward(runner, q, k, layer, fb):
+    """A TARGET_VERIFY layer call as the runner's MLA backend makes it: flashinfer's hands the latent and rope parts
+    apart (q_rope / k_rope), triton's and flashmla's whole."""
+    t, h = q.shape[0], q.shape[1]
+    if type(runner.attn_backend).__name__ == "FlashInferMLAAttnBackend":
+        return runner.attn_backend.forward_extend(q[..., :512].contiguous(), k[..., :512].contiguous(),
+                                                  k[..., :512].contiguous(), layer, fb, q_rope=q[..., 512:].contiguous(),
+                                                  k_rope=k[..., 512:].contiguous())
+    return runner.attn_backend.forward_extend(q.reshape(t, h * 576), k, k[..., :512].clone(), layer, fb)
+
+
+@pytest.mark.parametrize("backend,page", [("FlashInferMLAAttnBackend", 1), ("TritonAttnBackend", 16),
+                                          ("FlashMLABackend", 64)])
+def test_flashinfer_mla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded, monkeypatch, backend,
+                                                                            page):
+    """SGLANG_DDTREE_PREFIX=flashinfer on an MLA target, on each MLA backend (FlashInfer-MLA reads token slots:
+    any page size): FlashInfer-MLA over each request's latent prefix, our kernel over the tree alone, merged with
+    FlashInfer's base-2 LSE. FlashInfer-MLA is its CPU emulation (fi_mla_emulator: executes only what is in its
+    buffers at run time, on 8 SMs so these prefixes are split), the tail a float64 implementation of its contract;
+    checked against attention over prefix + tree from req_to_token and the ancestor mask, at a width of two
+    clusters a CTA and another of one, then after a later round's metadata in the same buffers."""
+    from sglang_ddtree.attention.problem import unpack_mask
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
+    monkeypatch.setattr(TA.libraries, "_fi_mla_wrapper_class", lambda: FME.Wrapper)
+    monkeypatch.setattr(TA, "_sm_count", lambda device: 8)
+    monkeypatch.setattr(FME.Wrapper, "sms", 8)
+    monkeypatch.setattr(FME.Wrapper, "made", [])
+
+    def fake_tail(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
+        assert int(indptr.abs().sum()) == 0  # the prefix is FlashInfer's: none here
+        bs, n = mask_bits.shape[0], mask_bits.shape[1]
+        vis = unpack_mask(mask_bits, n)
+        o, lse = [], []
+        for b in range(bs):
+            for i in range(n):
+                j = vis[b, i].nonzero().flatten() + b * n
+                ob, lb = _attend(torch.cat([q[b * n + i], q_pe[b * n + i]], -1), kt[j, 0], vt[j, 0], scale)
+                o.append(ob), lse.append(lb)
+        return torch.stack(o).float(), torch.stack(lse).float()
+
+    monkeypatch.setattr(TA.native, "attend_ragged", fake_tail)
+    h = 16
+    for n, lens, req, seed in ((5, (300, 0, 77), (3, 1, 0), 1), (3, (1, 250), (2, 3), 2)):  # 80 rows: 2 CTAs
+        runner, ta, fb, _, q, k, layer, want = _mla_cascade_case(
+            TA, "cpu", torch.float32, h, n=n, lens=lens, req=req, ctx=512, rows=4, seed=seed, backend=backend,
+            prefix="flashinfer", page=page)
+        assert ta.prefix == "flashinfer" and isinstance(ta.fi, TA.libraries.FlashInferMLAPrefix)
+        out = _mla_forward(runner, q, k, layer, fb)
+        torch.testing.assert_close(out.view(want.shape).double(), want, rtol=1e-5, atol=1e-5)
+        wrapper = ta.fi._plans[(n, 0)][0]
+        assert wrapper.runs == 1 and wrapper._plan_info[0] == (2 if n * h > 64 else 1)
+    # a later round in the same buffers: longer prefixes, other rows
+    fb.seq_lens, fb.req_pool_indices = torch.tensor([400, 3]), torch.tensor([0, 1])
+    r2t = runner.req_to_token_pool.req_to_token
+    fb.out_cache_loc = torch.stack([r2t[r, L:L + 3] for r, L in ((0, 400), (1, 3))]).flatten().long()
+    runner.attn_backend.init_forward_metadata(fb)
+    kv = runner.token_to_kv_pool.kv.view(-1, 576)
+    mask = ta.masks[3][:2]
+    vis = unpack_mask(mask, 3)
+    out = _mla_forward(runner, q, k, layer, fb).view(-1, h, 512)
+    for b, (r, L) in enumerate(((0, 400), (1, 3))):
+        for i in range(3):
+            keys = torch.cat([kv[r2t[r, :L].long()], k[b * 3 + vis[b, i].nonzero().flatten(), 0]])
+            want_i = _attend(q[b * 3 + i], keys, keys[:, :512], 0.05)[0]
+            torch.testing.assert_close(out[b * 3 + i].double(), want_i, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend,page", [("FlashInferMLAAttnBackend", 1), ("FlashMLABackend", 64)])
+@pytest.mark.parametrize("h,n,bs", [(16, 3, 2), (16, 17, 16), (128, 17, 5)])
+def test_flashinfer_mla_prefix_cascade_on_the_gpu(plugins_loaded, backend, page, h, n, bs):
+    """The same wiring with the real FlashInfer-MLA and our CUDA kernels, bf16, against float64, over random trees
+    and prefixes of up to 1k tokens, long enough that FlashInfer splits them."""
+    from sglang_ddtree.sglang import tree_attention as TA
+
+    if not TA.libraries.available("flashinfer"):
+        pytest.skip("flashinfer is not importable here")
+    if n == 3:
+        case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h, backend=backend, prefix="flashinfer", page=page)
+    else:
+        g = torch.Generator().manual_seed(bs)
+        ctx, rows = 1024, bs + 3
+        lens = tuple(int(x) for x in torch.randint(0, ctx - n, (bs,), generator=g))
+        req = tuple(int(x) for x in torch.randperm(rows, generator=g)[:bs])
+        case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h, n=n, lens=lens, req=req, ctx=ctx, rows=rows,
+                                 backend=backend, prefix="flashinfer", page=page)
+    runner, ta, fb, _, q, k, layer, want = case
+    assert isinstance(ta.fi, TA.libraries.FlashInferMLAPrefix)
+    out = _mla_forward(runner, q, k, layer, fb)
+    torch.testing.assert_close(out.view(want.shape).double().cpu(), want, rtol=2e-2, atol=2e-2)
 
 
 # --- the FlashInfer prefix for MHA/GQA targets (SGLANG_DDTREE_PREFIX=flashinfer) ------------------------------
@@ -700,8 +796,10 @@ def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
     with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla, but the target is not MLA"):
         TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashmla")
     mla = make_mla_runner("FlashInferMLAAttnBackend", ctx=64, rows=2)
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer, but the target is MLA"):
+    have["flashinfer"] = False
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer, but flashinfer cannot be imported"):
         TA.TreeVerifyAttention(mla, n=3, max_bs=2, prefix="flashinfer")
+    have["flashinfer"] = True
     with pytest.raises(ValueError, match="prefix must be one of auto, tree, flashmla, flashinfer"):
         TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashattn")
 
