@@ -1,7 +1,7 @@
 // The length-dependent part of FlashInfer's CUDA-graph prefill plan, written on the device every round
-// (sglang_ddtree/attention/libraries.py, Fa2Schedule, says why and what FlashInfer reads): one rule for the CPU op
-// (kernels/cpu/prefix_slots.cpp) and the CUDA kernel (kernels/fa2_schedule.cu). With kmax chunks at most a request
-// and lens clamped to >= 1: chunk C = max(min_chunk, ceil(max_b len_b / kmax)), request b's chunk count
+// (sglang_ddtree/attention/flashinfer_graphs.py, Fa2Schedule, says why and what FlashInfer reads): one rule for the
+// CPU op (kernels/cpu/prefix_slots.cpp) and the CUDA kernel (kernels/fa2_schedule.cu). With kmax chunks at most a
+// request and lens clamped to >= 1: chunk C = max(min_chunk, ceil(max_b len_b / kmax)), request b's chunk count
 // c_b = ceil(len_b / C) (the kernel's own count), CTA e of the fixed grid (request e / (tiles * kmax), chunk
 // e % kmax) live iff its chunk < c_b, o_indptr[b + 1] = n * sum_{b' <= b} c_b', and merge_indptr[1 + b * n + i] =
 // o_indptr[b] + (i + 1) * c_b.

@@ -1,5 +1,5 @@
 // FlashInfer-MLA's work schedule (MLAPlan in FlashInfer's include/flashinfer/attention/scheduler.cuh, non-causal),
-// written on the device every round from the exact prefix lengths (sglang_ddtree/attention/libraries.py,
+// written on the device every round from the exact prefix lengths (sglang_ddtree/attention/flashinfer_graphs.py,
 // FlashInferMLAPrefix, says why): one rule for the CPU op (kernels/cpu/prefix_slots.cpp) and the CUDA kernel
 // (kernels/mla_schedule.cu).
 //

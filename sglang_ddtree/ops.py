@@ -201,7 +201,7 @@ def _gather_prefix_slots_fake(req_to_token, rows, lens, indptr, indices):
     return None
 
 
-# FlashInfer's CUDA-graph prefill schedule for this round's prefix lengths (libraries.Fa2Schedule; the rule is
+# FlashInfer's CUDA-graph prefill schedule for this round's prefix lengths (flashinfer_graphs.Fa2Schedule; the rule is
 # kernels/fa2_schedule.h), written in place into views of the plan's int workspace: lens i32/i64 [bs]; valid bool
 # [bs * tiles * kmax]; o_indptr i32 [bs + 1], merge_indptr i32 [bs * n + 1], chunk i32 [1].
 SCHEMAS["fa2_schedule"] = ("(Tensor lens, int n, int tiles, int kmax, int min_chunk, Tensor(a!) valid, "
@@ -214,7 +214,7 @@ def _fa2_schedule_fake(lens, n, tiles, kmax, min_chunk, valid, o_indptr, merge_i
     return None
 
 
-# FlashInfer-MLA's work schedule for this round's prefix lengths (libraries.FlashInferMLAPrefix; the rule is
+# FlashInfer-MLA's work schedule for this round's prefix lengths (flashinfer_graphs.FlashInferMLAPrefix; the rule is
 # kernels/mla_schedule.h), written in place into the plan's int workspace ws (int32 [size]) at `offsets` (14 int32
 # element offsets: q_indptr, kv_indptr, partial_indptr, q_len, kv_len, q_start, kv_start, kv_end, work_indptr,
 # merge_start, merge_end, merge_partial_start, merge_partial_end, merge_stride): lens, kv_indptr i32/i64 [>= bs].

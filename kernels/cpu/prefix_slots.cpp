@@ -75,7 +75,8 @@ void mla_schedule_cpu(const at::Tensor& lens_in, const at::Tensor& kv_indptr_in,
   const int64_t bs = lens_in.numel();
   TORCH_CHECK(n >= 1 && heads >= 1 && cluster_size >= 1 && clusters >= 1, "mla_schedule: n, heads, clusters >= 1");
   TORCH_CHECK(kv_indptr_in.numel() >= bs, "mla_schedule: kv_indptr needs an entry a request");
-  TORCH_CHECK(ws.scalar_type() == at::kInt && ws.dim() == 1 && ws.is_contiguous(), "mla_schedule: ws must be int32 [size]");
+  TORCH_CHECK(ws.scalar_type() == at::kInt && ws.dim() == 1 && ws.is_contiguous(),
+              "mla_schedule: ws must be int32 [size]");
   ddtree::MlaScheduleOut o;
   TORCH_CHECK(offsets.size() == 14 && ddtree::mla_schedule_view(ws.data_ptr<int32_t>(), ws.numel(), offsets.data(),
                                                                 max_works, merge_slots, clusters, &o),

@@ -248,7 +248,8 @@ void mla_schedule(const at::Tensor& lens, const at::Tensor& kv_indptr, int64_t n
                   int64_t clusters, int64_t max_works, int64_t merge_slots, at::IntArrayRef offsets, at::Tensor& ws) {
   for (const at::Tensor* t : {&lens, &kv_indptr})
     TORCH_CHECK(t->is_cuda() && t->dim() == 1 && t->is_contiguous() &&
-                    (t->scalar_type() == at::kInt || t->scalar_type() == at::kLong), "lens and kv_indptr must be CUDA int");
+                    (t->scalar_type() == at::kInt || t->scalar_type() == at::kLong),
+                "lens and kv_indptr must be CUDA int");
   const int64_t bs = lens.numel();
   TORCH_CHECK(kv_indptr.numel() >= bs, "kv_indptr needs an entry a request");
   TORCH_CHECK(n >= 1 && heads >= 1 && cluster_size >= 1 && clusters >= 1, "n, heads and clusters must be >= 1");
@@ -266,7 +267,8 @@ void mla_schedule(const at::Tensor& lens, const at::Tensor& kv_indptr, int64_t n
   const c10::DeviceGuard guard(lens.device());
   const cudaError_t err = ddtree::launch_mla_schedule(lens.data_ptr(), lens.scalar_type() == at::kLong,
                                                       kv_indptr.data_ptr(), kv_indptr.scalar_type() == at::kLong,
-                                                      static_cast<int>(bs), shape, merge_slots, out, current_stream(lens));
+                                                      static_cast<int>(bs), shape, merge_slots, out,
+                                                      current_stream(lens));
   TORCH_CHECK(err == cudaSuccess, "mla_schedule launch failed: ", cudaGetErrorString(err));
 }
 

@@ -5,7 +5,7 @@
 128, bf16), each request's prefix on shuffled token slots (a long-running server's cache), DDTree trees:
 - `tree`: what is served today (tree_attention, prefix `tree`): native.attend_ragged over prefix and tree
   in one kernel, the served split count (native.ragged_splits);
-- `cascade`: prefix `flashinfer` — FlashInfer's paged prefill over the prefix (libraries.FlashInferPrefix),
+- `cascade`: prefix `flashinfer` — FlashInfer's paged prefill over the prefix (flashinfer_graphs.FlashInferPrefix),
   our kernel over the tree alone, the LSE merge; its three parts are timed alone too (`fi_prefix`, `tail`,
   `merge`), to see whether fusing the merge into the tail is worth it;
 - `dflash16`: FlashInfer's causal paged prefill of a 16-token chain over prefix + chain (what DFLASH's verify
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 from sglang_ddtree import _cli, ops  # noqa: E402
-from sglang_ddtree.attention import libraries, native  # noqa: E402
+from sglang_ddtree.attention import flashinfer_graphs, libraries, native  # noqa: E402
 from sglang_ddtree.bench.common import capture_graph, md_table, metadata, write_outputs  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
@@ -86,10 +86,10 @@ def _dflash(B: int, N: int, kc, vc, slots, g) -> float:
     qo = torch.arange(0, (B + 1) * chain, chain, dtype=torch.int32)
     kv = torch.arange(0, (B + 1) * kv_len, kv_len, dtype=torch.int32)
     indices = slots[: B * kv_len].to(torch.int32)
-    ws = torch.empty(libraries.fa2_graph_plan(B, chain, HQ, HKV, D, torch.cuda.get_device_properties(0)
+    ws = torch.empty(flashinfer_graphs.fa2_graph_plan(B, chain, HQ, HKV, D, torch.cuda.get_device_properties(0)
                                               .multi_processor_count)["float_bytes"] + (64 << 20),
                      dtype=torch.uint8, device=dev)
-    w = libraries._fi_wrapper_class()(
+    w = flashinfer_graphs._fi_wrapper_class()(
         ws, "NHD", use_cuda_graph=True, backend="fa2", qo_indptr_buf=qo.to(dev), paged_kv_indptr_buf=kv.to(dev),
         paged_kv_indices_buf=indices.clone(), paged_kv_last_page_len_buf=torch.ones(B, dtype=torch.int32, device=dev))
     w.plan(qo, kv, indices, torch.ones(B, dtype=torch.int32), HQ, HKV, D, 1, head_dim_vo=D, causal=True,
@@ -127,7 +127,7 @@ def sweep(Ns, Bs, widths, log=print) -> list[dict]:
                 gather = lambda: ops.op("gather_prefix_slots")(r2t, req, lens, indptr, indices)  # noqa: E731
                 gather()
                 splits = native.ragged_splits(B, n, HQ // HKV, HKV, sms)
-                fi = libraries.FlashInferPrefix(dev, q_heads=HQ, kv_heads=HKV, head_dim=D, dtype=torch.bfloat16,
+                fi = flashinfer_graphs.FlashInferPrefix(dev, q_heads=HQ, kv_heads=HKV, head_dim=D, dtype=torch.bfloat16,
                                                 context=ctx, max_bs=B, widths=(n,), sms=sms)
                 prep = lambda: fi.prepare(n, B, r2t, req, lens)  # noqa: E731
                 prep()

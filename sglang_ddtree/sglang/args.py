@@ -146,7 +146,8 @@ def _fa3_installed() -> bool:
 
 def _prefix_library(name: str) -> dict:
     """What SGLANG_DDTREE_PREFIX=`name` (a library) needs: head dims, an install check and words for the user."""
-    from sglang_ddtree.attention.libraries import FA3_HEAD_DIMS, FI_HEAD_DIMS
+    from sglang_ddtree.attention.flashinfer_graphs import FI_HEAD_DIMS
+    from sglang_ddtree.attention.libraries import FA3_HEAD_DIMS
 
     if name == "fa3":
         return dict(dims=FA3_HEAD_DIMS, installed=_fa3_installed, what="FA3", missing="sgl_kernel's FA3 library "

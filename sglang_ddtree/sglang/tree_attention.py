@@ -28,12 +28,12 @@ merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTR
   slots, so any page size. Our kernel reads the whole prefix once per 64-row tile of a request's n·G query rows,
   FlashInfer splits it across CTAs by length. FlashInfer plans on the host from the KV lengths, which SGLang
   knows there only as an upper bound (overlap scheduling), and a plan made from a bound misplaces the split
-  partial outputs (libraries.py, above FI_HEAD_DIMS): so its host plan is made once per (width, batch) and the
-  length-dependent schedule is written on the device in the metadata (libraries.FlashInferPrefix).
+  partial outputs (flashinfer_graphs.py): so its host plan is made once per (width, batch) and the
+  length-dependent schedule is written on the device in the metadata (flashinfer_graphs.FlashInferPrefix).
 - `flashinfer` on an MLA target (opt-in: not yet run on the GPU): FlashInfer-MLA (SGLang's flashinfer MLA backend's
   kernel) over the token-level latent prefix slots, on any MLA backend. Its kernel trusts the host plan's per-work
   KV ranges, so nothing of its plan but the grid and the offsets is kept: the works and merges are written on the
-  device in the metadata from the exact lengths (libraries.FlashInferMLAPrefix).
+  device in the metadata from the exact lengths (flashinfer_graphs.FlashInferMLAPrefix).
 - `fa3`: an MHA/GQA target where sgl_kernel's FA3 library imports (SGLang's fa3 backend's kernel): FA3's paged
   attention over SGLang's page table (req_to_token's page columns, as the fa3 backend builds it), the prefix
   lengths read on the device, so nothing is planned on the host and a graph replays at any length. `auto` on
@@ -54,7 +54,7 @@ import logging
 import torch
 
 from sglang_ddtree import ops
-from sglang_ddtree.attention import libraries, native
+from sglang_ddtree.attention import flashinfer_graphs, libraries, native
 
 from . import backends
 from .adapters import backend_override
@@ -147,9 +147,9 @@ def flashinfer_unsupported(model_runner, mla: bool) -> str | None:
     """Why FlashInfer (its paged prefill; FlashInfer-MLA for an MLA target) cannot take the prefix of this runner's
     tree verify (None: it can). An MLA target's latent shape is checked by `unsupported`."""
     k = model_runner.token_to_kv_pool.get_key_buffer(0)
-    if not mla and int(k.shape[-1]) not in libraries.FI_HEAD_DIMS:
+    if not mla and int(k.shape[-1]) not in flashinfer_graphs.FI_HEAD_DIMS:
         return (f"the head dim is {int(k.shape[-1])} (FlashInfer's paged prefill takes "
-                f"{', '.join(map(str, libraries.FI_HEAD_DIMS))})")
+                f"{', '.join(map(str, flashinfer_graphs.FI_HEAD_DIMS))})")
     if not libraries.available("flashinfer"):
         return "flashinfer cannot be imported here"
     return None
@@ -263,12 +263,12 @@ class TreeVerifyAttention:
         workspace = getattr(self.backend, "workspace_buffer", None)
         try:
             if self.mla:
-                self.fi = libraries.FlashInferMLAPrefix(
+                self.fi = flashinfer_graphs.FlashInferMLAPrefix(
                     self.device, heads=_q_heads(self.runner), dtype=k.dtype, context=self.context, max_bs=max_bs,
                     widths=self.widths, sms=self.sms, workspace=workspace)
                 self.fi.plan(self.n)
                 return None
-            self.fi = libraries.FlashInferPrefix(
+            self.fi = flashinfer_graphs.FlashInferPrefix(
                 self.device, q_heads=_q_heads(self.runner), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
                 dtype=k.dtype, context=self.context, max_bs=max_bs, widths=self.widths, sms=self.sms,
                 workspace=workspace)

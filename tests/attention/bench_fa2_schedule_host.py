@@ -1,4 +1,4 @@
-"""The host time of writing the served verify's FlashInfer schedule once (libraries.Fa2Schedule.write: every
+"""The host time of writing the served verify's FlashInfer schedule once (flashinfer_graphs.Fa2Schedule.write: every
 verify forward, and every draft forward with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree), on the CPU, at Qwen3-8B heads
 on an H200's 132 SMs. Not collected by CI (a benchmark): `pytest -q -s tests/attention/bench_fa2_schedule_host.py`
 prints one JSON line, the median µs of a write and the ops it dispatches, per (batch, width)."""

@@ -14,13 +14,13 @@ import math
 
 import torch
 
-from sglang_ddtree.attention import libraries
+from sglang_ddtree.attention import flashinfer_graphs
 
 
 def split_qo_kv(qo_lens, kv_lens, *, group, head_dim, kv_heads, sms, page_size=1):
     """FlashInfer's graph-mode host schedule for requests of qo_lens queries over kv_lens (token) keys."""
     bs, rows = len(qo_lens), sum(qo_lens)
-    tile = libraries.fa2_cta_tile_q((rows - bs + 1) * group, head_dim)
+    tile = flashinfer_graphs.fa2_cta_tile_q((rows - bs + 1) * group, head_dim)
     max_split = (2 * sms) // kv_heads
     padded = max(max_split, -(-rows * group // tile) + bs - 1)
     pages = [-(-k // page_size) for k in kv_lens]
@@ -95,7 +95,7 @@ class Wrapper:
         kv_lens = [kv[b + 1] - kv[b] for b in range(self.bs)]  # page size 1: one slot a page
         group, rows = num_qo_heads // num_kv_heads, qo[-1]
         host = split_qo_kv(qo_lens, kv_lens, group=group, head_dim=head_dim_vo, kv_heads=num_kv_heads, sms=self.sms)
-        shape = libraries.fa2_graph_plan(self.bs, qo_lens[0], num_qo_heads, num_kv_heads, head_dim_vo, self.sms)
+        shape = flashinfer_graphs.fa2_graph_plan(self.bs, qo_lens[0], num_qo_heads, num_kv_heads, head_dim_vo, self.sms)
         off = shape["offsets"]
         ws = self._int_workspace_buffer
         assert ws.numel() >= shape["int_bytes"], "int workspace too small"

@@ -10,7 +10,7 @@ import torch
 
 import fi_mla_emulator as FE
 from sglang_ddtree import ops
-from sglang_ddtree.attention import libraries as L
+from sglang_ddtree.attention import flashinfer_graphs as L
 
 
 def _write(n, heads, sms, lens, ws=None):

@@ -1,4 +1,4 @@
-"""GPU tests of the served verify's FlashInfer-MLA prefix (libraries.FlashInferMLAPrefix: one wrapper a width,
+"""GPU tests of the served verify's FlashInfer-MLA prefix (flashinfer_graphs.FlashInferMLAPrefix: one wrapper a width,
 planned once; the works, KV ranges and merges written on the device every round by the mla_schedule op): the CUDA
 op against the CPU op; the real FlashInfer kernel run on that schedule against dense float64 attention over each
 request's latent prefix and against FlashInfer planned on the host from the exact lengths — at tiny-MLA (16 heads)
@@ -12,11 +12,12 @@ import torch
 
 import fi_mla_emulator as FE
 from sglang_ddtree import ops
-from sglang_ddtree.attention import libraries as L
+from sglang_ddtree.attention import flashinfer_graphs as L
+from sglang_ddtree.attention import libraries
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)"),
-              pytest.mark.skipif(not L.available("flashinfer"), reason="flashinfer is not importable here")]
+              pytest.mark.skipif(not libraries.available("flashinfer"), reason="flashinfer is not importable here")]
 
 TOL = 2e-2  # bf16 inputs, 512-wide latent values
 SCALE = 0.07

@@ -1,4 +1,4 @@
-"""The served verify's FlashInfer prefix on the CPU: the device-written schedule (libraries.Fa2Schedule) against
+"""The served verify's FlashInfer prefix on the CPU: the device-written schedule (flashinfer_graphs.Fa2Schedule) against
 FlashInfer's own host schedule (a port of scheduler.cuh, fi_emulator.split_qo_kv), and FlashInferPrefix run
 through a float64 emulation of FlashInfer's kernel that executes only what is in the buffers at run time, against
 dense attention over each request's prefix. The real library: test_flashinfer_prefix_gpu.py."""
@@ -9,7 +9,7 @@ import torch
 
 import fi_emulator as FE
 from sglang_ddtree import ops
-from sglang_ddtree.attention import libraries as L
+from sglang_ddtree.attention import flashinfer_graphs as L
 
 
 def _schedule(bs, n, hq, hkv, d, sms, lens):

@@ -1,5 +1,5 @@
 """GPU tests of the served verify's FlashInfer cascade: FlashInfer's paged prefill over each request's prefix
-(libraries.FlashInferPrefix: planned once per width and batch, the length-dependent schedule written on the
+(flashinfer_graphs.FlashInferPrefix: planned once per width and batch, the length-dependent schedule written on the
 device), our kernel over the tree alone, merged by LSE (base 2 with natural log) — at Qwen3-8B attention shapes
 (32 / 8 heads, head dim 128, bf16), verify widths 16 / 32 / 64, batches 1 / 4 / 16, prefixes up to several
 thousand tokens on pages of 1 / 16 / 64 scattered slots, DDTree trees, against the float reference; the plan's
@@ -13,12 +13,13 @@ import torch
 import attn_cases as A
 import fi_emulator as FE
 from sglang_ddtree import ops
-from sglang_ddtree.attention import libraries as L
+from sglang_ddtree.attention import flashinfer_graphs as L
+from sglang_ddtree.attention import libraries
 from sglang_ddtree.attention import native, reference_tree_attention
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)"),
-              pytest.mark.skipif(not L.available("flashinfer"), reason="flashinfer is not importable here")]
+              pytest.mark.skipif(not libraries.available("flashinfer"), reason="flashinfer is not importable here")]
 
 HQ, HKV, D = 32, 8, 128
 TOL = 1e-2  # bf16 relative error, as the kernel's own tests
@@ -92,7 +93,7 @@ def test_cascade_matches_reference(n, bs, page):
 @pytest.mark.parametrize("n", [16, 32, 64])
 def test_plan_and_schedule_are_flashinfers_own(n, bs):
     """The real FlashInfer's CUDA-graph plan has the grid, query tile and int-workspace offsets of
-    libraries.fa2_graph_plan; and for requests of equal length the schedule written on the device is exactly the
+    flashinfer_graphs.fa2_graph_plan; and for requests of equal length the schedule written on the device is exactly the
     one FlashInfer's host plan makes from those lengths (live CTAs, chunk size, output and merge offsets)."""
     for length in (1, 129, 3000, 32768):
         fi = _prefix(n, bs, 40000)

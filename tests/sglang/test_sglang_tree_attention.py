@@ -328,6 +328,22 @@ def _random_tree_masks(bs, n, g):
     return out
 
 
+def _fake_mla_tail(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
+    """Our kernel over an MLA tree alone (an empty prefix: the library has it), float64: (O, natural LSE)."""
+    from sglang_ddtree.attention.problem import unpack_mask
+
+    assert int(indptr.abs().sum()) == 0
+    bs, n = mask_bits.shape[0], mask_bits.shape[1]
+    vis = unpack_mask(mask_bits, n)
+    o, lse = [], []
+    for b in range(bs):
+        for i in range(n):
+            j = vis[b, i].nonzero().flatten() + b * n
+            ob, lb = _attend(torch.cat([q[b * n + i], q_pe[b * n + i]], -1), kt[j, 0], vt[j, 0], scale)
+            o.append(ob), lse.append(lb)
+    return torch.stack(o).float(), torch.stack(lse).float()
+
+
 def _mla_cascade_case(TA, device, dtype, h, n=3, lens=(70, 5), req=(3, 1), ctx=128, rows=4, seed=7,
                       backend="FlashMLABackend", prefix="flashmla", page=64):
     """An MLA runner (by default the FlashMLA backend at page size 64) whose requests' pages are scattered, verifying
@@ -379,7 +395,6 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
     replaced by float64 references of their contracts (the real ones: the GPU test below); what is checked is
     the wiring — page table, lengths, layouts, the empty prefix, the merge — against attention over prefix +
     tree computed from req_to_token and the ancestor mask."""
-    from sglang_ddtree.attention.problem import unpack_mask
     from sglang_ddtree.sglang import tree_attention as TA
 
     monkeypatch.setattr(TA.libraries, "available", lambda name: True)
@@ -412,19 +427,8 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
                 o.append(ob), lse.append(lb)
         return torch.stack(o).float(), torch.stack(lse).float()
 
-    def fake_tail(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
-        assert indptr.tolist() == [0] * (bs + 1)  # the prefix is FlashMLA's: none here
-        vis = unpack_mask(mask_bits, n)
-        o, lse = [], []
-        for b in range(bs):
-            for i in range(n):
-                j = vis[b, i].nonzero().flatten() + b * n
-                ob, lb = _attend(torch.cat([q[b * n + i], q_pe[b * n + i]], -1), kt[j, 0], vt[j, 0], scale)
-                o.append(ob), lse.append(lb)
-        return torch.stack(o).float(), torch.stack(lse).float()
-
     monkeypatch.setattr(TA.libraries, "flashmla_attend", fake_flashmla)
-    monkeypatch.setattr(TA.native, "attend_ragged", fake_tail)
+    monkeypatch.setattr(TA.native, "attend_ragged", _fake_mla_tail)
     # SGLang's capture: one metadata call, then the forward run more than once (warm-up, capture); no layer plans
     for _ in range(3):
         out = runner.attn_backend.forward_extend(q.view(bs * n, h * 576), k, k[..., :512].clone(), layer, fb)
@@ -533,30 +537,17 @@ def test_flashinfer_mla_prefix_cascade_equals_attention_over_prefix_and_tree(plu
     from sglang_ddtree.sglang import tree_attention as TA
 
     monkeypatch.setattr(TA.libraries, "available", lambda name: True)
-    monkeypatch.setattr(TA.libraries, "_fi_mla_wrapper_class", lambda: FME.Wrapper)
+    monkeypatch.setattr(TA.flashinfer_graphs, "_fi_mla_wrapper_class", lambda: FME.Wrapper)
     monkeypatch.setattr(TA, "_sm_count", lambda device: 8)
     monkeypatch.setattr(FME.Wrapper, "sms", 8)
     monkeypatch.setattr(FME.Wrapper, "made", [])
-
-    def fake_tail(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
-        assert int(indptr.abs().sum()) == 0  # the prefix is FlashInfer's: none here
-        bs, n = mask_bits.shape[0], mask_bits.shape[1]
-        vis = unpack_mask(mask_bits, n)
-        o, lse = [], []
-        for b in range(bs):
-            for i in range(n):
-                j = vis[b, i].nonzero().flatten() + b * n
-                ob, lb = _attend(torch.cat([q[b * n + i], q_pe[b * n + i]], -1), kt[j, 0], vt[j, 0], scale)
-                o.append(ob), lse.append(lb)
-        return torch.stack(o).float(), torch.stack(lse).float()
-
-    monkeypatch.setattr(TA.native, "attend_ragged", fake_tail)
+    monkeypatch.setattr(TA.native, "attend_ragged", _fake_mla_tail)
     h = 16
     for n, lens, req, seed in ((5, (300, 0, 77), (3, 1, 0), 1), (3, (1, 250), (2, 3), 2)):  # 80 rows: 2 CTAs
         runner, ta, fb, _, q, k, layer, want = _mla_cascade_case(
             TA, "cpu", torch.float32, h, n=n, lens=lens, req=req, ctx=512, rows=4, seed=seed, backend=backend,
             prefix="flashinfer", page=page)
-        assert ta.prefix == "flashinfer" and isinstance(ta.fi, TA.libraries.FlashInferMLAPrefix)
+        assert ta.prefix == "flashinfer" and isinstance(ta.fi, TA.flashinfer_graphs.FlashInferMLAPrefix)
         out = _mla_forward(runner, q, k, layer, fb)
         torch.testing.assert_close(out.view(want.shape).double(), want, rtol=1e-5, atol=1e-5)
         wrapper = ta.fi._plans[(n, 0)][0]
@@ -597,7 +588,7 @@ def test_flashinfer_mla_prefix_cascade_on_the_gpu(plugins_loaded, backend, page,
         case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h, n=n, lens=lens, req=req, ctx=ctx, rows=rows,
                                  backend=backend, prefix="flashinfer", page=page)
     runner, ta, fb, _, q, k, layer, want = case
-    assert isinstance(ta.fi, TA.libraries.FlashInferMLAPrefix)
+    assert isinstance(ta.fi, TA.flashinfer_graphs.FlashInferMLAPrefix)
     out = _mla_forward(runner, q, k, layer, fb)
     torch.testing.assert_close(out.view(want.shape).double().cpu(), want, rtol=2e-2, atol=2e-2)
 
@@ -624,7 +615,7 @@ def _gqa_runner(backend="TritonAttnBackend", ctx=256, rows=5, hq=8, hkv=2, d=64,
 def _fake_flashinfer(monkeypatch, TA, sms=8):
     """FlashInfer replaced by its CPU emulation, on a device of `sms` SMs (small: so short prefixes are split)."""
     monkeypatch.setattr(TA.libraries, "available", lambda name: True)
-    monkeypatch.setattr(TA.libraries, "_fi_wrapper_class", lambda: FE.Wrapper)
+    monkeypatch.setattr(TA.flashinfer_graphs, "_fi_wrapper_class", lambda: FE.Wrapper)
     monkeypatch.setattr(TA, "_sm_count", lambda device: sms)
     monkeypatch.setattr(FE.Wrapper, "sms", sms)
     monkeypatch.setattr(FE.Wrapper, "made", [])
