@@ -155,20 +155,20 @@ def _prefix_library(name: str) -> dict:
                     mla="the FA3 prefix is wired for MHA/GQA targets")
     return dict(dims=FI_HEAD_DIMS, installed=_flashinfer_installed, what="FlashInfer's paged prefill",
                 missing="flashinfer installed", install="pip install flashinfer-python",
-                mla="its FlashInfer-MLA prefix is not wired")
+                mla=None)  # an MLA target's prefix goes through FlashInfer-MLA (its latent shape is checked apart)
 
 
 def _library_prefix_refusal(name: str, view, mla: bool, settings: Settings) -> tuple | None:
     """(what, fix) when SGLANG_DDTREE_PREFIX=`name` (flashinfer or fa3) cannot serve this server, else None."""
     lib, knob = _prefix_library(name), f"{env('prefix')}={name}"
     unset = f"unset {env('prefix')}"
-    if mla:
+    if mla and lib["mla"] is not None:
         return (f"{knob} for an MLA target ({lib['mla']})",
                 f"{unset}, or {env('prefix')}=flashmla with --attention-backend flashmla --page-size 64")
     if settings.verify_attention == "full_mask":
         return (f"{knob} with {env('verify_attention')}=full_mask (the prefix split is the tree kernel's; SGLang's "
                 f"FULL_MASK verify has none)", "unset one of the two")
-    d = head_dim(view)
+    d = None if mla else head_dim(view)
     if d is not None and d not in lib["dims"]:
         return (f"{knob} for a target of head dim {d} ({lib['what']} takes head dims "
                 f"{', '.join(map(str, lib['dims']))})", unset)

@@ -218,10 +218,10 @@ def test_flashmla_prefix_needs_an_mla_target_on_flashmla(resolve, monkeypatch, n
 
 
 def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch):
-    """SGLANG_DDTREE_PREFIX=flashinfer (FlashInfer's paged prefill over an MHA/GQA prefix): served on triton and
-    flashinfer at any page size for head dims 64/128/256 with flashinfer installed; an MLA target, the FULL_MASK
-    path, another head dim (the shipped tiny pair's 32) or no flashinfer are refused at start-up naming the fix.
-    The two names of the knob must agree."""
+    """SGLANG_DDTREE_PREFIX=flashinfer (FlashInfer's paged prefill over an MHA/GQA prefix, FlashInfer-MLA over an
+    MLA one): served on triton and flashinfer at any page size for head dims 64/128/256 with flashinfer installed,
+    and for the shipped MLA target on each MLA backend; the FULL_MASK path, another head dim (the shipped tiny
+    pair's 32) or no flashinfer are refused at start-up naming the fix. The two names of the knob must agree."""
     from sglang_ddtree.engine.data import MODELS_DIR
     from sglang_ddtree.sglang import args as A
     from sglang_ddtree.sglang.settings import Settings
@@ -231,8 +231,8 @@ def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch
     assert Settings.from_env().prefix == Settings.from_env().mla_prefix == "flashinfer"
     for extra in ((), ("--attention-backend", "flashinfer"), ("--page-size", "16"), ("--page-size", "64")):
         resolve(*extra)  # the fixture target: head dim 64
-    with pytest.raises(ValueError, match="flashinfer for an MLA target.*Fix: unset SGLANG_DDTREE_PREFIX"):
-        resolve(target=os.path.abspath(SHIPPED_MLA))
+    for extra in ((), ("--attention-backend", "flashinfer"), ("--attention-backend", "flashmla", "--page-size", "64")):
+        resolve(*extra, target=os.path.abspath(SHIPPED_MLA))
     with pytest.raises(ValueError, match="head dim 32 .*takes head dims 64, 128, 256.*Fix: unset SGLANG_DDTREE_PREFIX"):
         resolve(target=os.path.join(MODELS_DIR, "tiny-target"))
     monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
