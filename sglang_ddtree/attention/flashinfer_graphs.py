@@ -112,6 +112,20 @@ class Fa2Schedule:
                     self.o_indptr, self.merge_indptr, self.chunk)
 
 
+def _host(values, device) -> torch.Tensor:
+    """Plan inputs on the host, pinned where the device is CUDA: the plan's copies stay asynchronous."""
+    t = torch.tensor(values, dtype=torch.int32)
+    return t.pin_memory() if torch.device(device).type == "cuda" else t
+
+
+def _float_workspace(workspace, need: int, device) -> torch.Tensor:
+    """The target backend's own FlashInfer workspace where it is on this device and large enough (same stream as
+    ours: never used concurrently), else a new one of `need` bytes."""
+    if workspace is not None and workspace.device == device and workspace.numel() * workspace.element_size() >= need:
+        return workspace
+    return torch.empty(need, dtype=torch.uint8, device=device)
+
+
 def _fi_wrapper_class():
     import flashinfer
 
@@ -161,18 +175,11 @@ class FlashInferPrefix:
         self.hq, self.hkv, self.d, self.context, self.sms = q_heads, kv_heads, head_dim, int(context), int(sms)
         self._bufs = _Buffers(int(max_bs), self.context, self.device)
         need = max(self._shape(int(max_bs), int(w))["float_bytes"] for w in widths)
-        if workspace is not None and workspace.device == self.device and workspace.numel() * workspace.element_size() >= need:
-            self.float_ws = workspace  # the target backend's own FlashInfer workspace: same stream, never concurrent
-        else:
-            self.float_ws = torch.empty(need, dtype=torch.uint8, device=self.device)
+        self.float_ws = _float_workspace(workspace, need, self.device)
         self._plans = {}  # (n, bs) -> (wrapper, schedule, buffers)
 
     def _shape(self, bs: int, n: int) -> dict:
         return fa2_graph_plan(bs, n, self.hq, self.hkv, self.d, self.sms)
-
-    def _host(self, values) -> torch.Tensor:
-        t = torch.tensor(values, dtype=torch.int32)
-        return t.pin_memory() if self.device.type == "cuda" else t  # the plan's copies stay asynchronous
 
     def plan(self, n: int, bs: int):
         """The wrapper of (n, bs), made and planned the first time. The plan writes its own placeholder lengths
@@ -195,8 +202,9 @@ class FlashInferPrefix:
         wrapper.reset_workspace_buffer(self.float_ws, int_ws)
         # placeholder lengths (1 each: in CUDA-graph mode the plan's host result does not depend on them); host
         # values pinned and the indices on the device, so none of the plan's copies waits for the GPU
-        wrapper.plan(self._host([i * n for i in range(bs + 1)]), self._host(list(range(bs + 1))),
-                     torch.zeros(bs, dtype=torch.int32, device=self.device), self._host([1] * bs), self.hq, self.hkv,
+        host = lambda v: _host(v, self.device)  # noqa: E731
+        wrapper.plan(host([i * n for i in range(bs + 1)]), host(list(range(bs + 1))),
+                     torch.zeros(bs, dtype=torch.int32, device=self.device), host([1] * bs), self.hq, self.hkv,
                      self.d, 1, head_dim_vo=self.d, causal=False, q_data_type=self.dtype, kv_data_type=self.dtype,
                      non_blocking=True)
         # FlashInfer keeps the plan's host result in _plan_info (SGLang's fast_prefill_plan sets it the same way)
@@ -281,10 +289,7 @@ class FlashInferMLAPrefix:
         self._sets = []  # slot-list buffers by capacity (a graph reads the set its wrapper was made with)
         self._buffers(int(max_bs))
         need = max(mla_graph_plan(w, self.hq, self.sms)["float_bytes"] for w in self.widths)
-        if workspace is not None and workspace.device == self.device and workspace.numel() * workspace.element_size() >= need:
-            self.float_ws = workspace  # the target backend's own FlashInfer workspace: same stream, never concurrent
-        else:
-            self.float_ws = torch.empty(need, dtype=torch.uint8, device=self.device)
+        self.float_ws = _float_workspace(workspace, need, self.device)
         size = -(-(mla_graph_plan(1, self.hq, self.sms)["int_bytes"] + 256) // 16) * 16
         self.int_ws = torch.zeros(size, dtype=torch.uint8, device=self.device)
         self._pinned = torch.zeros(size, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
@@ -318,9 +323,8 @@ class FlashInferMLAPrefix:
         # the widths share one small int workspace (FlashInfer's own is 8 MiB a wrapper): every forward's metadata
         # writes the whole schedule there before its layers read it
         wrapper._int_workspace_buffer, wrapper._pin_memory_int_workspace_buffer = self.int_ws, self._pinned
-        host = lambda v: (lambda t: t.pin_memory() if dev.type == "cuda" else t)(torch.tensor(v, dtype=torch.int32))  # noqa: E731
-        wrapper.plan(host([0, n]), host([0, 1]), torch.zeros(1, dtype=torch.int32, device=dev), host([1]), self.hq,
-                     MLA_LATENT, MLA_ROPE, 1, False, 1.0, self.dtype, self.dtype)
+        wrapper.plan(_host([0, n], dev), _host([0, 1], dev), torch.zeros(1, dtype=torch.int32, device=dev),
+                     _host([1], dev), self.hq, MLA_LATENT, MLA_ROPE, 1, False, 1.0, self.dtype, self.dtype)
         shape = mla_graph_plan(n, self.hq, self.sms)
         info = [int(x) for x in wrapper._plan_info]
         if info[0] != shape["cluster_size"] or info[1] != shape["clusters"]:
