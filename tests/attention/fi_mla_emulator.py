@@ -62,9 +62,10 @@ def mla_plan(qo_indptr, kv_indptr, kv_lens, heads, sms):
             if split:
                 chunks = max(remaining * cluster // limit, 1)
                 step = -(-rows // chunks)
+                row0 = qo_indptr[b] * heads + j * tile
                 for o in range(0, rows, step):
-                    merges.append((qo_indptr[b] * heads + j * tile + o, qo_indptr[b] * heads + j * tile + min(o + step, rows),
-                                   partial + o, partial + -(-remaining // limit) * rows, rows))
+                    merges.append((row0 + o, row0 + min(o + step, rows), partial + o,
+                                   partial + -(-remaining // limit) * rows, rows))
             zero = remaining == 0
             while remaining > 0 or zero:
                 cost, c = heapq.heappop(heap)

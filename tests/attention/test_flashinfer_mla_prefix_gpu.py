@@ -16,7 +16,8 @@ from sglang_ddtree.attention import flashinfer_graphs as L
 from sglang_ddtree.attention import libraries
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)"),
+              pytest.mark.skipif(not torch.cuda.is_available(),
+                                 reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)"),
               pytest.mark.skipif(not libraries.available("flashinfer"), reason="flashinfer is not importable here")]
 
 TOL = 2e-2  # bf16 inputs, 512-wide latent values
@@ -35,6 +36,11 @@ def _sms():
 
 def _poison():
     torch.empty(256 << 20, dtype=torch.uint8, device="cuda").view(torch.float32).fill_(math.nan)
+
+
+def _prefix(heads, ctx, bs, widths):
+    return L.FlashInferMLAPrefix("cuda", heads=heads, dtype=torch.bfloat16, context=ctx, max_bs=bs, widths=widths,
+                                 sms=_sms())
 
 
 def _lens(bs, seed):
@@ -106,7 +112,7 @@ def test_prefix_matches_dense_and_flashinfers_own_plan(n, bs, heads):
     ctx = 8192
     lens = _lens(bs, n * 100 + bs + heads)
     r2t, cache, q_nope, q_pe, req, lens_t = _problem(bs, n, heads, lens, ctx, seed=bs + n)
-    fi = L.FlashInferMLAPrefix("cuda", heads=heads, dtype=torch.bfloat16, context=ctx, max_bs=bs, widths=(n,), sms=_sms())
+    fi = _prefix(heads, ctx, bs, (n,))
     fi.prepare(n, bs, r2t, req, lens_t)
     _poison()
     o, lse = fi.run(n, q_nope, q_pe, cache, SCALE)
@@ -115,9 +121,10 @@ def test_prefix_matches_dense_and_flashinfers_own_plan(n, bs, heads):
     # FlashInfer's own host plan of the same batch (eager: no graph buffers)
     own = L._fi_mla_wrapper_class()(torch.empty(128 << 20, dtype=torch.uint8, device="cuda"), backend="auto")
     kv_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(torch.tensor(lens), 0)]).to(torch.int32)
-    indices = torch.cat([r2t[r, :length] for r, length in zip(req.tolist(), lens)] + [torch.zeros(1, dtype=torch.int32, device="cuda")])
-    own.plan(torch.arange(0, (bs + 1) * n, n, dtype=torch.int32), kv_indptr, indices, torch.tensor(lens, dtype=torch.int32),
-             heads, 512, 64, 1, False, SCALE, torch.bfloat16, torch.bfloat16)
+    indices = torch.cat([r2t[r, :length] for r, length in zip(req.tolist(), lens)]
+                        + [torch.zeros(1, dtype=torch.int32, device="cuda")])
+    own.plan(torch.arange(0, (bs + 1) * n, n, dtype=torch.int32), kv_indptr, indices,
+             torch.tensor(lens, dtype=torch.int32), heads, 512, 64, 1, False, SCALE, torch.bfloat16, torch.bfloat16)
     o_own, _ = own.run(q_nope, q_pe, cache[..., :512], cache[..., 512:], return_lse=True)
     live = lens_t.repeat_interleave(n) > 0
     err = ((o[live].float() - o_own[live].float()).norm() / o_own[live].float().norm().clamp_min(1e-9)).item()
@@ -130,7 +137,7 @@ def test_graph_capture_then_replay_other_lengths_and_rows():
     replay equals dense attention, nothing live is NaN."""
     n, heads, bs, ctx = 16, 16, 4, 9000
     r2t, cache, q_nope, q_pe, req, lens = _problem(bs, n, heads, [3, 40, 200, 7], ctx, seed=11)
-    fi = L.FlashInferMLAPrefix("cuda", heads=heads, dtype=torch.bfloat16, context=ctx, max_bs=bs, widths=(8, n), sms=_sms())
+    fi = _prefix(heads, ctx, bs, (8, n))
     fi.prepare(n, bs, r2t, req, lens)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

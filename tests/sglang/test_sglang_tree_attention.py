@@ -517,9 +517,9 @@ def _mla_forward(runner, q, k, layer, fb):
     apart (q_rope / k_rope), triton's and flashmla's whole."""
     t, h = q.shape[0], q.shape[1]
     if type(runner.attn_backend).__name__ == "FlashInferMLAAttnBackend":
-        return runner.attn_backend.forward_extend(q[..., :512].contiguous(), k[..., :512].contiguous(),
-                                                  k[..., :512].contiguous(), layer, fb, q_rope=q[..., 512:].contiguous(),
-                                                  k_rope=k[..., 512:].contiguous())
+        latent, rope = (lambda t: t[..., :512].contiguous()), (lambda t: t[..., 512:].contiguous())  # noqa: E731
+        return runner.attn_backend.forward_extend(latent(q), latent(k), latent(k), layer, fb, q_rope=rope(q),
+                                                  k_rope=rope(k))
     return runner.attn_backend.forward_extend(q.reshape(t, h * 576), k, k[..., :512].clone(), layer, fb)
 
 
