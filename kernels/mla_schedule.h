@@ -115,6 +115,63 @@ DDTREE_HD void mla_write_request(int64_t b, int64_t len, int64_t kv_indptr, int6
   }
 }
 
+// The whole schedule by one block of kThreads threads (the CUDA kernel, kernels/mla_schedule.cu; a host test runs
+// it on kThreads threads with a barrier for `sync`): each thread owns a run of requests, and the three running
+// totals are a scan over the runs in `sh`, which the threads share.
+template <int kThreads>
+struct MlaBlockShared {
+  int64_t works[kThreads], rows[kThreads], merges[kThreads];
+  int64_t limit, total_works, total_merges;
+};
+
+template <int kThreads, class L, class K, class Sync>
+DDTREE_HD void mla_schedule_block(int tid, const L* lens, const K* kv_indptr, int bs, const MlaShape& s,
+                                  int64_t merge_slots, const MlaScheduleOut& o, MlaBlockShared<kThreads>& sh,
+                                  Sync sync) {
+  const int per = (bs + kThreads - 1) / kThreads;
+  const int b0 = tid * per < bs ? tid * per : bs, b1 = b0 + per < bs ? b0 + per : bs;
+  int64_t keys = 0;
+  for (int b = b0; b < b1; ++b) keys += s.tiles() * static_cast<int64_t>(lens[b]);
+  sh.works[tid] = keys;
+  sync();
+  if (tid == 0) {
+    int64_t total = 0;
+    for (int t = 0; t < kThreads; ++t) total += sh.works[t];
+    sh.limit = mla_kv_limit(total, s.clusters);
+  }
+  sync();
+  const int64_t limit = sh.limit;
+  MlaCounts mine{0, 0, 0};
+  for (int b = b0; b < b1; ++b) {
+    const MlaCounts c = mla_counts(static_cast<int64_t>(lens[b]), limit, s);
+    mine.works += c.works, mine.partial_rows += c.partial_rows, mine.merges += c.merges;
+  }
+  sh.works[tid] = mine.works, sh.rows[tid] = mine.partial_rows, sh.merges[tid] = mine.merges;
+  sync();
+  if (tid == 0) {
+    MlaCounts acc{0, 0, 0};
+    for (int t = 0; t < kThreads; ++t) {
+      const MlaCounts c{sh.works[t], sh.rows[t], sh.merges[t]};
+      sh.works[t] = acc.works, sh.rows[t] = acc.partial_rows, sh.merges[t] = acc.merges;
+      acc.works += c.works, acc.partial_rows += c.partial_rows, acc.merges += c.merges;
+    }
+    sh.total_works = acc.works, sh.total_merges = acc.merges;
+  }
+  sync();
+  const int64_t works = sh.total_works;
+  MlaCounts at{sh.works[tid], sh.rows[tid], sh.merges[tid]};
+  for (int b = b0; b < b1; ++b) {
+    const int64_t len = static_cast<int64_t>(lens[b]);
+    mla_write_request(b, len, static_cast<int64_t>(kv_indptr[b]), limit, s, at, works, o);
+    const MlaCounts c = mla_counts(len, limit, s);
+    at.works += c.works, at.partial_rows += c.partial_rows, at.merges += c.merges;
+  }
+  for (int64_t c = tid; c <= s.clusters; c += kThreads)
+    o.work_indptr[c] = static_cast<int32_t>(mla_cluster_start(c, works, s.clusters));
+  for (int64_t m = sh.total_merges + tid; m < merge_slots; m += kThreads)
+    o.merge_start[m] = o.merge_end[m] = o.merge_partial_start[m] = o.merge_partial_end[m] = o.merge_stride[m] = 0;
+}
+
 }  // namespace ddtree
 
 namespace ddtree {

@@ -1,6 +1,7 @@
 #!/bin/bash
 # FlashInfer's JIT modules that SGLang 0.5.17 servers on the H200 build at start-up for a Qwen3-8B-shaped target
-# (bf16, head dim 128: batch prefill fa2 and fa3 "_sm90", cascade merge, norm), built here with nvcc for sm_90a
+# (bf16, head dim 128: batch prefill fa2 and fa3 "_sm90", cascade merge, norm) and that the FlashInfer-MLA prefix
+# builds for an MLA target (batch MLA, fa3 on Hopper, bf16, latent 512 + rope 64), built here with nvcc for sm_90a
 # through FlashInfer's own JIT specs (the names it looks up) and packed in its AOT layout (<name>/<name>.so) as
 # .sgl/fi-aot.tar.xz; scripts/gpu/fi_aot.sh installs them on the GPU machine, so no server there compiles them.
 # (gpu_check.sh GPU_CHECK_SAVE_JIT=1 brings back what a GPU machine built instead.) Needs nvcc 13 and PyPI; about
@@ -22,7 +23,7 @@ export PATH=/usr/local/cuda/bin:$W/site/bin:$PATH CUDA_HOME=${CUDA_HOME:-/usr/lo
 python3 - "$W/aot" <<'PY'
 import shutil, sys, time
 import torch
-from flashinfer.jit.attention.modules import gen_batch_prefill_module
+from flashinfer.jit.attention.modules import gen_batch_mla_module, gen_batch_prefill_module
 from flashinfer.jit.cascade import gen_cascade_module
 from flashinfer.jit.core import build_jit_specs
 from flashinfer.jit.norm import gen_norm_module
@@ -33,6 +34,8 @@ from flashinfer.utils import PosEncodingMode
 args = (torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 128, 128, PosEncodingMode["NONE"].value,
         False, False, False)
 specs = [gen_batch_prefill_module(b, *args) for b in ("fa2", "fa3")] + [gen_cascade_module(), gen_norm_module()]
+# BatchMLAPagedAttentionWrapper(backend="auto") on sm90a, as flashinfer_graphs.FlashInferMLAPrefix plans it
+specs.append(gen_batch_mla_module("fa3", torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 512, 64, False))
 t = time.time()
 build_jit_specs(specs, verbose=False)
 for s in specs:
