@@ -3,6 +3,7 @@
 // FlashInfer-MLA prefix writes its round's schedule in one launch.
 #include <cuda_runtime.h>
 
+#include "block_sync.cuh"
 #include "mla_schedule.h"
 #include "verify_attn.cuh"
 
@@ -10,10 +11,6 @@ namespace ddtree {
 namespace {
 
 constexpr int kMlaThreads = 256;
-
-struct BlockSync {
-  __device__ void operator()() const { __syncthreads(); }
-};
 
 template <class L, class K>
 __global__ void __launch_bounds__(kMlaThreads) mla_schedule_kernel(const L* __restrict__ lens,

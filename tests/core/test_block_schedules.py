@@ -1,7 +1,8 @@
-"""The one-block schedule of a CUDA kernel run on host threads against its CPU op: mla_schedule_block (the body of
-kernels/mla_schedule.cu's kernel) on 256 std::threads with a std::barrier for __syncthreads
-(tests/core/block_schedule_harness.cpp), so that its parallel structure — each thread's run of requests, the scan
-across threads, the strided tails — is checked on a machine without a GPU. The real kernel on the GPU:
+"""The one-block schedules of two CUDA kernels run on host threads against their CPU ops: fa2_schedule_block and
+mla_schedule_block (the bodies of kernels/fa2_schedule.cu's and kernels/mla_schedule.cu's kernels) on 256
+std::threads with a std::barrier for __syncthreads (tests/core/block_schedule_harness.cpp), so that their parallel
+structure — each thread's run of requests, the reductions and scans across threads, the strided tails — is checked
+on a machine without a GPU. The real kernels on the GPU: tests/attention/test_flashinfer_prefix_gpu.py,
 tests/attention/test_flashinfer_mla_prefix_gpu.py."""
 import pathlib
 import shutil
@@ -15,20 +16,59 @@ from sglang_ddtree import _build, ops
 HARNESS = pathlib.Path(__file__).with_name("block_schedule_harness.cpp")
 
 
-def _harness(tmp_path):
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """The harness, compiled once for the module."""
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ not installed")
-    exe = tmp_path / "harness"
+    exe = tmp_path_factory.mktemp("harness") / "harness"
     proc = subprocess.run([gxx, "-std=c++20", "-O1", "-pthread", f"-I{_build.kernels_dir()}", str(HARNESS), "-o",
                            str(exe)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return exe
 
 
-def _cases(seed=0, count=120):
-    g = torch.Generator().manual_seed(seed)
-    rnd = lambda hi: int(torch.randint(0, hi, (1,), generator=g))  # noqa: E731
+def _run(exe, lines):
+    proc = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    assert len(out) == len(lines)
+    return [[int(x) for x in line.split()] for line in out]
+
+
+def _rnd(g):
+    return lambda hi: int(torch.randint(0, hi, (1,), generator=g))
+
+
+def _fa2_cases(seed=1, count=120):
+    rnd = _rnd(torch.Generator().manual_seed(seed))
+    for i in range(count):
+        bs, n, tiles = 1 + rnd(700 if i % 3 == 0 else 40), 1 + rnd(64), 1 + rnd(4)
+        kmax, min_chunk = 1 + rnd(8), (128, 1, 64)[rnd(3)]
+        kinds = (lambda: 0, lambda: rnd(200), lambda: 128 * (1 + rnd(8)), lambda: rnd(40000))
+        yield bs, n, tiles, kmax, min_chunk, [kinds[rnd(4)]() for _ in range(bs)]
+
+
+def _fa2_cpu_op(bs, n, tiles, kmax, min_chunk, lens):
+    valid = torch.zeros(bs * tiles * kmax, dtype=torch.bool)
+    o, merge, chunk = (torch.full((size,), -7, dtype=torch.int32) for size in (bs + 1, bs * n + 1, 1))
+    ops.op("fa2_schedule")(torch.tensor(lens), n, tiles, kmax, min_chunk, valid, o, merge, chunk)
+    return chunk.tolist() + o.tolist() + merge.tolist() + valid.int().tolist()
+
+
+def test_fa2_schedule_block_on_host_threads_is_the_cpu_op(harness):
+    """120 random batches (up to 700 requests, so a thread owns a run of several; widths 1–64; 1–4 query tiles and
+    1–8 chunks a request; key-less, short, chunk-multiple and long prefixes): every array the same."""
+    ops.ensure_backend("cpu")
+    cases = list(_fa2_cases())
+    got = _run(harness, ["fa2 " + " ".join(map(str, (*case[:5], *case[5]))) for case in cases])
+    for case, line in zip(cases, got):
+        assert line == _fa2_cpu_op(*case), case[:5]
+
+
+def _mla_cases(seed=0, count=120):
+    rnd = _rnd(torch.Generator().manual_seed(seed))
     for i in range(count):
         bs = 1 + rnd(700 if i % 3 == 0 else 40)
         n, heads, sms = 1 + rnd(32), (16, 128)[rnd(2)], (132, 8, 7)[rnd(3)]
@@ -38,7 +78,7 @@ def _cases(seed=0, count=120):
         yield bs, n, heads, cluster, sms // cluster, sms, lens
 
 
-def _cpu_op(bs, n, heads, cluster, clusters, merge_slots, lens):
+def _mla_cpu_op(bs, n, heads, cluster, clusters, merge_slots, lens):
     """The CPU op's arrays, laid out as the harness lays them out."""
     tiles = -(-n * heads // (64 * cluster))
     max_works = tiles * bs + 2 * clusters
@@ -56,16 +96,11 @@ def _cpu_op(bs, n, heads, cluster, clusters, merge_slots, lens):
     return out
 
 
-def test_mla_schedule_block_on_host_threads_is_the_cpu_op(tmp_path):
+def test_mla_schedule_block_on_host_threads_is_the_cpu_op(harness):
     """120 random batches (up to 700 requests, so a thread owns a run of several; widths 1–32; 16 and 128 heads;
     132, 8 and 7 SMs; key-less, short, chunk-limit-multiple and long prefixes): every array the same."""
     ops.ensure_backend("cpu")
-    exe = _harness(tmp_path)
-    cases = list(_cases())
-    stdin = "\n".join(" ".join(map(str, (*case[:6], *case[6]))) for case in cases) + "\n"
-    proc = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
-    assert len(lines) == len(cases)
-    for case, line in zip(cases, lines):
-        assert [int(x) for x in line.split()] == _cpu_op(*case), case[:6]
+    cases = list(_mla_cases())
+    got = _run(harness, ["mla " + " ".join(map(str, (*case[:6], *case[6]))) for case in cases])
+    for case, line in zip(cases, got):
+        assert line == _mla_cpu_op(*case), case[:6]
