@@ -293,7 +293,7 @@ class FlashInferMLAPrefix:
         size = -(-(mla_graph_plan(1, self.hq, self.sms)["int_bytes"] + 256) // 16) * 16
         self.int_ws = torch.zeros(size, dtype=torch.uint8, device=self.device)
         self._pinned = torch.zeros(size, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
-        self._plans = {}  # (n, buffer set) -> (wrapper, its schedule's shape, the schedule's 14 int32 offsets)
+        self._plans = {}  # (n, buffer set) -> (wrapper, its schedule's shape, its 14 int32 offsets, the set)
 
     def _buffers(self, bs: int) -> int:
         """The index of the first slot-list set that holds bs requests, made if none does."""
@@ -333,15 +333,14 @@ class FlashInferMLAPrefix:
         offsets = [info[i] for i in _MLA_INFO_ORDER]
         if any(off % 4 for off in offsets):
             raise RuntimeError("FlashInfer's MLA int workspace offsets are not 4-byte aligned")
-        self._plans[key] = (wrapper, shape, [off // 4 for off in offsets])
+        self._plans[key] = (wrapper, shape, [off // 4 for off in offsets], bufs)
         return self._plans[key]
 
     def prepare(self, n: int, bs: int, req_to_token: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor):
         """A forward's metadata: request b's prefix is req_to_token[rows[b], :lens[b]] (device tensors, [bs])."""
         from .. import ops
 
-        _, shape, offsets = self.plan(n, bs)
-        bufs = self._sets[self._buffers(bs)]
+        _, shape, offsets, bufs = self.plan(n, bs)
         ops.op("gather_prefix_slots")(req_to_token, rows[:bs], lens[:bs], bufs.kv_indptr, bufs.kv_indices)
         self._schedule(lens[:bs].contiguous(), bufs.kv_indptr, n, self.hq, shape["cluster_size"], shape["clusters"],
                        MLA_MAX_WORKS, self.sms, offsets, self.int_ws[: self.int_ws.numel() // 4 * 4].view(torch.int32))

@@ -122,8 +122,9 @@ def test_flashinfer_mla_prefix_attends_each_requests_prefix(monkeypatch, n):
         torch.testing.assert_close(o[live].double(), want_o[live], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(lse[live].double() * math.log(2), want_l[live], rtol=1e-5, atol=1e-5)
         assert (lse[~live] == -math.inf).all()  # a key-less request: weight 0 in the merge with the tree
-    wrapper, shape, _ = fi._plans[(n, 0)]
+    wrapper, shape, _, bufs = fi._plans[(n, 0)]
     assert sorted(fi._plans) == [(n, 0)] and wrapper.runs == 3 and wrapper._int_workspace_buffer is fi.int_ws
+    assert bufs is fi._sets[0] and wrapper._kv_indices_buf is bufs.kv_indices
     assert shape["cluster_size"] == (2 if n * heads > 64 else 1)
 
 
