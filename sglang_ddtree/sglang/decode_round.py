@@ -45,6 +45,7 @@ class DecodeRound:
     def __init__(self, sgl, server_args, knobs: Settings):
         self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
         self.knobs = knobs
+        server_args = registration.read_view(server_args)  # 0.5.23 keeps resolved values off the record
         self.verify_width = int(server_args.speculative_num_draft_tokens)  # n = budget + 1
         self.budget = budget_of(self.verify_width)
         self.block_size = int(server_args.speculative_dflash_block_size)
@@ -122,7 +123,7 @@ class DecodeRound:
         verify-attention path is chosen (tree kernel, or SGLang's FULL_MASK fallback)."""
         self.sgl.check_serving()
         runner = self.sgl.target_runner()
-        why = tree_attention.unsupported(runner) if self.round.backend == "cuda" else "the CUDA ops are unavailable"
+        why = tree_attention.unsupported(runner) if self._tree_ops(runner) else "the CUDA ops are unavailable"
         choice = self.knobs.verify_attention
         if not verify_attention({"full_mask": "mask"}.get(choice, choice), why, f"{env('verify_attention')}={choice}"):
             page = int(getattr(runner, "page_size", 1) or 1)
@@ -154,16 +155,23 @@ class DecodeRound:
             self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
         self.tree_attn.install()
 
+    def _tree_ops(self, runner) -> bool:
+        """Whether the tree verify can run on this runner: the CUDA ops, or SGLang's CPU backend (whose verify is
+        the project's torch path); a CUDA server on the CPU fallback ops has neither."""
+        return self.round.backend == "cuda" or tree_attention.on_cpu_backend(runner)
+
     def choose_draft_attention(self) -> None:
         """Before any graph capture: the drafter's block attention through the verify's cascade
         (draft_attention.py) with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree (refused at start-up where it cannot serve)
         or =auto (wherever it can serve; elsewhere the draft backend's own kernel, said once in the log)."""
         choice = self.knobs.draft_attention
+        runner = self.sgl.draft_runner()
+        if tree_attention.on_cpu_backend(runner):  # SGLang's CPU backend has no TARGET_VERIFY of its own
+            choice = "ddtree"
         if choice == "sglang":
             return
-        runner = self.sgl.draft_runner()
-        why = "the CUDA ops are unavailable" if self.round.backend != "cuda" else \
-            draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported())
+        why = draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported()) if self._tree_ops(runner) \
+            else "the CUDA ops are unavailable"
         if why is not None:
             if choice == "auto":
                 logger.info("sglang-ddtree: the drafter's attention stays on its backend's kernel: %s", why)
