@@ -317,9 +317,9 @@ def _check_cpu_serving(view, settings: Settings) -> None:
                 f"unset {env('prefix')}")
     gaps = sgl.cpu_serving_gaps()
     if gaps:
-        _reject("--device cpu with this SGLang install, which lacks " + "; ".join(gaps),
-                "serve from the CPU test copy this repository builds (`make serve-cpu`; patches/0.5.23/cpu/README.md "
-                "says what it changes), or serve on a GPU")
+        _reject("--device cpu here, which lacks " + "; ".join(gaps),
+                "start with SGLANG_USE_CPU_ENGINE=1 and this repository's CPU site first on PYTHONPATH (`make "
+                "sglang-deps` builds it as .deps/cpu-site: sgl_kernel's CPU ops in torch), as `make serve-cpu` does")
 
 
 def validate_server_args(server_args) -> None:

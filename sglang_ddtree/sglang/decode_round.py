@@ -330,19 +330,20 @@ class _ServerRound(RoundHost):
         sgl.apply_bias_and_processors(batch, flat, logits.shape[1])
 
     def node_law(self, round_no: int):
-        """The request's law (sampling.py), from the request's own stream: its seed and position under
-        deterministic inference (reproducible whatever the batch), else the server's seed with the request's
-        pool row and the round counter."""
+        """The request's law (sampling.py), from the request's own stream: its sampling seed and position where it
+        gave a seed (reproducible whatever the batch), else the server's seed with the request's pool row and the
+        round counter."""
         batch = self.batch
         law = self.sgl.node_law(batch)
         if law is None:
             return None, None, None
-        seed = self.sgl.request_seeds(batch)
-        if seed is not None:
-            step = batch.seq_lens.to(torch.int64)
-        else:
-            seed = request_seeds(self.dr._seed, batch.req_pool_indices)
-            step = torch.full_like(seed, round_no)
+        seed = request_seeds(self.dr._seed, batch.req_pool_indices)
+        step = torch.full_like(seed, round_no)
+        own = self.sgl.request_seeds(batch)
+        if own is not None:
+            given_seed, given = own
+            seed = torch.where(given, given_seed, seed)
+            step = torch.where(given, batch.seq_lens.to(torch.int64), step)
         return law, seed.view(-1).to(torch.int64), step
 
     def committed(self, plan, targets) -> None:

@@ -29,7 +29,7 @@ SGLANG_DFLASH = os.path.join(DEPS, "sgl-0.5.23-dflash")
 MODELS = os.path.join(ROOT, "sglang_ddtree", "engine", "models")
 TARGET, DRAFTER = os.path.join(MODELS, "tiny-target"), os.path.join(MODELS, "tiny-dflash")
 CONTEXT = 1024  # --context-length: the context-limit test fills it
-MAX_UP = 4
+MAX_UP = 3  # each server is ~2 GB of processes (launcher, scheduler, detokenizer)
 START_TIMEOUT = 300
 
 COMMON = ["--model-path", TARGET, "--device", "cpu", "--dtype", "float32", "--attention-backend", "torch_native",
@@ -49,8 +49,9 @@ SERVERS = {
     "ddtree_b15": ("sglang_ddtree.launch_server", DDTREE + ["--speculative-ddtree-budget", "15"], {}, SGLANG),
     "ddtree_b31": ("sglang_ddtree.launch_server", DDTREE + ["--speculative-ddtree-budget", "31"], {}, SGLANG),
     "ddtree_auto": ("sglang_ddtree.launch_server", DDTREE + ["--speculative-ddtree-budget", "auto"], {}, SGLANG),
-    # the pool small enough that 64 long streams force retraction
-    "ddtree_small_pool": ("sglang_ddtree.launch_server", DDTREE + ["--max-total-tokens", "3000"], {}, SGLANG),
+    # the pool small enough that 64 long streams force retraction; hidden states enabled, so a request can ask for them
+    "ddtree_edge": ("sglang_ddtree.launch_server", DDTREE + ["--max-total-tokens", "3000",
+                                                              "--enable-return-hidden-states"], {}, SGLANG),
 }
 
 
@@ -85,7 +86,7 @@ class Server:
         self.module, flags, self.env, self.install = SERVERS[name]
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = os.path.join(logdir, f"{name}.log")
+        self.log = os.path.join(logdir, f"{name}-{self.port}.log")  # a restarted server keeps its crash log
         self.argv = [sys.executable, "-m", self.module, *COMMON, *flags, "--port", str(self.port)]
         self.proc = None
 

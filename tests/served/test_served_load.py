@@ -26,7 +26,7 @@ def stream(base, prompt, sampling, drop_after=None):
 
 
 def test_streams_with_disconnects_under_retraction(fleet, prompts):
-    url = fleet.url("ddtree_small_pool")
+    url = fleet.url("ddtree_edge")
     sampling = {"temperature": 0.0, "max_new_tokens": TOKENS, "ignore_eos": True}
     ps = [prompts[i % len(prompts)] for i in range(STREAMS)]
     drop = set(random.Random(1).sample(range(STREAMS), DROPPED))

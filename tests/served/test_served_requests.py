@@ -141,8 +141,11 @@ def test_requests_at_the_context_limit_next_to_short_ones_then_idle(fleet, ddtre
     time.sleep(15)
 
 
-def test_return_hidden_states_is_refused_naming_ddtree(fleet, check_health):
-    url = fleet.url("ddtree")
+def test_return_hidden_states_is_refused_naming_ddtree(fleet):
+    """On a server that returns hidden states (--enable-return-hidden-states), a request asking for them gets a
+    400 naming DDTree and the fix; the server stays up."""
+    url = fleet.url("ddtree_edge")
     out = post(url, {"text": "def f(x):", "sampling_params": GREEDY, "return_hidden_states": True})
     assert out.get("error") == 400, out
     assert "DDTREE" in out["body"] and "return_hidden_states" in out["body"], out["body"]
+    assert healthy(url)

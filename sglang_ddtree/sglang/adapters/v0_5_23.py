@@ -117,6 +117,14 @@ class Adapter(DFlashV2Adapter):
                                  f"fused-draft pool), which the tree kernel's prefix gather and the KV move do not")
 
     # --- the round's verbs ---------------------------------------------------------------------------
+    @staticmethod
+    def req_row(req) -> int:
+        return int(req.kv.req_pool_idx)
+
+    @staticmethod
+    def held_back_tokens(req) -> set:
+        return DFlashV2Adapter.held_back_tokens(req) | set(req.eos_token_ids or ())
+
     def draft_kv_lens(self, draft_input):
         cpu, total = super().draft_kv_lens(draft_input)
         if cpu is None:
