@@ -37,6 +37,16 @@ def integer(name: str, value, *, minimum: int | None = None, maximum: int | None
     return value
 
 
+def finite_nonnegative(name: str, value) -> float:
+    """A Python or numpy real, finite and >= 0 (a temperature), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    value = float(value)
+    if not value >= 0.0 or value == float("inf"):
+        raise ValueError(f"{name} must be a finite value >= 0, got {value}")
+    return value
+
+
 INT_DTYPES = (torch.int32, torch.int64)
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 

@@ -186,11 +186,7 @@ def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=
     such a node and flags the request (flags.NONFINITE_TARGET); never feed −1 back as a token.
     """
     C.tensor("target_logits", target_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a float, got {type(temperature).__name__}")
-    temperature = float(temperature)
-    if not temperature >= 0.0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite value >= 0, got {temperature}")
+    temperature = C.finite_nonnegative("temperature", temperature)
     B, n, V = target_logits.shape
     device = target_logits.device
     if V < 1:
