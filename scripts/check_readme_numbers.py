@@ -170,6 +170,30 @@ def _demo_tau(doc, method: str, temperature: float, budget=None) -> float:
     return row["tau"]
 
 
+def _demo_speed(doc, method: str, temperature: float) -> float:
+    """tok/s of one method of the demo's JSON (the paper's tree: its fastest budget)."""
+    return max(r["tokens_per_s"] for r in doc["rows"] if r["method"] == method and r["temperature"] == temperature)
+
+
+def _demo_greedy_speeds(doc) -> tuple:
+    """(chain, AR, served) greedy tok/s, when the chain was faster than AR and the served default slower, as the
+    README's words say."""
+    chain, ar, served = (_demo_speed(doc, m, 0.0) for m in ("chain", "ar", "served"))
+    if not chain > ar > served:
+        raise LookupError(f"greedy tok/s chain {chain:.0f}, AR {ar:.0f}, served {served:.0f}: not the README's order")
+    return chain, ar, served
+
+
+def _demo_sampled_speeds(doc) -> tuple:
+    """(served, AR) sampled tok/s, when every speculative method was slower than AR, as the README says."""
+    ar = _demo_speed(doc, "ar", 1.0)
+    faster = {r["method"] for r in doc["rows"] if r["temperature"] == 1.0 and r["method"] != "ar"
+              and r["tokens_per_s"] >= ar}
+    if faster:
+        raise LookupError(f"sampled, {sorted(faster)} ran at least as fast as AR")
+    return _demo_speed(doc, "served", 1.0), ar
+
+
 def _robust(doc, name, *fields):
     """A check of the requests run (robust_check.py), which must have passed, and the DDTree server alive."""
     c = doc["checks"][name]
@@ -268,6 +292,8 @@ CLAIMS = [
      None),
     ("the served default accepted {} tokens per forward against the paper's tree's {} at budget 63", DEMO,
      lambda d: (_demo_tau(d, "served", 1.0), _demo_tau(d, "ddtree", 1.0, 63)), None),
+    ("greedy, the chain beat AR's tok/s ({} vs {}) and DDTree did not ({})", DEMO, _demo_greedy_speeds, None),
+    ("sampled, none did (DDTree {} vs AR's {})", DEMO, _demo_sampled_speeds, None),
     ("the build runs {}–{} µs per pop at budgets 8 and 64", GPU_TREE,
      span("build", "us_per_pop", budget=(8, 64)), None),
     ("top-k+LSE reaches {}% of copy bandwidth at batch 64", (GPU_TREE, CEILINGS),

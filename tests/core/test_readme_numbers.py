@@ -73,3 +73,34 @@ def test_tolerance_is_the_printed_precision():
     assert not crn._close("348", 348.6, None) and not crn._close("0.35", 0.356, None)
     assert crn._close("10,000", 10000, None) and crn._close("5", 5.1, None)
     assert crn._close("100", 101, 0.01) and not crn._close("100", 102, 0.01)
+
+
+def test_every_ranking_against_ar_is_a_checked_claim():
+    """A README sentence that ranks a method against AR (faster, slower, beat) is a claim read from its file: "On a
+    CPU every speculative method is slower than AR in tokens/s" stood while the committed demo run had the greedy
+    chain faster than AR."""
+    flat = crn._flat(re.sub(r"```.*?```", " ", README, flags=re.S))
+    claims = [crn.NUMBER.join(re.escape(p) for p in crn._flat(fragment).split("{}")) for fragment, *_ in crn.CLAIMS]
+    ranking = [s for s in re.split(r"(?<=[.;])\s+", flat)
+               if re.search(r"\bAR\b", s) and re.search(r"\b(faster|slower|beat|beats|beaten)\b", s)]
+    assert ranking, "no sentence ranks a method against AR: this test has nothing to hold"
+    assert [s for s in ranking if not any(re.search(c, s) for c in claims)] == []
+
+
+@pytest.mark.parametrize("change", ["ar faster than the chain", "served faster than ar", "sampled chain as fast as ar"])
+def test_the_demo_speed_claims_fail_when_the_order_is_not_the_readmes(change):
+    """The demo's tok/s claims check the words too: a run where the order differs is refused, whatever its numbers."""
+    import copy
+    import json
+
+    doc = copy.deepcopy(json.loads((ROOT / crn.DEMO).read_text()))
+    rows = {(r["method"], r["temperature"]): r for r in doc["rows"]}
+    assert crn._demo_greedy_speeds(doc) and crn._demo_sampled_speeds(doc)  # the committed run holds
+    if change == "ar faster than the chain":
+        rows["ar", 0.0]["tokens_per_s"] = rows["chain", 0.0]["tokens_per_s"] + 1
+    elif change == "served faster than ar":
+        rows["served", 0.0]["tokens_per_s"] = rows["ar", 0.0]["tokens_per_s"] + 1
+    else:
+        rows["chain", 1.0]["tokens_per_s"] = rows["ar", 1.0]["tokens_per_s"]
+    with pytest.raises(LookupError):
+        crn._demo_greedy_speeds(doc) if "sampled" not in change else crn._demo_sampled_speeds(doc)
