@@ -94,7 +94,7 @@ def _compilers(cuda: bool) -> list[str]:
     """The compilers cpp_extension will run, by their version texts (their paths are not part of a build)."""
     from torch.utils import cpp_extension
 
-    out = [_tool_version([cpp_extension.get_cxx_compiler()])]
+    out = [_tool_version(cpp_extension.get_cxx_compiler().split())]  # CXX may be "ccache g++"
     if cuda:
         nvcc = os.environ.get("PYTORCH_NVCC") or os.path.join(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
         out += [_tool_version(nvcc.split()), f"CC={os.environ.get('CC', '')}"]

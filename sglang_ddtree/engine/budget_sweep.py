@@ -12,7 +12,7 @@ import time
 import torch
 
 from .. import _cli
-from .data import MAX_NEW_TOKENS, heldout_prompts
+from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from .engine import Engine, summarize
 
 FIT_PROMPTS = 100  # the shipped calibration's fit prompts (python -m sglang_ddtree calibration's default)
@@ -29,8 +29,8 @@ def main(argv=None) -> int:
                     help="batch sizes, comma-separated (default 1,16,128)")
     ap.add_argument("--prompts", type=_cli.int_at_most(unfitted, "the held-out prompts the calibration was not "
                     "fitted on"), default=128, help=f"taken after the calibration's {FIT_PROMPTS} fit prompts")
-    ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, "the shipped target was trained on 256-token "
-                    "windows"), default=48, help="tokens generated per prompt (default 48)")
+    ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=48,
+                    help="tokens generated per prompt (default 48)")
     ap.add_argument("--device", type=_cli.device, default=None, help="cpu / cuda (default: cuda when present)")
     a = ap.parse_args(argv)
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import torch
 from .. import _cli
 from ..calibration import FILE, collect, fit_temperature, reliability
 from ..sizes import MAX_CUDA_BUDGET
-from .data import MAX_NEW_TOKENS, MODELS_DIR, heldout_prompts
+from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, MODELS_DIR, heldout_prompts
 from .engine import Engine, summarize
 
 
@@ -26,8 +26,8 @@ def parse_args(argv):
     ap.add_argument("--fit-prompts", type=_cli.int_at_most(available - 1, f"{available} held-out prompts are "
                     "shipped and at least one must test"), default=100,
                     help="the first N held-out prompts fit; the rest test (default 100)")
-    ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, "the shipped target was trained on 256-token "
-                    "windows"), default=48, help="tokens generated per prompt (default 48)")
+    ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=48,
+                    help="tokens generated per prompt (default 48)")
     ap.add_argument("--budgets", type=_cli.int_list_at_most(MAX_CUDA_BUDGET, "the largest budget SGLang serves"),
                     default=[8, 16, 32, 64], help="tree budgets the test tau is measured at, comma-separated "
                     "(default 8,16,32,64)")

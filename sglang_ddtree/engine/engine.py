@@ -146,11 +146,10 @@ class Engine:
             raise TypeError(f"on_round must be callable or None, got {type(on_round).__name__}")
         V, L = self.target.config.vocab_size, self.block_size - 1
         ids = _token_ids(prompts, self.tokenizer, V)
-        context = self.target.config.max_position_embeddings
-        if max(map(len, ids)) + max_new_tokens > context:
-            raise ValueError(f"max_new_tokens must be <= {context - max(map(len, ids))} (the target's "
-                             f"{context} positions less the longest prompt's {max(map(len, ids))}), got "
-                             f"{max_new_tokens}")
+        context, longest = self.target.config.max_position_embeddings, max(map(len, ids))
+        if longest + max_new_tokens > context:
+            raise ValueError(f"max_new_tokens must be <= {context - longest} (the target's {context} positions less "
+                             f"the longest prompt's {longest}), got {max_new_tokens}")
         if isinstance(seed, numbers.Integral):
             seeds = [_int("seed", seed, C.INT64_MIN, C.INT64_MAX - len(ids) + 1) + i for i in range(len(ids))]
         elif isinstance(seed, (str, bytes)) or not isinstance(seed, Iterable):
