@@ -45,6 +45,7 @@ class DecodeRound:
     def __init__(self, sgl, server_args, knobs: Settings):
         self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
         self.knobs = knobs
+        server_args = registration.read_view(server_args)  # 0.5.23 keeps resolved values off the record
         self.verify_width = int(server_args.speculative_num_draft_tokens)  # n = budget + 1
         self.budget = budget_of(self.verify_width)
         self.block_size = int(server_args.speculative_dflash_block_size)
@@ -122,7 +123,7 @@ class DecodeRound:
         verify-attention path is chosen (tree kernel, or SGLang's FULL_MASK fallback)."""
         self.sgl.check_serving()
         runner = self.sgl.target_runner()
-        why = tree_attention.unsupported(runner) if self.round.backend == "cuda" else "the CUDA ops are unavailable"
+        why = tree_attention.unsupported(runner) if self._tree_ops(runner) else "the CUDA ops are unavailable"
         choice = self.knobs.verify_attention
         if not verify_attention({"full_mask": "mask"}.get(choice, choice), why, f"{env('verify_attention')}={choice}"):
             page = int(getattr(runner, "page_size", 1) or 1)
@@ -154,16 +155,23 @@ class DecodeRound:
             self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
         self.tree_attn.install()
 
+    def _tree_ops(self, runner) -> bool:
+        """Whether the tree verify can run on this runner: the CUDA ops, or SGLang's CPU backend (whose verify is
+        the project's torch path); a CUDA server on the CPU fallback ops has neither."""
+        return self.round.backend == "cuda" or tree_attention.on_cpu_backend(runner)
+
     def choose_draft_attention(self) -> None:
         """Before any graph capture: the drafter's block attention through the verify's cascade
         (draft_attention.py) with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree (refused at start-up where it cannot serve)
         or =auto (wherever it can serve; elsewhere the draft backend's own kernel, said once in the log)."""
         choice = self.knobs.draft_attention
+        runner = self.sgl.draft_runner()
+        if tree_attention.on_cpu_backend(runner):  # SGLang's CPU backend has no TARGET_VERIFY of its own
+            choice = "ddtree"
         if choice == "sglang":
             return
-        runner = self.sgl.draft_runner()
-        why = "the CUDA ops are unavailable" if self.round.backend != "cuda" else \
-            draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported())
+        why = draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported()) if self._tree_ops(runner) \
+            else "the CUDA ops are unavailable"
         if why is not None:
             if choice == "auto":
                 logger.info("sglang-ddtree: the drafter's attention stays on its backend's kernel: %s", why)
@@ -322,19 +330,20 @@ class _ServerRound(RoundHost):
         sgl.apply_bias_and_processors(batch, flat, logits.shape[1])
 
     def node_law(self, round_no: int):
-        """The request's law (sampling.py), from the request's own stream: its seed and position under
-        deterministic inference (reproducible whatever the batch), else the server's seed with the request's
-        pool row and the round counter."""
+        """The request's law (sampling.py), from the request's own stream: its sampling seed and position where it
+        gave a seed (reproducible whatever the batch), else the server's seed with the request's pool row and the
+        round counter."""
         batch = self.batch
         law = self.sgl.node_law(batch)
         if law is None:
             return None, None, None
-        seed = self.sgl.request_seeds(batch)
-        if seed is not None:
-            step = batch.seq_lens.to(torch.int64)
-        else:
-            seed = request_seeds(self.dr._seed, batch.req_pool_indices)
-            step = torch.full_like(seed, round_no)
+        seed = request_seeds(self.dr._seed, batch.req_pool_indices)
+        step = torch.full_like(seed, round_no)
+        own = self.sgl.request_seeds(batch)
+        if own is not None:
+            given_seed, given = own
+            seed = torch.where(given, given_seed, seed)
+            step = torch.where(given, batch.seq_lens.to(torch.int64), step)
         return law, seed.view(-1).to(torch.int64), step
 
     def committed(self, plan, targets) -> None:

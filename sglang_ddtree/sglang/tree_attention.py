@@ -93,6 +93,8 @@ def unsupported(model_runner) -> str | None:
     """Why the tree kernel cannot serve this target runner's TARGET_VERIFY (None: it can)."""
     pool = model_runner.token_to_kv_pool
     pool_name = type(pool).__name__
+    if on_cpu_backend(model_runner):
+        return cpu_unsupported(model_runner)
     if pool_name not in BACKENDS or getattr(pool, "use_hnd", False):
         return (f"KV pool {pool_name} (plain {', '.join(BACKENDS)} only: no SWA, hybrid, quantized-latent or "
                 f"head-major pools)")
@@ -117,6 +119,24 @@ def unsupported(model_runner) -> str | None:
         return "decode context parallelism"
     if k.device.type != "cuda":
         return f"a KV cache on {k.device} (the kernel runs on CUDA)"
+    return None
+
+
+def on_cpu_backend(model_runner) -> bool:
+    """Whether TARGET_VERIFY is served by SGLang's CPU backend (torch_native): the project's torch path verifies."""
+    if getattr(model_runner, "attn_backend", None) is None:  # a runner without a backend yet (tools, doubles)
+        return False
+    return verify_backend_name(model_runner) in {c for by_name in backends.CPU.values() for c in by_name.values()}
+
+
+def cpu_unsupported(model_runner) -> str | None:
+    """Why the torch path (native.attend_ragged on CPU tensors: any float dtype and head dims) cannot serve this CPU
+    runner's TARGET_VERIFY (None: it can)."""
+    pool_name = type(model_runner.token_to_kv_pool).__name__
+    if pool_name not in backends.CPU or getattr(model_runner.token_to_kv_pool, "use_hnd", False):
+        return f"KV pool {pool_name} on the CPU (plain {', '.join(backends.CPU)} only)"
+    if getattr(model_runner, "sliding_window_size", None):
+        return "sliding-window attention"
     return None
 
 
@@ -226,7 +246,11 @@ class TreeVerifyAttention:
         if prefix not in PREFIXES:
             raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
         asked = prefix
-        if prefix == "auto":
+        if on_cpu_backend(model_runner) and prefix in ("auto", "tree"):  # the torch path over prefix and tree
+            prefix = "tree"
+        elif on_cpu_backend(model_runner):
+            raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix} on the CPU (the prefix libraries are CUDA kernels)")
+        elif prefix == "auto":
             prefix = auto_prefix(model_runner, self.mla)
         elif prefix in UNSUPPORTED:
             why = UNSUPPORTED[prefix](model_runner, self.mla)
