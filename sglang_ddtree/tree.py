@@ -6,7 +6,6 @@ captured in a CUDA graph; nothing here is read on the host.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
 import torch
@@ -95,24 +94,6 @@ def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0) ->
             torch.tensor([p["flags"] for p in per], dtype=torch.int32))
 
 
-def _in_range(name: str, value, lo: int, hi: int | None = None) -> None:
-    """Values of a per-request argument inside [lo, hi): checked for Python ints and CPU tensors only. A CUDA
-    tensor is not read back on the host (that would add a sync to every round); its bad values are not caught
-    here, and a seq_len < 0 or a token outside the vocabulary gives a meaningless tree, not a crash."""
-    if isinstance(value, torch.Tensor):
-        if value.device.type != "cpu" or value.numel() == 0 or value.dtype not in C.INT_DTYPES:
-            return  # not read on the host, empty, or the wrong type (per_request names that)
-        low, high = int(value.min()), int(value.max())
-    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        low = high = int(value)
-    else:
-        return
-    if low < lo or (hi is not None and high >= hi):
-        bad = low if low < lo else high
-        want = f">= {lo}" if hi is None else f"in [{lo}, {hi})"
-        raise ValueError(f"{name} must be {want}, got {bad}")
-
-
 def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
     """bool [..., n, n] → int32 [..., n, words], bit j%32 of word j//32 = mask[..., j]."""
     n = mask.shape[-1]
@@ -129,7 +110,7 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
 
     top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
     root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth); a
-    negative token or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
+    negative token, top id or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
     budget 0 is the root alone (an autoregressive step). backend: 'auto' (the tensors' device), 'cuda', 'cpu'
     or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or 'chain' (the drafter's greedy chain is
     popped first, so it is always a path of the tree: docs/DESIGN.md §3.7).
@@ -143,10 +124,11 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     forced = chain_pops(anchor, L)
     roots = C.per_request("root_tokens", root_tokens, B, device)
     lens = C.per_request("seq_lens", seq_lens, B, device)
+    C.in_range("top_ids", top_ids, 0)  # a negative id would become a node's token, unflagged
     if root_tokens is not None:
-        _in_range("root_tokens", root_tokens, 0)
+        C.in_range("root_tokens", root_tokens, 0)
     if seq_lens is not None:
-        _in_range("seq_lens", seq_lens, 0)
+        C.in_range("seq_lens", seq_lens, 0)
     backend = ops.resolve_backend(backend, device)
     lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
     if backend == "reference":
@@ -175,7 +157,7 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
     k = min(topk if topk is not None else max(budget, 1), V)  # budget 0 (the root alone) still reads one candidate
     chain_pops(anchor, L)  # refuse a bad anchor before any work
     if root_tokens is not None and budget > 0:  # budget 0 reads no draft token, so any vocabulary will do
-        _in_range("root_tokens", root_tokens, 0, V)
+        C.in_range("root_tokens", root_tokens, 0, V)
     native = ops.resolve_backend(backend, draft_logits.device)
     stage1 = "cuda" if native == "cuda" else "cpu"
     lp, ids = topk_logprobs(draft_logits, k, stage1)

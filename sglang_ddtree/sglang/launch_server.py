@@ -11,11 +11,11 @@ import argparse
 import runpy
 import sys
 
-from .._cli import Parser, fail, positive_int
+from .._cli import Parser, fail, positive_int, prog
 from .args import ALGORITHM
 from .settings import AUTO, TABLE, Var
 
-PROG = "python -m sglang_ddtree.launch_server"
+PROG = prog("launch_server")
 
 
 def budget_arg(text: str):
