@@ -11,7 +11,7 @@ SGL_LIGHT_DEPS = aiohttp dill ipython msgspec orjson pillow psutil pybase64 pyda
   "openai==2.8.0" partial-json-parser einops setproctitle uvicorn fastapi
 # what a running 0.5.23 server imports beyond those (the served tests start real CPU servers)
 SGL_SERVE_DEPS = uvloop prometheus-client python-multipart watchfiles xxhash zstandard interegular jsonschema \
-  soundfile "xgrammar==0.2.7"
+  soundfile "xgrammar==0.2.7" datasets
 PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
 .PHONY: install sglang-deps no-hub-kernels demo test test-core serve-cpu bench-tree gpu-bundle gpu-fa3 gpu-fi-aot

@@ -434,6 +434,10 @@ def apply_ddtree_defaults(server_args) -> None:
     sgl.resolve_draft_attention_backend(server_args)
     if str(getattr(view, "device", None) or "") == "cpu":  # SGLang's DFlash picks a CUDA backend for the drafter
         server_args.speculative_draft_attention_backend = CPU_ATTENTION_BACKEND
+        if not sgl.cpu_overlap_supported() and not getattr(view, "disable_overlap_schedule", False):
+            logger.warning("DDTREE: the overlap scheduler is off on the CPU with this SGLang (its overlap path records "
+                           "CUDA streams)")
+            server_args.disable_overlap_schedule = True
     if getattr(view, "max_running_requests", None) is None:
         server_args.max_running_requests = DEFAULT_MAX_RUNNING_REQUESTS
     if getattr(view, "enable_mixed_chunk", False):

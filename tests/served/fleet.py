@@ -26,6 +26,8 @@ DEPS = os.path.join(ROOT, ".deps")
 SITE = os.path.join(DEPS, "cpu-site")
 SGLANG = os.path.join(DEPS, "sgl-0.5.23")
 SGLANG_DFLASH = os.path.join(DEPS, "sgl-0.5.23-dflash")
+SGLANG_0517 = os.path.join(DEPS, "sgl-0.5.17")
+SITES = {SGLANG_0517: SITE + "-0.5.17"}  # the CPU site of an install (0.5.23's by default)
 MODELS = os.path.join(ROOT, "sglang_ddtree", "engine", "models")
 TARGET, DRAFTER = os.path.join(MODELS, "tiny-target"), os.path.join(MODELS, "tiny-dflash")
 CONTEXT = 1024  # --context-length: the context-limit test fills it
@@ -52,13 +54,18 @@ SERVERS = {
     # the pool small enough that 64 long streams force retraction; hidden states enabled, so a request can ask for them
     "ddtree_edge": ("sglang_ddtree.launch_server", DDTREE + ["--max-total-tokens", "3000",
                                                               "--enable-return-hidden-states"], {}, SGLANG),
+    # SGLang 0.5.17 (the release served on the H200), unpatched too
+    "plain_0517": ("sglang.launch_server", [], {}, SGLANG_0517),
+    "ddtree_0517": ("sglang_ddtree.launch_server", DDTREE, {}, SGLANG_0517),
 }
 
 
 def missing() -> str | None:
     """Why servers cannot start here (None: they can)."""
     for path, what in ((SGLANG, "SGLang 0.5.23's test install (make sglang-deps)"),
-                       (SITE, "the CPU site (make cpu-sglang)"), (SGLANG_DFLASH, "the DFLASH copy (make cpu-sglang)")):
+                       (SGLANG_0517, "SGLang 0.5.17's test install (make sglang-deps)"),
+                       (SITE, "the CPU site (make sglang-deps)"), (SITES[SGLANG_0517], "0.5.17's CPU site"),
+                       (SGLANG_DFLASH, "the DFLASH copy (make sglang-deps)")):
         if not os.path.isdir(path):
             return f"no {what} at {path}"
     return None
@@ -72,7 +79,7 @@ def _free_port() -> int:
 
 def environment(install: str, extra: dict | None = None) -> dict:
     env = dict(os.environ)
-    env.update(PYTHONPATH=os.pathsep.join([SITE, install, ROOT]), SGLANG_USE_CPU_ENGINE="1",
+    env.update(PYTHONPATH=os.pathsep.join([SITES.get(install, SITE), install, ROOT]), SGLANG_USE_CPU_ENGINE="1",
                PYTHONUNBUFFERED="1", **(extra or {}))
     for name in [k for k in env if k.startswith("SGLANG_DDTREE_")]:  # a test's knobs come only from `extra`
         if name not in (extra or {}) and name != "SGLANG_DDTREE_REQUIRE_SERVED":

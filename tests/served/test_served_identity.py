@@ -21,3 +21,12 @@ def test_greedy_output_is_the_plain_servers(fleet, prompts, reference, server):
     assert diverged == [], f"{server}: {len(diverged)}/{PROMPTS} prompts diverge from the plain server: {diverged}"
     accept = [o["meta_info"].get("spec_accept_length") for o in got]
     assert all(a is not None and a > 1.0 for a in accept), accept  # the tree was really used
+
+
+def test_greedy_output_on_sglang_0517_is_its_plain_servers(fleet, prompts):
+    """SGLang 0.5.17 (the release served on the H200) on the CPU too: DDTree's default against 0.5.17's plain
+    server (its overlap scheduler is off there: it records CUDA streams)."""
+    want = generate_many(fleet.url("plain_0517"), prompts[:PROMPTS], GREEDY)
+    got = generate_many(fleet.url("ddtree_0517"), prompts[:PROMPTS], GREEDY)
+    assert [g["output_ids"] for g in got] == [w["output_ids"] for w in want]
+    assert all(g["meta_info"].get("spec_accept_length", 0) > 1.0 for g in got)

@@ -142,6 +142,12 @@ CPU_KERNEL_OPS = ("copy_all_layer_kv_cache_cpu", "assign_req_to_token_pool_cpu",
                   "assign_draft_cache_locs_contiguous_cpu", "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu")
 
 
+def cpu_overlap_supported() -> bool:
+    """Whether this release's overlap scheduler runs on the CPU: 0.5.17's records CUDA streams on the speculative
+    inputs it resolves (`Tensor.record_stream` fails on a CPU tensor); 0.5.23's does not."""
+    return releases.check_version() != "0.5.17"
+
+
 def cpu_serving_gaps(environ=None) -> list[str]:
     """What this process lacks for SGLang's CPU engine to serve a DFlash-family algorithm ([]: nothing), each in
     words a user can act on. Checked at argument validation, before any model loads."""

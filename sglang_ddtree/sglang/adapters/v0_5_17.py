@@ -72,6 +72,11 @@ class WorkerBase(DFlashWorkerV2):
     ADAPTER = Adapter
 
     def __init__(self, server_args, gpu_id, nccl_port, target_worker, ps=None, **kwargs):
+        common = need.module(_COMMON)
+        if str(target_worker.model_runner.device) == "cpu" and "torch_native" not in common._SUPPORTED_DRAFT_BACKENDS:
+            # DFlash's draft worker builds only a listed backend (else FlashInfer, CUDA-only); on the CPU the
+            # drafter runs on torch_native, its TARGET_VERIFY served by DDTree's cascade (decode_round.py)
+            common._SUPPORTED_DRAFT_BACKENDS = (*common._SUPPORTED_DRAFT_BACKENDS, "torch_native")
         super().__init__(server_args=server_args, gpu_id=gpu_id, ps=ps, nccl_port=nccl_port,
                          target_worker=target_worker, **kwargs)
 
