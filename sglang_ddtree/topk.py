@@ -59,3 +59,27 @@ def topk_logprobs(logits: torch.Tensor, k: int, backend: str) -> tuple[torch.Ten
         lp, ids = ops.op("topk_lse")(logits.reshape(-1, V).contiguous(), k)
         return lp.reshape(*logits.shape[:-1], k), ids.reshape(*logits.shape[:-1], k)
     return topk_logprobs_torch(logits, k)
+
+
+def shard_stage1(logits: torch.Tensor, k: int, vocab_start: int, backend: str):
+    """One tensor-parallel rank's part of stage 1 over its shard of the vocabulary (logits [..., V_shard]):
+    its top min(k, V_shard) (value, global id) in the canonical order and its log-sum-exp, for `merge_shards`."""
+    ks = min(int(k), logits.shape[-1])
+    lp, ids = topk_logprobs(logits, ks, backend)
+    lse = torch.logsumexp(logits.float(), dim=-1)
+    return lp + lse.unsqueeze(-1), ids + int(vocab_start), lse
+
+
+def merge_shards(values: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, k: int):
+    """Stage 1 of the whole vocabulary from every rank's shard_stage1, all-gathered: values / ids [tp, ..., k_s],
+    lse [tp, ...] -> (lp [..., k], ids [..., k]). The global top k lies in the union of the shards' top k, so the
+    canonical order (value descending, ties by global id ascending) of that union's first k is the full row's; the
+    log-normaliser is the log-sum-exp of the shards' (float32, so lp can differ from one pass over the row by an ulp
+    or two: the tree is exact for these keys, and every rank merges the same gathered bits)."""
+    v = values.movedim(0, -2).flatten(-2)      # [..., tp * k_s]
+    i = ids.movedim(0, -2).flatten(-2)
+    by_id = torch.argsort(i, dim=-1, stable=True)
+    v, i = torch.gather(v, -1, by_id), torch.gather(i, -1, by_id)
+    order = torch.argsort(v, dim=-1, descending=True, stable=True)[..., :k]
+    total = torch.logsumexp(lse, dim=0).unsqueeze(-1)
+    return torch.gather(v, -1, order) - total, torch.gather(i, -1, order)

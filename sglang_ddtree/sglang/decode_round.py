@@ -32,6 +32,7 @@ from .adapters import registration
 from .args import auto_budgets, depth_temperatures
 from .draft_head import DraftTreeHead
 from .settings import Settings, env
+from .tp import TpAgreement
 from .verify_input import full_tree_mask, host_mask_bound
 
 logger = logging.getLogger("sglang_ddtree")
@@ -60,6 +61,9 @@ class DecodeRound:
         self._depth_temperature = depth_temperatures(knobs, server_args.speculative_draft_model_path,
                                                      self.block_size - 1)
         self.core = Round(self.round, self.verify_width)  # the round; .auto: budget.AutoWidth with budget auto
+        tp = int(getattr(server_args, "tp_size", 1) or 1)
+        self.tp = TpAgreement(sgl.tp_group(), check=knobs.tp_check) if tp > 1 else None  # tp.py
+        self._tp_size = 1 if self.tp is None else self.tp.size
         if knobs.auto:
             widths = [verify_width(b) for b in auto_budgets(knobs, self.block_size)]
             if widths[-1] != self.verify_width:
@@ -150,7 +154,7 @@ class DecodeRound:
             return
         self.tree_attn = tree_attention.TreeVerifyAttention(runner, n=self.verify_width, max_bs=self._max_bs,
                                                             widths=() if self.auto is None else self.auto.widths,
-                                                            prefix=self.knobs.prefix)
+                                                            prefix=self.knobs.prefix, tp=self._tp_size)
         if self.head.static_tree is not None:  # the draft graph writes the bitsets straight where verify reads
             self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
         self.tree_attn.install()
@@ -177,7 +181,8 @@ class DecodeRound:
                 logger.info("sglang-ddtree: the drafter's attention stays on its backend's kernel: %s", why)
                 return
             raise ValueError(f"DDTREE: {env('draft_attention')}=ddtree, but {why}. Fix: unset {env('draft_attention')}")
-        self.draft_attn = draft_attention.DraftBlockAttention(runner, block=self.block_size, max_bs=self._max_bs)
+        self.draft_attn = draft_attention.DraftBlockAttention(runner, block=self.block_size, max_bs=self._max_bs,
+                                                              tp=self._tp_size)
         self.draft_attn.install()
 
     def capture_widths(self) -> None:
@@ -264,10 +269,16 @@ class _ServerRound(RoundHost):
         self.bs = len(batch.seq_lens)
         self.host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else \
             self.sgl.draft_kv_lens(self.draft_input)[0]
-        self.window = self.target_out = self.gtree = self.counts = self.rows = None
+        self.window = self.target_out = self.gtree = self.counts = self.rows = self.tree = None
 
     def batch_size(self) -> int:
         return self.bs
+
+    def agree_width(self, n):
+        return n if self.dr.tp is None else self.dr.tp.width(n)
+
+    def agree_targets(self, targets):
+        return targets if self.dr.tp is None else self.dr.tp.targets(targets)
 
     def context(self) -> float:
         return float(self.host_lens.float().mean()) if self.host_lens is not None and self.bs else 1.0
@@ -300,6 +311,7 @@ class _ServerRound(RoundHost):
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """n slots per request at req_to_token[row, prefix : prefix + n], through width n's graphs."""
         sgl, batch, dr = self.sgl, self.batch, self.dr
+        self.tree = tree
         self.gtree = sgl.grammar_tree(tree) if getattr(batch, "has_grammar", False) else None
         host_bound = host_mask_bound(batch.seq_lens_cpu, None if batch.seq_lens_cpu is not None else self.host_lens,
                                      n)
@@ -347,6 +359,8 @@ class _ServerRound(RoundHost):
         return law, seed.view(-1).to(torch.int64), step
 
     def committed(self, plan, targets) -> None:
+        if self.dr.tp is not None:
+            self.dr.tp.check(self.dr.core.count, self.tree, plan)
         if self.on_publish is not None:
             self.on_publish(plan.new_seq_lens)
         if self.counts is not None:  # the accepted tokens below the bonus (the next round's root)

@@ -214,17 +214,19 @@ def _sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _q_heads(model_runner) -> int:
-    """Query heads of every layer (tensor parallelism is refused, so the model's own count)."""
+def _q_heads(model_runner, tp: int = 1) -> int:
+    """Query heads of every layer on this rank: the model's own count split over its tp tensor-parallel ranks, as
+    SGLang splits them."""
     mc = model_runner.model_config
-    return int(mc.get_num_attention_heads(1) if hasattr(mc, "get_num_attention_heads") else mc.num_attention_heads)
+    return int(mc.get_num_attention_heads(tp) if hasattr(mc, "get_num_attention_heads") else mc.num_attention_heads // tp)
 
 
 class TreeVerifyAttention:
     """The static buffers and the patched methods of one target backend (module docstring)."""
 
-    def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "auto"):
+    def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "auto", tp: int = 1):
         self.runner = model_runner
+        self.tp = int(tp)  # tensor-parallel ranks: this rank serves its share of the query heads
         self.backend = backend_override.verify_backend(model_runner.attn_backend)  # a hybrid's TARGET_VERIFY one
         self.pool = model_runner.token_to_kv_pool
         self.req_to_token = model_runner.req_to_token_pool.req_to_token
@@ -288,12 +290,12 @@ class TreeVerifyAttention:
         try:
             if self.mla:
                 self.fi = flashinfer_graphs.FlashInferMLAPrefix(
-                    self.device, heads=_q_heads(self.runner), dtype=k.dtype, context=self.context, max_bs=max_bs,
+                    self.device, heads=_q_heads(self.runner, self.tp), dtype=k.dtype, context=self.context, max_bs=max_bs,
                     widths=self.widths, sms=self.sms, workspace=workspace)
                 self.fi.plan(self.n)
                 return None
             self.fi = flashinfer_graphs.FlashInferPrefix(
-                self.device, q_heads=_q_heads(self.runner), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
+                self.device, q_heads=_q_heads(self.runner, self.tp), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
                 dtype=k.dtype, context=self.context, max_bs=max_bs, widths=self.widths, sms=self.sms,
                 workspace=workspace)
             self.fi.plan(self.n, 1)
@@ -356,7 +358,7 @@ class TreeVerifyAttention:
         span = prefix + n
         rt[:bs, :span] = ((torch.arange(bs * span, device=dev) % (kc.shape[0] - 1)) + 1).view(bs, span).to(rt.dtype)
         rows = torch.arange(bs, device=dev)
-        hq = _q_heads(self.runner)
+        hq = _q_heads(self.runner, self.tp)
         hkv, d, dv = (1, kc.shape[-1], MLA_LATENT) if self.mla else (int(kc.shape[1]), int(kc.shape[-1]), int(vc.shape[-1]))
         layer = types.SimpleNamespace(layer_id=0, tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=dv,
                                       scaling=d ** -0.5, logit_cap=0)

@@ -49,6 +49,11 @@ def need_copy_all_layers(need):
                 ("data_ptrs", "strides", "tgt_loc", "src_loc", "num_locs", "num_locs_upper", "kv_copy_config"))
 
 
+def need_tp_group(need):
+    """SGLang's tensor-parallel group coordinator getter, through a release's `need`. Both releases name it alike."""
+    return need("sglang.srt.distributed.parallel_state", "get_tp_group")
+
+
 ROWS_PER_LAUNCH = 256  # the copy kernel's row count (one compiled shape), as SGLang's MHA pool sizes its chunks
 
 
@@ -107,6 +112,7 @@ class DFlashV2Adapter:
     # SPEC_LOGPROBS: the release's spec-worker log-probs of committed tokens; each release module defines
     # `spec_logprobs(batch, logits_output, node_tokens [bs·n], accept_rows [bs, W])` around it (return_logprob)
     SPEC_LOGPROBS = None
+    TP_GROUP = None  # parallel_state.get_tp_group (the round's agreement across ranks, sglang/tp.py)
     _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
 
     def __init__(self, host):
@@ -143,6 +149,10 @@ class DFlashV2Adapter:
 
     def lm_head(self):
         return getattr(self.host.target_worker.model_runner.model, "lm_head", None)
+
+    def tp_group(self):
+        """SGLang's group coordinator of this worker's tensor-parallel ranks (asked for at --tp-size > 1 only)."""
+        return self.TP_GROUP()
 
     def use_block_size(self, block: int) -> None:
         """DFlash sized its draft block from --speculative-num-draft-tokens (DDTree's verify width n); the

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
+    need_tp_group
 from .need import Needs
 
 need = Needs("0.5.17")
@@ -53,6 +54,7 @@ class Adapter(DFlashV2Adapter):
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
     COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
+    TP_GROUP = staticmethod(need_tp_group(need))
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     COMPUTE_POSITION = staticmethod(need(_FB, "compute_position", ("attn_backend", "extend_prefix_lens",

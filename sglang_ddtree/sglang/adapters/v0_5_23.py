@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
+    need_tp_group
 from .need import Needs
 
 need = Needs("0.5.23")
@@ -87,6 +88,7 @@ class Adapter(DFlashV2Adapter):
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.finish_deferred_gather", ("self", "logits"))
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
     COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
+    TP_GROUP = staticmethod(need_tp_group(need))
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
