@@ -93,7 +93,9 @@ class DecodeRound:
             raise RuntimeError("DDTREE needs the target's lm_head weight (unquantized) for the draft head")
         shard = getattr(lm_head, "shard_indices", None)
         num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
-        return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size,
+        tp = {} if self.tp is None else dict(tp=self.tp, vocab=int(lm_head.org_vocab_size),
+                                             vocab_start=int(shard.org_vocab_start_index))
+        return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size, **tp,
                              budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
                              tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
                              depth_temperature=self._depth_temperature,

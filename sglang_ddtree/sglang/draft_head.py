@@ -21,15 +21,20 @@ from sglang_ddtree.tree import TreeBatch
 
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
-                 ops: RoundOps, tree_in_graph: bool, anchor=None, depth_temperature=None, predict=None):
+                 ops: RoundOps, tree_in_graph: bool, anchor=None, depth_temperature=None, predict=None,
+                 vocab: int | None = None, vocab_start: int = 0, tp=None):
         self.weight, self.num_org = weight, int(num_org)
+        # tensor parallelism (sglang/tp.py): this rank's lm_head holds vocabulary rows vocab_start .. + num_org of
+        # `vocab`; stage 1 merges every rank's shard
+        self.tp, self.vocab_start = tp, int(vocab_start)
+        vocab = self.num_org if vocab is None else int(vocab)
         self.anchor = anchor  # tree.build_tree_from_topk's anchor: None (the paper's tree) or 'chain'
         # calibration: depth d's logits times 1 / T_d before stage 1 (a static tensor, so it rides in the graph)
         self.depth_scale = None if depth_temperature is None else \
             torch.tensor([1.0 / float(t) for t in depth_temperature], dtype=weight.dtype,
                          device=weight.device)[:, None]
         self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
-        self.k = min(topk or budget, self.num_org)
+        self.k = min(topk or budget, vocab)
         self.ops = ops
         self.stage1 = "cuda" if ops.backend == "cuda" else "cpu"
         self.tree_in_graph = tree_in_graph and ops.backend == "cuda"
@@ -59,7 +64,11 @@ class DraftTreeHead:
         return logits if self.depth_scale is None else logits * self.depth_scale
 
     def build(self, hidden, bs: int, roots, prefix) -> TreeBatch:
-        lp, ids = topk_logprobs(self.logits(hidden, bs), self.k, self.stage1)
+        logits = self.logits(hidden, bs)
+        if self.tp is None:
+            lp, ids = topk_logprobs(logits, self.k, self.stage1)
+        else:
+            lp, ids = self.tp.stage1(logits, self.k, self.vocab_start, self.stage1)
         return self.ops.build(lp, ids, self.budget, roots, prefix, anchor=self.anchor)
 
     def capture_hook(self, runner, out, forward_batch, num_tokens):

@@ -47,6 +47,19 @@ class TpAgreement:
         self.size, self.rank = int(group.world_size), int(group.rank_in_group)
         self.check_rounds = bool(check)
 
+    def stage1(self, logits: torch.Tensor, k: int, vocab_start: int, backend: str):
+        """Stage 1 of the whole vocabulary from this rank's shard of the draft logits [..., V_shard] (module
+        docstring): shard_stage1 here, all-gathered, merge_shards on every rank alike."""
+        from sglang_ddtree.topk import merge_shards, shard_stage1
+
+        values, ids, lse = shard_stage1(logits, k, vocab_start, backend)
+        gathered = []
+        for t in (values.contiguous(), ids.contiguous(), lse.contiguous()):
+            out = torch.empty((self.size, *t.shape), dtype=t.dtype, device=t.device)
+            self.group.all_gather_into_tensor(out.view(-1), t.view(-1))
+            gathered.append(out)
+        return merge_shards(*gathered, k)
+
     def width(self, n):
         """Rank 0's verify width (None: the round waits for its own prediction; every rank does)."""
         import torch.distributed as dist
