@@ -1,0 +1,105 @@
+"""The builders' time on one device: the top-k tree (build_tree_from_topk's op) and the lattice tree
+(build_tree_from_lattice's op, and its stage 1) at the served shapes, depth 15. With BASELINE_CHECKOUT=PATH the
+top-k op of another checkout (e.g. the commit before the lattice) is timed on the same inputs in a child process,
+rounds interleaved with this checkout's, so the two are compared under the same load. Not collected by CI (a
+benchmark): `pytest -q -s tests/core/bench_tree_build.py` prints one JSON object (BENCH_OUT=FILE also writes it,
+BENCH_ROUNDS=N sets the interleaved rounds, 7; BENCH_DEVICE=cuda times CUDA, wall clock around synchronised runs
+of back-to-back calls, no graph)."""
+import inspect
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sglang_ddtree import ops
+from sglang_ddtree.lattice import lattice_logprobs
+from treegen import random_lattice, random_topk
+
+SHAPES = [(1, 15, 16, 15), (16, 15, 16, 63), (64, 15, 16, 63), (64, 15, 64, 63)]  # B, L, K (top-k k), budget
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
+
+
+def time_round(fn, device, calls):
+    """Seconds per call of fn over `calls` back-to-back calls after one warm-up (the same code times the
+    baseline: its source is the child's)."""
+    import time
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / calls
+
+
+CHILD = "import json, sys, torch\n" + inspect.getsource(time_round) + '''
+from sglang_ddtree import _build, ops  # ops declares the schemas
+inputs, device = torch.load(sys.argv[1]), sys.argv[2]
+_build.load_cuda() if device == "cuda" else _build.load_cpu()
+torch.set_num_threads(1)
+op = torch.ops.sglang_ddtree.build_tree_from_topk
+out = {}
+for key, (lp, ids, roots, lens, budget, chain, calls) in inputs.items():
+    args = [t.to(device) for t in (lp, ids, roots, lens)]
+    out[key] = time_round(lambda: op(*args, budget, chain), device, calls)
+print(json.dumps(out))
+'''
+
+
+def test_builder_times():
+    device = os.environ.get("BENCH_DEVICE", "cpu")
+    ops.ensure_backend(device)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    cases, topk_inputs = {}, {}
+    for B, L, K, budget in SHAPES:
+        key = f"B{B}_L{L}_K{K}_budget{budget}"
+        cand, scores, temperature = random_lattice(rng, B, L, K, mode="bf16")
+        lp_k, ids_k = random_topk(rng, B, L, 4 * K, K, mode="bf16")
+        roots, lens = torch.zeros(B, dtype=torch.long), torch.zeros(B, dtype=torch.long)
+        calls = max(10, 2000 // B) if device == "cpu" else 200
+        topk_inputs[key] = (lp_k, ids_k, roots, lens, budget, L, calls)
+        cases[key] = [t.to(device) for t in (cand, scores, temperature, lp_k, ids_k, roots, lens)] + [budget, L, calls]
+    samples = {key: {"topk_build": [], "lattice_build": [], "lattice_stage1": [], "baseline_topk_build": []}
+               for key in cases}
+    baseline = os.environ.get("BASELINE_CHECKOUT")
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = Path(tmp) / "inputs.pt"
+        torch.save(topk_inputs, saved)
+        for r in range(ROUNDS):
+            for key, (cand, scores, temperature, lp_k, ids_k, roots, lens, budget, chain, calls) in cases.items():
+                lp, order = lattice_logprobs(scores, temperature)
+                s = samples[key]
+                s["topk_build"].append(time_round(lambda: ops.op("build_tree_from_topk")(
+                    lp_k, ids_k, roots, lens, budget, chain), device, calls))
+                s["lattice_build"].append(time_round(lambda: ops.op("build_tree_from_lattice")(
+                    lp, order, cand, roots, lens, budget, chain), device, calls))
+                s["lattice_stage1"].append(time_round(lambda: lattice_logprobs(scores, temperature), device, calls))
+            if baseline:
+                env = dict(os.environ, PYTHONPATH=baseline, OMP_NUM_THREADS="1",
+                           TORCH_EXTENSIONS_DIR=os.environ.get("BASELINE_EXTENSIONS_DIR",
+                                                               str(Path(tempfile.gettempdir()) / "ddtree-baseline-ext")))
+                proc = subprocess.run([sys.executable, "-c", CHILD, str(saved), device], env=env, cwd=baseline,
+                                      capture_output=True, text=True, timeout=1800)
+                assert proc.returncode == 0, proc.stderr[-3000:]
+                for key, t in json.loads(proc.stdout.splitlines()[-1]).items():
+                    samples[key]["baseline_topk_build"].append(t)
+    result = {"device": device, "rounds": ROUNDS, "shapes": "B_L_K_budget, chain-anchored, bf16-tied inputs",
+              "median_us": {key: {name: round(statistics.median(v) * 1e6, 2) for name, v in s.items() if v}
+                            for key, s in samples.items()}}
+    if baseline:
+        result["topk_vs_baseline"] = {key: round(statistics.median(s["topk_build"]) /
+                                                 statistics.median(s["baseline_topk_build"]), 3)
+                                      for key, s in samples.items()}
+    print(json.dumps(result))
+    if os.environ.get("BENCH_OUT"):
+        Path(os.environ["BENCH_OUT"]).write_text(json.dumps(result, indent=1) + "\n")
+    assert all(v for s in samples.values() for k, v in s.items() if k != "baseline_topk_build")
