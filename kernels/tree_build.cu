@@ -11,7 +11,7 @@
 //   walking both up the emitted tree to their common parent (two distinct frontier candidates are never
 //   prefixes of one another, so the walk always ends at a rank difference).
 // Weights are doubles added in the reference's order: sibling = (logw - lp[d-1][r]) + lp[d-1][r+1],
-// child = logw + lp[d][0] (explicit _rn intrinsics, so no contraction can change them).
+// child = logw + lp[d][0] (kernels/tree_rows.h: explicit _rn intrinsics, so no contraction can change them).
 // Chain-anchored (chain_pops > 0): pop c < min(chain_pops, budget, L) takes slot c (the rank-0 child of chain
 // node c, which nothing has popped yet) instead of the argmax; everything after the choice is the same code.
 // The lattice (LAT, docs/DESIGN.md §3.10; rows as kernels/tree_rows.h defines them): R = K rows per depth, a
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
     const uint32_t pr = s_pr[real ? i : 0];
     const int d = real ? s_depth[i] : 0;
     const int r = static_cast<int>(pr >> 16);
-    const int col = LAT ? (real ? static_cast<int>(s_row[i]) : 0) : r;  // the lattice's candidate index, the top-k's rank
+    const int col = LAT ? (real ? static_cast<int>(s_row[i]) : 0) : r;  // lattice: candidate index; top-k: rank
     out.tokens[o] = i == 0 ? root_tokens[b] : (real ? ids_b[static_cast<int64_t>(d - 1) * k + col] : 0);
     out.parents[o] = real ? static_cast<int32_t>(pr & 0xffffu) : -1;
     out.depths[o] = d;

@@ -4,7 +4,8 @@ is what the builders read.
 
 `reference.lattice_rows_reference` is the definition; this is the same in torch ops on any device, with no
 host read, so a draft CUDA graph can hold it. The order is exact (it depends on the scores alone); the
-log-probs agree with the reference's within one float32 ulp (float64 exp/log and sums differ by libm).
+log-probs agree with the reference's within one float32 ulp plus the float64 rounding of the row's log-sum-exp
+(exp, log and the sum's order differ between libraries and devices).
 """
 from __future__ import annotations
 

@@ -188,8 +188,8 @@ def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Te
     C.tensor("row_logprobs", row_logprobs, ndim=4, dtypes=(torch.float32,))
     device = row_logprobs.device
     B, L, K, K2 = row_logprobs.shape
-    if K != K2:
-        raise ValueError(f"row_logprobs must be [B, L, K, K], got shape {tuple(row_logprobs.shape)}")
+    if K != K2 or K < 1:
+        raise ValueError(f"row_logprobs must be [B, L, K, K] with K >= 1, got shape {tuple(row_logprobs.shape)}")
     C.tensor("row_order", row_order, ndim=4, dtypes=C.INT_DTYPES, device=device)
     C.shape("row_order", row_order, (B, L, K, K))
     C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES, device=device)
@@ -232,6 +232,8 @@ def build_tree_from_lattice(candidate_ids: torch.Tensor, scores: torch.Tensor, b
     C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES)
     device = candidate_ids.device
     B, L, K = candidate_ids.shape
+    if K < 1:
+        raise ValueError(f"candidate_ids must hold K >= 1 candidates per slot, got shape {tuple(candidate_ids.shape)}")
     C.tensor("scores", scores, ndim=4, dtypes=C.FLOAT_DTYPES, device=device)
     C.shape("scores", scores, (B, L, K, K))
     C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)

@@ -241,9 +241,9 @@ using TreeTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at:
 
 // B requests of rows (lp [B, L, R, k] flat, ids [B, L, k], order [B, L, R, k] or null) -> the TreeBatch fields.
 template <bool kLattice>
-TreeTuple build_batch(const at::Tensor& lp, const at::Tensor& ids, const int32_t* order, const at::Tensor& root_tokens_in,
-                      const at::Tensor& seq_lens_in, int64_t B, int64_t L, int64_t k, int64_t budget,
-                      int64_t chain_pops) {
+TreeTuple build_batch(const at::Tensor& lp, const at::Tensor& ids, const int32_t* order,
+                      const at::Tensor& root_tokens_in, const at::Tensor& seq_lens_in, int64_t B, int64_t L, int64_t k,
+                      int64_t budget, int64_t chain_pops) {
   TORCH_CHECK(budget >= 0, "budget must be >= 0");
   TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0");
   const auto root_tokens = root_tokens_in.to(at::kLong).contiguous();

@@ -84,9 +84,8 @@ def test_builder_times():
                     lp, order, cand, roots, lens, budget, chain), device, calls))
                 s["lattice_stage1"].append(time_round(lambda: lattice_logprobs(scores, temperature), device, calls))
             if baseline:
-                env = dict(os.environ, PYTHONPATH=baseline, OMP_NUM_THREADS="1",
-                           TORCH_EXTENSIONS_DIR=os.environ.get("BASELINE_EXTENSIONS_DIR",
-                                                               str(Path(tempfile.gettempdir()) / "ddtree-baseline-ext")))
+                ext = os.environ.get("BASELINE_EXTENSIONS_DIR", str(Path(tempfile.gettempdir()) / "ddtree-base-ext"))
+                env = dict(os.environ, PYTHONPATH=baseline, OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=ext)
                 proc = subprocess.run([sys.executable, "-c", CHILD, str(saved), device], env=env, cwd=baseline,
                                       capture_output=True, text=True, timeout=1800)
                 assert proc.returncode == 0, proc.stderr[-3000:]

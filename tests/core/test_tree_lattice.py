@@ -66,15 +66,6 @@ def expected_nodes(paths, budget, chain_pops):
     return chain + rest[:budget - len(chain)]
 
 
-def tree_paths(tree, b):
-    """(weight, ranks tuple, parents) of every real node of request b, from the tree's fields alone."""
-    par, rk = tree.parents[b].tolist(), tree.ranks[b].tolist()
-    tuples = [()]
-    for i in range(1, int(tree.num_nodes[b])):
-        tuples.append(tuples[par[i]] + (rk[i],))
-    return tuples
-
-
 @pytest.mark.parametrize("seed", range(60))
 def test_oracle_is_the_best_paths_of_the_lattice(seed):
     rng = np.random.default_rng(seed)
@@ -339,6 +330,16 @@ def test_truncated_lattice_tree_is_the_smaller_budgets_tree():
             assert_trees_equal(truncate(big, b), small, f"budget {b} anchor {anchor}")
 
 
+def test_budget_zero_and_empty_batch():
+    cand, scores, temperature = random_lattice(np.random.default_rng(2), 2, 3, 4)
+    for backend in ("cpu", "reference"):
+        t = build_tree_from_lattice(cand, scores, 0, temperature=temperature, root_tokens=torch.tensor([7, 9]),
+                                    backend=backend)
+        assert t.num_nodes.tolist() == [1, 1] and t.tokens.tolist() == [[7], [9]] and t.flags.tolist() == [0, 0]
+        e = build_tree_from_lattice(cand[:0], scores[:0], 8, temperature=temperature[:0], backend=backend)
+        assert e.tokens.shape == (0, 9) and e.topk == 4
+
+
 def test_a_target_that_follows_the_selectors_greedy_walk_accepts_the_whole_chain():
     rng = np.random.default_rng(4)
     B, L, K = 4, 6, 4
@@ -357,10 +358,11 @@ CAND = torch.arange(24).reshape(2, 3, 4)
 SCORES = torch.randn(2, 3, 4, 4)
 LP, ORDER = lattice_logprobs(SCORES, torch.zeros(2))
 
-ARG_CASES = [
+SCORES_CASES = [  # build_tree_from_lattice
     (lambda: build_tree_from_lattice(CAND.float(), SCORES, 4), TypeError, "candidate_ids"),
     (lambda: build_tree_from_lattice(CAND[0], SCORES, 4), ValueError, "candidate_ids"),
     (lambda: build_tree_from_lattice(CAND, SCORES[:, :, :3], 4), ValueError, "scores"),
+    (lambda: build_tree_from_lattice(CAND[:, :, :0], SCORES[:, :, :0, :0], 4), ValueError, "candidate_ids"),
     (lambda: build_tree_from_lattice(CAND, SCORES.long(), 4), TypeError, "scores"),
     (lambda: build_tree_from_lattice(CAND, SCORES.numpy(), 4), TypeError, "scores"),
     (lambda: build_tree_from_lattice(CAND, SCORES, -1), ValueError, "budget"),
@@ -380,8 +382,12 @@ ARG_CASES = [
     (lambda: build_tree_from_lattice(CAND, SCORES, 4, backend="cuda"), ValueError, "backend"),
     (lambda: build_tree_from_lattice(CAND, SCORES, 4, root_tokens=-1), ValueError, "root_tokens"),
     (lambda: build_tree_from_lattice(CAND, SCORES, 4, seq_lens=torch.tensor([3, -1])), ValueError, "seq_lens"),
+]
+ARG_CASES = SCORES_CASES + [  # build_tree_from_lattice_rows
     (lambda: build_tree_from_lattice_rows(LP.double(), ORDER, CAND, 4), TypeError, "row_logprobs"),
     (lambda: build_tree_from_lattice_rows(LP[:, :, :3], ORDER, CAND, 4), ValueError, "row_logprobs"),
+    (lambda: build_tree_from_lattice_rows(LP[:, :, :0, :0], ORDER[:, :, :0, :0], CAND[:, :, :0], 4), ValueError,
+     "row_logprobs"),
     (lambda: build_tree_from_lattice_rows(LP, ORDER.float(), CAND, 4), TypeError, "row_order"),
     (lambda: build_tree_from_lattice_rows(LP, ORDER[:1], CAND, 4), ValueError, "row_order"),
     (lambda: build_tree_from_lattice_rows(LP, ORDER.clamp(max=2), CAND, 4), ValueError, "row_order"),
@@ -405,6 +411,6 @@ def test_bad_arguments_are_refused_before_any_work(monkeypatch):
         raise AssertionError("stage 1 ran before the arguments were checked")
 
     monkeypatch.setattr(tree_mod, "lattice_logprobs", boom)
-    for fn, exc, _ in ARG_CASES[:20]:
+    for fn, exc, _ in SCORES_CASES:
         with pytest.raises(exc):
             fn()
