@@ -47,9 +47,7 @@ def lattice_logprobs(scores: torch.Tensor, temperature: torch.Tensor) -> tuple[t
     t = temperature.to(torch.float64)
     t = torch.where(t == 0, torch.ones_like(t), t).view(-1, 1, 1, 1)
     z = s.double() / t
-    m = z.amax(-1, keepdim=True)
-    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)  # a fully masked row: lse −inf, lp −inf
-    lse = m + torch.log(torch.exp(z - m).sum(-1, keepdim=True))
+    lse = torch.logsumexp(z, -1, keepdim=True)  # m + log Σ exp(z − m); −inf for a fully masked row
     lp = torch.where(z == float("-inf"), z, z - lse).float()
     bad = (torch.isnan(s) | torch.isposinf(s)).any(-1, keepdim=True)  # no law: NaN (flagged), identity order
     lp = torch.where(bad, torch.full_like(lp, float("nan")), lp)
