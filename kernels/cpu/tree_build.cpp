@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "tree_constants.h"
@@ -56,14 +57,6 @@ inline bool orders_in_range(const int32_t* order, int64_t count, int64_t K) {
   return bad == 0;
 }
 
-// One request's rows: lp [L][R][k] sorted descending; ids: the top-k's tokens [L][k] (R = 1) or the lattice's
-// candidate ids [L][K]; order [L][K][K]: the candidate index of each rank of a lattice row (null for the top-k).
-struct Rows {
-  const float* lp;
-  const int64_t* ids;
-  const int32_t* order;
-};
-
 struct Entry {
   double logw;
   int32_t parent;
@@ -76,7 +69,12 @@ struct Scratch {
   std::vector<Entry> heap;
   std::vector<int32_t> paths;  // [n][L] ranks tuple of each emitted node
   std::vector<int64_t> last_child;
-  std::vector<int32_t> row;    // [n] lattice: each emitted node's row index (its candidate index)
+};
+
+// The lattice's scratch adds each emitted node's row index (its candidate index): a type of its own, so the
+// top-k instantiation's scratch, and with it its compiled loop, stays what it was before the lattice.
+struct LatticeScratch : Scratch {
+  std::vector<int32_t> row;  // [n]
 };
 
 template <bool kLattice>
@@ -85,10 +83,13 @@ class Builder {
   Builder(int64_t L, int64_t k, int64_t budget, int64_t chain_pops)
       : L_(L), k_(k), budget_(budget), n_(budget + 1), forced_(std::min({chain_pops, budget, L})) {}
 
-  void build(const Rows& in, int64_t root_token, int64_t seq_len, int64_t b, Scratch& s,
-             int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths, int32_t* ranks, double* logw,
-             int64_t* positions, int64_t* retrive_index, int64_t* next_token, int64_t* next_sibling, bool* mask,
-             int32_t* bits, int32_t* flags) const {
+  // One request's rows: lp [L][R][k] sorted descending; ids: the top-k's tokens [L][k] (R = 1) or the lattice's
+  // candidate ids [L][K]; order [L][K][K]: the candidate index of each rank of a lattice row (null for the top-k).
+  using Work = std::conditional_t<kLattice, LatticeScratch, Scratch>;
+  void build(const float* lp, const int64_t* ids, const int32_t* order, int64_t root_token, int64_t seq_len,
+             int64_t b, Work& s, int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths,
+             int32_t* ranks, double* logw, int64_t* positions, int64_t* retrive_index, int64_t* next_token,
+             int64_t* next_sibling, bool* mask, int32_t* bits, int32_t* flags) const {
     const int64_t n = n_, words = (n + 31) / 32;
     for (int64_t i = 0; i < n; ++i) {
       tokens[i] = 0; parents[i] = -1; depths[i] = 0; ranks[i] = -1;
@@ -105,8 +106,6 @@ class Builder {
     logw[0] = 0.0;
     *num_nodes = 1;
     *flags = 0;
-    const float* lp = in.lp;
-    const int64_t* ids = in.ids;
     const int64_t L = L_, k = k_, R = kLattice ? k_ : 1;  // lattice: K rows per depth
     // NaN / +inf, or a row not sorted descending (or, in a lattice, an order entry that is no candidate): the
     // request is root-only and flagged. -inf entries are masked tokens, never emitted (the pops stop when
@@ -114,7 +113,7 @@ class Builder {
     *flags = (no_nan_or_posinf(lp, L * R * k) ? 0 : kFlagNonfiniteInput) |
              (rows_sorted(lp, L * R, k) ? 0 : kFlagUnsortedInput);
     if constexpr (kLattice) {
-      if (!orders_in_range(in.order, L * R * k, k)) *flags |= kFlagUnsortedInput;
+      if (!orders_in_range(order, L * R * k, k)) *flags |= kFlagUnsortedInput;
     }
     if (*flags) return;
 
@@ -190,10 +189,11 @@ class Builder {
       const Entry e = h[at];
       const int64_t i = ++count;
       const int64_t d = e.depth, r = e.rank;
-      const int64_t row = ddtree::children_row(d - 1, kLattice ? s.row[e.parent] : 0, R, k);  // the parent's row
-      int64_t own_row = 0;  // node i's row index: where its children are read
+      int64_t parent_row = 0, own_row = 0;  // row indices: the parent's, and node i's (where its children are read)
+      if constexpr (kLattice) parent_row = s.row[e.parent];
+      const int64_t row = ddtree::children_row(d - 1, parent_row, R, k);  // the parent's row
       if constexpr (kLattice) {
-        own_row = in.order[row + r];
+        own_row = order[row + r];
         s.row[i] = static_cast<int32_t>(own_row);
         tokens[i] = ddtree::lattice_token(ids, d, own_row, k);
       } else {
@@ -270,12 +270,12 @@ TreeTuple build_batch(const at::Tensor& lp, const at::Tensor& ids, const int32_t
   // pop, while waking a pool costs tens of us idle and several ms on a loaded machine (measured).
   const int64_t grain = std::max<int64_t>(1, 65536 / (budget + 1));
   at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
-    Scratch s;
+    typename Builder<kLattice>::Work s;
     s.last_child.assign(static_cast<size_t>(n), -1);
     for (int64_t b = begin; b < end; ++b) {
-      const Rows rows{lp.data_ptr<float>() + b * L * R * k, ids.data_ptr<int64_t>() + b * L * k,
-                      kLattice ? order + b * L * R * k : nullptr};
-      builder.build(rows, root_tokens.data_ptr<int64_t>()[b], seq_lens.data_ptr<int64_t>()[b], b, s,
+      builder.build(lp.data_ptr<float>() + b * L * R * k, ids.data_ptr<int64_t>() + b * L * k,
+                    kLattice ? order + b * L * R * k : nullptr, root_tokens.data_ptr<int64_t>()[b],
+                    seq_lens.data_ptr<int64_t>()[b], b, s,
                     num_nodes.data_ptr<int32_t>() + b, tokens.data_ptr<int64_t>() + b * n,
                     parents.data_ptr<int32_t>() + b * n, depths.data_ptr<int32_t>() + b * n,
                     ranks.data_ptr<int32_t>() + b * n, logw.data_ptr<double>() + b * n,

@@ -1,10 +1,10 @@
 """The builders' time on one device: the top-k tree (build_tree_from_topk's op) and the lattice tree
 (build_tree_from_lattice's op, and its stage 1) at the served shapes, depth 15. With BASELINE_CHECKOUT=PATH the
-top-k op of another checkout (e.g. the commit before the lattice) is timed on the same inputs in a child process,
-rounds interleaved with this checkout's, so the two are compared under the same load. Not collected by CI (a
-benchmark): `pytest -q -s tests/core/bench_tree_build.py` prints one JSON object (BENCH_OUT=FILE also writes it,
-BENCH_ROUNDS=N sets the interleaved rounds, 7; BENCH_DEVICE=cuda times CUDA, wall clock around synchronised runs
-of back-to-back calls, no graph)."""
+top-k op of another checkout (e.g. the commit before the lattice) and this checkout's are timed on the same inputs,
+each in a fresh child process, the two in alternating order every round, so they are compared alike under the same
+load. Not collected by CI (a benchmark): `pytest -q -s tests/core/bench_tree_build.py` prints one JSON object
+(BENCH_OUT=FILE also writes it, BENCH_ROUNDS=N sets the rounds, 7). CPU: the thread's CPU time, one torch thread;
+BENCH_DEVICE=cuda: wall clock around synchronised runs of back-to-back calls, no graph."""
 import inspect
 import json
 import os
@@ -26,18 +26,20 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 
 
 def time_round(fn, device, calls):
-    """Seconds per call of fn over `calls` back-to-back calls after one warm-up (the same code times the
-    baseline: its source is the child's)."""
+    """Seconds per call of fn over `calls` back-to-back calls after one warm-up: on the CPU the calling thread's
+    CPU time (one torch thread: on a shared machine, time spent waiting for a core is not counted), on CUDA wall
+    time around synchronised calls. The same code times the baseline (its source is the child's)."""
     import time
+    clock = time.perf_counter if device == "cuda" else time.thread_time
     fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    t = time.perf_counter()
+    t = clock()
     for _ in range(calls):
         fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls
+    return (clock() - t) / calls
 
 
 CHILD = "import json, sys, torch\n" + inspect.getsource(time_round) + '''
@@ -68,9 +70,21 @@ def test_builder_times():
         calls = max(10, 2000 // B) if device == "cpu" else 200
         topk_inputs[key] = (lp_k, ids_k, roots, lens, budget, L, calls)
         cases[key] = [t.to(device) for t in (cand, scores, temperature, lp_k, ids_k, roots, lens)] + [budget, L, calls]
-    samples = {key: {"topk_build": [], "lattice_build": [], "lattice_stage1": [], "baseline_topk_build": []}
-               for key in cases}
+    samples = {key: {"topk_build": [], "lattice_build": [], "lattice_stage1": [], "topk_build_child": [],
+                     "baseline_topk_build_child": []} for key in cases}
     baseline = os.environ.get("BASELINE_CHECKOUT")
+    here = str(Path(__file__).resolve().parents[2])
+    own_ext = os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(tempfile.gettempdir()) / "ddtree-ext"))
+    base_ext = os.environ.get("BASELINE_EXTENSIONS_DIR", str(Path(tempfile.gettempdir()) / "ddtree-base-ext"))
+
+    def child(checkout, ext, name, saved):
+        env = dict(os.environ, PYTHONPATH=checkout, OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=ext)
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(saved), device], env=env, cwd=checkout,
+                              capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        for key, t in json.loads(proc.stdout.splitlines()[-1]).items():
+            samples[key][name].append(t)
+
     with tempfile.TemporaryDirectory() as tmp:
         saved = Path(tmp) / "inputs.pt"
         torch.save(topk_inputs, saved)
@@ -83,22 +97,19 @@ def test_builder_times():
                 s["lattice_build"].append(time_round(lambda: ops.op("build_tree_from_lattice")(
                     lp, order, cand, roots, lens, budget, chain), device, calls))
                 s["lattice_stage1"].append(time_round(lambda: lattice_logprobs(scores, temperature), device, calls))
-            if baseline:
-                ext = os.environ.get("BASELINE_EXTENSIONS_DIR", str(Path(tempfile.gettempdir()) / "ddtree-base-ext"))
-                env = dict(os.environ, PYTHONPATH=baseline, OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=ext)
-                proc = subprocess.run([sys.executable, "-c", CHILD, str(saved), device], env=env, cwd=baseline,
-                                      capture_output=True, text=True, timeout=1800)
-                assert proc.returncode == 0, proc.stderr[-3000:]
-                for key, t in json.loads(proc.stdout.splitlines()[-1]).items():
-                    samples[key]["baseline_topk_build"].append(t)
+            if baseline:  # both top-k ops timed the same way, in a fresh child each, in alternating order
+                runs = [(here, own_ext, "topk_build_child"), (baseline, base_ext, "baseline_topk_build_child")]
+                for checkout, ext, name in runs if r % 2 == 0 else runs[::-1]:
+                    child(checkout, ext, name, saved)
     result = {"device": device, "rounds": ROUNDS, "shapes": "B_L_K_budget, chain-anchored, bf16-tied inputs",
               "median_us": {key: {name: round(statistics.median(v) * 1e6, 2) for name, v in s.items() if v}
                             for key, s in samples.items()}}
     if baseline:
-        result["topk_vs_baseline"] = {key: round(statistics.median(s["topk_build"]) /
-                                                 statistics.median(s["baseline_topk_build"]), 3)
+        result["baseline"] = baseline
+        result["topk_vs_baseline"] = {key: round(statistics.median(s["topk_build_child"]) /
+                                                 statistics.median(s["baseline_topk_build_child"]), 3)
                                       for key, s in samples.items()}
     print(json.dumps(result))
     if os.environ.get("BENCH_OUT"):
         Path(os.environ["BENCH_OUT"]).write_text(json.dumps(result, indent=1) + "\n")
-    assert all(v for s in samples.values() for k, v in s.items() if k != "baseline_topk_build")
+    assert all(v for s in samples.values() for k, v in s.items() if baseline or not k.endswith("_child"))
