@@ -194,6 +194,7 @@ def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Te
     C.shape("row_order", row_order, (B, L, K, K))
     C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES, device=device)
     C.shape("candidate_ids", candidate_ids, (B, L, K))
+    C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
     C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
     forced = chain_pops(anchor, L)
     if row_order.device.type == "cpu" and row_order.numel():  # a CUDA tensor is not read (the builder flags it)
@@ -236,6 +237,7 @@ def build_tree_from_lattice(candidate_ids: torch.Tensor, scores: torch.Tensor, b
         raise ValueError(f"candidate_ids must hold K >= 1 candidates per slot, got shape {tuple(candidate_ids.shape)}")
     C.tensor("scores", scores, ndim=4, dtypes=C.FLOAT_DTYPES, device=device)
     C.shape("scores", scores, (B, L, K, K))
+    C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
     C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
     forced = chain_pops(anchor, L)
     temps = key_temperatures(temperature, B, device)

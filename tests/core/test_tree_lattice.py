@@ -364,6 +364,7 @@ SCORES_CASES = [  # build_tree_from_lattice
     (lambda: build_tree_from_lattice(CAND, SCORES[:, :, :3], 4), ValueError, "scores"),
     (lambda: build_tree_from_lattice(CAND[:, :, :0], SCORES[:, :, :0, :0], 4), ValueError, "candidate_ids"),
     (lambda: build_tree_from_lattice(CAND, SCORES.long(), 4), TypeError, "scores"),
+    (lambda: build_tree_from_lattice(CAND - 1, SCORES, 4), ValueError, "candidate_ids"),
     (lambda: build_tree_from_lattice(CAND, SCORES.numpy(), 4), TypeError, "scores"),
     (lambda: build_tree_from_lattice(CAND, SCORES, -1), ValueError, "budget"),
     (lambda: build_tree_from_lattice(CAND, SCORES, 2.0), TypeError, "budget"),
@@ -392,6 +393,7 @@ ARG_CASES = SCORES_CASES + [  # build_tree_from_lattice_rows
     (lambda: build_tree_from_lattice_rows(LP, ORDER[:1], CAND, 4), ValueError, "row_order"),
     (lambda: build_tree_from_lattice_rows(LP, ORDER.clamp(max=2), CAND, 4), ValueError, "row_order"),
     (lambda: build_tree_from_lattice_rows(LP, ORDER, CAND[:, :, :3], 4), ValueError, "candidate_ids"),
+    (lambda: build_tree_from_lattice_rows(LP, ORDER, CAND - 1, 4), ValueError, "candidate_ids"),
     (lambda: build_tree_from_lattice_rows(LP, ORDER, CAND.to("meta"), 4), ValueError, "candidate_ids"),
     (lambda: build_tree_from_lattice_rows(LP, ORDER, CAND, 10**9), ValueError, "budget"),
 ]
