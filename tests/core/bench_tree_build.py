@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from sglang_ddtree import ops
+from sglang_ddtree.bench.common import metadata
 from sglang_ddtree.lattice import lattice_logprobs
 from treegen import random_lattice, random_topk
 
@@ -59,6 +60,7 @@ print(json.dumps(out))
 def test_builder_times():
     device = os.environ.get("BENCH_DEVICE", "cpu")
     ops.ensure_backend(device)
+    load0 = os.getloadavg()[0]
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     cases, topk_inputs = {}, {}
@@ -101,7 +103,8 @@ def test_builder_times():
                 runs = [(here, own_ext, "topk_build_child"), (baseline, base_ext, "baseline_topk_build_child")]
                 for checkout, ext, name in runs if r % 2 == 0 else runs[::-1]:
                     child(checkout, ext, name, saved)
-    result = {"device": device, "rounds": ROUNDS, "shapes": "B_L_K_budget, chain-anchored, bf16-tied inputs",
+    result = {"meta": {**metadata(torch.device(device)), "loadavg_1min_at_start_end": [load0, os.getloadavg()[0]]},
+              "device": device, "rounds": ROUNDS, "shapes": "B_L_K_budget, chain-anchored, bf16-tied inputs",
               "median_us": {key: {name: round(statistics.median(v) * 1e6, 2) for name, v in s.items() if v}
                             for key, s in samples.items()}}
     if baseline:
