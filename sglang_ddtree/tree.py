@@ -12,6 +12,7 @@ import torch
 
 from . import _checks as C
 from . import ops
+from .lattice import key_temperatures, lattice_logprobs
 from .sizes import MAX_BUDGET, verify_width
 from .topk import topk_logprobs
 
@@ -74,15 +75,14 @@ def chain_pops(anchor, depth_limit: int) -> int:
     return depth_limit if anchor == "chain" else 0
 
 
-def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0) -> tuple:
-    """Loop the numpy oracle over requests (tests and tools; never a hot path)."""
-    from .reference import build_tree_reference
-
-    B, n = lp.shape[0], verify_width(budget)
-    lp_np, ids_np = lp.detach().cpu().numpy(), ids.detach().cpu().numpy()
+def _build_reference(build, inputs, budget, root_tokens, seq_lens, forced: int = 0) -> tuple:
+    """Loop a numpy oracle (`build`: reference.build_tree_reference or build_lattice_tree_reference) over the
+    requests of `inputs` (tensors, batch first) (tests and tools; never a hot path)."""
+    B, n = inputs[0].shape[0], verify_width(budget)
+    arrays = [x.detach().cpu().numpy() for x in inputs]
     roots, lens = root_tokens.cpu().tolist(), seq_lens.cpu().tolist()
-    per = [build_tree_reference(lp_np[b], ids_np[b], budget, root_token=roots[b], seq_len=lens[b],
-                                request_index=b, chain_pops=forced) for b in range(B)]
+    per = [build(*(a[b] for a in arrays), budget, root_token=roots[b], seq_len=lens[b], request_index=b,
+                 chain_pops=forced) for b in range(B)]
     words = ops.mask_words(n)
     stack = lambda key, dt: torch.from_numpy(np.stack([p[key] for p in per]) if per else np.zeros((0, n), dt))
     mask = torch.from_numpy(np.stack([p["tree_mask"] for p in per]) if per else np.zeros((0, n, n), bool))
@@ -104,6 +104,17 @@ def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
     return torch.where(packed >= (1 << 31), packed - (1 << 32), packed).to(torch.int32)
 
 
+def _request_vectors(root_tokens, seq_lens, batch: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """root_tokens and seq_lens as int64 [batch], checked (a negative value is refused for ints and CPU tensors)."""
+    roots = C.per_request("root_tokens", root_tokens, batch, device)
+    lens = C.per_request("seq_lens", seq_lens, batch, device)
+    if root_tokens is not None:
+        C.in_range("root_tokens", root_tokens, 0)
+    if seq_lens is not None:
+        C.in_range("seq_lens", seq_lens, 0)
+    return roots, lens
+
+
 def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budget: int, *,
                          root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
     """Best-first DDTree build (docs/DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
@@ -122,17 +133,13 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
     B, L, k = top_logprobs.shape
     forced = chain_pops(anchor, L)
-    roots = C.per_request("root_tokens", root_tokens, B, device)
-    lens = C.per_request("seq_lens", seq_lens, B, device)
     C.in_range("top_ids", top_ids, 0)  # a negative id would become a node's token, unflagged
-    if root_tokens is not None:
-        C.in_range("root_tokens", root_tokens, 0)
-    if seq_lens is not None:
-        C.in_range("seq_lens", seq_lens, 0)
+    roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
     backend = ops.resolve_backend(backend, device)
     lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
     if backend == "reference":
-        outs = [t.to(device) for t in _build_reference(lp, ids, budget, roots, lens, forced)]
+        from .reference import build_tree_reference
+        outs = [t.to(device) for t in _build_reference(build_tree_reference, (lp, ids), budget, roots, lens, forced)]
     else:
         outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget, forced)
     return _tree_from_outputs(outs, budget, L, k)
@@ -163,3 +170,78 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
     lp, ids = topk_logprobs(draft_logits, k, stage1)
     return build_tree_from_topk(lp, ids, budget, root_tokens=root_tokens, seq_lens=seq_lens, backend=native,
                                 anchor=anchor)
+
+
+def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Tensor, candidate_ids: torch.Tensor,
+                                 budget: int, *, root_tokens=None, seq_lens=None, backend: str = "auto",
+                                 anchor=None) -> TreeBatch:
+    """Best-first tree over a selector's lattice (docs/DESIGN.md §3.10) from its sorted rows (stage 1's output,
+    `lattice.lattice_logprobs`), for a batch of requests.
+
+    row_logprobs: float32 [B, L, K, K], row (e, p) the conditional log-probs of slot e's candidates after
+    candidate p of slot e − 1 (slot 0: after the anchor; its row 0 is read), sorted descending; row_order: int
+    [B, L, K, K], the candidate index of each rank (each row a permutation of 0..K−1: checked for CPU tensors);
+    candidate_ids: int [B, L, K], slot e's candidate tokens. A node's token is its candidate's id, its rank its
+    position in its parent's row. root_tokens, seq_lens, backend and anchor as in build_tree_from_topk (the chain
+    is the lattice's argmax walk: the selector's greedy path). The TreeBatch's topk is K.
+    """
+    C.tensor("row_logprobs", row_logprobs, ndim=4, dtypes=(torch.float32,))
+    device = row_logprobs.device
+    B, L, K, K2 = row_logprobs.shape
+    if K != K2 or K < 1:
+        raise ValueError(f"row_logprobs must be [B, L, K, K] with K >= 1, got shape {tuple(row_logprobs.shape)}")
+    C.tensor("row_order", row_order, ndim=4, dtypes=C.INT_DTYPES, device=device)
+    C.shape("row_order", row_order, (B, L, K, K))
+    C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES, device=device)
+    C.shape("candidate_ids", candidate_ids, (B, L, K))
+    C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
+    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    forced = chain_pops(anchor, L)
+    if row_order.device.type == "cpu" and row_order.numel():  # a CUDA tensor is not read (the builder flags it)
+        if not torch.equal(row_order.sort(-1).values, torch.arange(K, dtype=row_order.dtype).expand_as(row_order)):
+            raise ValueError("row_order must list every candidate index 0..K-1 once in each row")
+    roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    backend = ops.resolve_backend(backend, device)
+    return _build_from_rows(row_logprobs, row_order, candidate_ids, budget, roots, lens, backend, forced)
+
+
+def _build_from_rows(lp, order, cand, budget: int, roots, lens, backend: str, forced: int) -> TreeBatch:
+    """The lattice build on checked arguments (backend resolved, roots and lens int64 [B])."""
+    lp, order, cand = lp.contiguous(), order.to(torch.int32).contiguous(), cand.to(torch.int64).contiguous()
+    if backend == "reference":
+        from .reference import build_lattice_tree_reference
+        outs = [t.to(lp.device) for t in _build_reference(build_lattice_tree_reference, (lp, order, cand), budget,
+                                                          roots, lens, forced)]
+    else:
+        outs = ops.op("build_tree_from_lattice")(lp, order, cand, roots, lens, budget, forced)
+    return _tree_from_outputs(outs, budget, lp.shape[1], lp.shape[2])
+
+
+def build_tree_from_lattice(candidate_ids: torch.Tensor, scores: torch.Tensor, budget: int, *, temperature=0.0,
+                            root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
+    """The tree over a DFlash2 selector's lattice (docs/DESIGN.md §3.10): stage 1 (each row's law and sort,
+    `lattice.lattice_logprobs`) then build_tree_from_lattice_rows.
+
+    candidate_ids: int [B, L, K] and scores: float [B, L, K, K], as SGLang's `CandidateSelector.build_lattice`
+    gives them (score[b, e, p, c]: candidate c of slot e after candidate p of slot e − 1, after the anchor for
+    e = 0). temperature: a float or a float tensor [B], each request's sampling temperature, 0 for greedy: the
+    keys are log softmax(score / T) over the K candidates, the drafter's estimate of the probability that the
+    target's walk takes each edge; a greedy request's keys take T = 1, the drafter's own law (SGLang serves greedy
+    requests at temperature 1 with top-k 1, which gives the same keys). The rest as in
+    build_tree_from_lattice_rows; budget 0 is the root alone.
+    """
+    C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES)
+    device = candidate_ids.device
+    B, L, K = candidate_ids.shape
+    if K < 1:
+        raise ValueError(f"candidate_ids must hold K >= 1 candidates per slot, got shape {tuple(candidate_ids.shape)}")
+    C.tensor("scores", scores, ndim=4, dtypes=C.FLOAT_DTYPES, device=device)
+    C.shape("scores", scores, (B, L, K, K))
+    C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
+    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    forced = chain_pops(anchor, L)
+    temps = key_temperatures(temperature, B, device)
+    roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    backend = ops.resolve_backend(backend, device)
+    lp, order = lattice_logprobs(scores, temps)
+    return _build_from_rows(lp, order, candidate_ids, budget, roots, lens, backend, forced)
