@@ -1,6 +1,6 @@
 """Tensor parallelism: every rank of a DDTree server takes the same decision each round.
 
-What each rank holds and what crosses ranks (docs/DESIGN.md §7.6 has the account and the bytes):
+What each rank holds and what crosses ranks (docs/DESIGN.md §7, Tensor parallelism, has the account and the bytes):
 - the drafter's hidden states and the target's verify forward run sharded as SGLang runs them; the round's
   decisions are made on data every rank holds bit for bit:
 - stage 1 (the tree's top-k log-probs): each rank scores its shard of the vocabulary through its shard of the

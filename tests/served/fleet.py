@@ -55,6 +55,9 @@ SERVERS = {
     # the pool small enough that 64 long streams force retraction; hidden states enabled, so a request can ask for them
     "ddtree_edge": ("sglang_ddtree.launch_server", DDTREE + ["--max-total-tokens", "3000",
                                                               "--enable-return-hidden-states"], {}, SGLANG),
+    # tensor parallelism over gloo, one core a rank, every round's tree and plan hashed across the ranks
+    "ddtree_tp2": ("sglang_ddtree.launch_server", DDTREE + ["--tp-size", "2"],
+                   {"SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_DDTREE_TP_CHECK": "1"}, SGLANG),
     # SGLang 0.5.17 (the release served on the H200), unpatched too
     "plain_0517": ("sglang.launch_server", [], {}, SGLANG_0517),
     "ddtree_0517": ("sglang_ddtree.launch_server", DDTREE, {}, SGLANG_0517),
