@@ -74,7 +74,7 @@ MODELS = sglang_ddtree/engine/models
 serve-cpu: install sglang-deps
 	SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=$(DEPS)/cpu-site:$(DEPS)/sgl-0.5.23 $(PY) -m sglang_ddtree.launch_server \
 	  --model-path $(MODELS)/tiny-target --speculative-draft-model-path $(MODELS)/tiny-dflash --device cpu \
-	  --dtype float32 --max-total-tokens 20000 --port $(PORT)
+	  --dtype float32 --max-total-tokens 20000 --sleep-on-idle --port $(PORT)
 
 # The suite without SGLang installed (the plugin tests skip).
 test-core: install

@@ -5,9 +5,10 @@ from DDTree's first decode round: its tree, its node draws and its walk) of DDTr
 server's have the same joint law. Test: a chi-square test of homogeneity on the 2 x C table of joint outcomes
 (outcomes either side sees fewer than MIN_COUNT times pooled into one), SAMPLES samples a side, each test at
 level ALPHA (Bonferroni over the tests of the module keeps the family's false alarms under 1%).
-Power: the same statistic must reject the plain server at temperature 0.9 against itself at 1.0, a bias of the size
-a wrong node law (a node's draw reusing its parent's noise, a temperature applied twice) produces; the last test
-shows it does, so a pass is not a test too weak to fail.
+Power: the same statistic, on the same samples, must tell the plain server's law at T = 1 from its law at T = 1 with
+top-p 0.9 — the bias of a request filter dropped (or applied where it should not be) at the tree's nodes; the last
+test shows it does, so a pass is not a test too weak to fail. Samples are drawn once per server, prompt and setting
+and shared by the tests (the power test and TP's draw nothing new).
 """
 import pytest
 
@@ -19,14 +20,22 @@ SETTINGS = {"T1": {"temperature": 1.0}, "T1_top_p_0.9": {"temperature": 1.0, "to
 ALPHA = 0.01 / (len(PROMPT_IDS) * len(SETTINGS))
 
 
+_DRAWN: dict = {}
+
+
 def samples(url, prompt, sampling) -> list[tuple]:
-    """SAMPLES joint outcomes (the first TOKENS output tokens), PER_REQUEST at a time through `n`."""
+    """SAMPLES joint outcomes (the first TOKENS output tokens), PER_REQUEST at a time through `n` (drawn once per
+    server, prompt and setting)."""
+    key = (url, prompt, tuple(sorted(sampling.items())))
+    if key in _DRAWN:
+        return _DRAWN[key]
     out = []
     while len(out) < SAMPLES:
         got = generate(url, prompt, {**sampling, "max_new_tokens": TOKENS, "ignore_eos": True, "n": PER_REQUEST})
         assert isinstance(got, list), got
         out += [tuple(o["output_ids"]) for o in got]
-    return out[:SAMPLES]
+    _DRAWN[key] = out[:SAMPLES]
+    return _DRAWN[key]
 
 
 def homogeneity_p(a: list, b: list) -> float:
@@ -58,11 +67,13 @@ def test_ddtree_samples_are_distributed_as_the_plain_servers(fleet, prompts, pro
     assert p > ALPHA, f"DDTree's samples differ in law from the plain server's (p = {p:.2e} < {ALPHA:.1e})"
 
 
-def test_the_statistic_catches_a_law_of_the_size_a_bug_makes(fleet, prompts):
-    """Power (module docstring): T = 0.9 against T = 1.0 on the same server is rejected at the level used above."""
+@pytest.mark.parametrize("prompt_id", PROMPT_IDS)
+def test_the_statistic_catches_a_dropped_filter(fleet, prompts, prompt_id):
+    """Power (module docstring): the plain server's samples at T = 1 against its samples at T = 1 with top-p 0.9 (the
+    ones the tests above drew) are told apart at the level used above."""
     url = fleet.url("plain")
-    a = samples(url, prompts[PROMPT_IDS[0]], {"temperature": 1.0})
-    b = samples(url, prompts[PROMPT_IDS[0]], {"temperature": 0.9})
+    a = samples(url, prompts[prompt_id], SETTINGS["T1"])
+    b = samples(url, prompts[prompt_id], SETTINGS["T1_top_p_0.9"])
     p = homogeneity_p(a, b)
-    print(f"\nlaw power, T 0.9 against T 1: p = {p:.3g}")
+    print(f"\nlaw power, top-p 0.9 against none at T 1, prompt {prompt_id}: p = {p:.3g}")
     assert p < ALPHA
