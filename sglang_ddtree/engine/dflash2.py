@@ -142,7 +142,7 @@ def walk(scores: torch.Tensor, temperatures: torch.Tensor, seed: torch.Tensor, s
     scores [B, L, K, K], temperatures float32 [B] -> (path int64 [B, L] candidate indices, q float32 [B, L, K])."""
     B, L, K, _ = scores.shape
     greedy = (temperatures <= 0).view(B, 1)
-    t = torch.where(greedy, torch.ones_like(temperatures.view(B, 1)), temperatures.view(B, 1))
+    t = torch.where(greedy, 1.0, temperatures.view(B, 1).float().clamp(min=1e-5))  # SGLang's clamp
     prev = torch.zeros(B, dtype=torch.int64, device=scores.device)
     rows = torch.arange(B, device=scores.device)
     path, q = [], []

@@ -109,15 +109,15 @@ class Engine:
                  round_cost=None) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar', and with a DFlash2 drafter
         (pair='dflash2') 'lattice' (DDTree over its selector's lattice) | 'walk' (the selector's own walk, verified
-        as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node
-        budget (default 32; 'lattice' too), or 'auto': each round uses the budget of `auto_budgets` that the previous round's
+        as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node budget (default
+        32; 'lattice' too), or 'auto': each round uses the budget of `auto_budgets` that the previous round's
         tree (the first round: its own) predicts commits the most tokens per unit of `round_cost` (one time per
         candidate, for this batch; default: measured here at start; sglang_ddtree/budget.py).
         anchor: DDTree's tree ('ddtree', 'lattice'), None (the paper's) or 'chain' (the greedy chain always in the
-        tree: tree.build_tree_from_topk; the lattice's: the selector's greedy walk). draft_temperature: None, L positive floats (depth d's draft logits divided
-        by the d-th before the tree is built) or 'drafter' (the drafter directory's calibration file,
-        sglang_ddtree/calibration.py); the output is lossless either way. seed: int (request i uses seed + i)
-        or one int per prompt.
+        tree: tree.build_tree_from_topk; the lattice's is the selector's greedy walk). draft_temperature: None, L
+        positive floats (depth d's draft logits divided by the d-th before the tree is built) or 'drafter' (the
+        drafter directory's calibration file, sglang_ddtree/calibration.py); the output is lossless either way.
+        seed: int (request i uses seed + i) or one int per prompt.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         ids, seeds, stops, temperature, budget, auto, draft_temperature = self._checked_args(
