@@ -23,6 +23,15 @@ def fleet():
     f = F.Fleet()
     yield f
     f.stop_all()
+    _REPORT.append(f.report())
+
+
+_REPORT = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _REPORT:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

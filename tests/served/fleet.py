@@ -128,6 +128,25 @@ class Server:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of the server's processes so far: how long it would keep a quiet machine's
+        cores busy, whatever else shares them (the suite's cost on CI is judged from this, not from wall time)."""
+        import psutil
+
+        try:
+            procs = [psutil.Process(self.proc.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            return 0.0
+        total = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     def stop(self) -> None:
         if self.proc is None:
             return
@@ -150,15 +169,22 @@ class Fleet:
     def __init__(self):
         self.logdir = tempfile.mkdtemp(prefix="served-")
         self.up: dict[str, Server] = {}  # in order of last use
+        self.spent: dict[str, list] = {}  # name -> [starts, CPU seconds of its processes]
 
     def url(self, name: str) -> str:
         return self.server(name).url
+
+    def _stop(self, name: str) -> None:
+        srv = self.up.pop(name)
+        cost = self.spent.setdefault(name, [0, 0.0])
+        cost[1] += srv.cpu_seconds()
+        srv.stop()
 
     def _make_room(self, starting: int = 1) -> None:
         """Stop servers until `starting` more fit: the least recently used first, the sticky ones last."""
         while self.up and len(self.up) + starting > MAX_UP:
             order = sorted(self.up, key=lambda n: n in STICKY)  # stable: least recently used first within each
-            self.up.pop(order[0]).stop()
+            self._stop(order[0])
 
     def server(self, name: str) -> Server:
         srv = self.up.pop(name, None)
@@ -167,13 +193,19 @@ class Fleet:
             srv = Server(name, self.logdir)
             srv.start()
             srv.wait()
+            self.spent.setdefault(name, [0, 0.0])[0] += 1
         self.up[name] = srv
         return srv
 
     def stop_all(self) -> None:
-        for srv in self.up.values():
-            srv.stop()
-        self.up.clear()
+        for name in list(self.up):
+            self._stop(name)
+
+    def report(self) -> str:
+        """Starts and CPU seconds per server (what the suite costs a quiet machine)."""
+        rows = [f"{n}: {k} start(s), {t:.0f} CPU s" for n, (k, t) in sorted(self.spent.items())]
+        total = sum(t for _, t in self.spent.values())
+        return f"served servers: {total:.0f} CPU s in all ({'; '.join(rows)})"
 
 
 # --- the client --------------------------------------------------------------------------------------------------

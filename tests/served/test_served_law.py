@@ -54,6 +54,7 @@ def test_ddtree_samples_are_distributed_as_the_plain_servers(fleet, prompts, pro
     plain = samples(fleet.url("plain"), prompts[prompt_id], sampling)
     assert len(set(dd)) > 5  # really sampled
     p = homogeneity_p(dd, plain)
+    print(f"\nlaw {setting} prompt {prompt_id}: p = {p:.3g} ({len(set(dd))} outcomes)")
     assert p > ALPHA, f"DDTree's samples differ in law from the plain server's (p = {p:.2e} < {ALPHA:.1e})"
 
 
@@ -62,4 +63,6 @@ def test_the_statistic_catches_a_law_of_the_size_a_bug_makes(fleet, prompts):
     url = fleet.url("plain")
     a = samples(url, prompts[PROMPT_IDS[0]], {"temperature": 1.0})
     b = samples(url, prompts[PROMPT_IDS[0]], {"temperature": 0.9})
-    assert homogeneity_p(a, b) < ALPHA
+    p = homogeneity_p(a, b)
+    print(f"\nlaw power, T 0.9 against T 1: p = {p:.3g}")
+    assert p < ALPHA
