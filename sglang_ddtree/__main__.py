@@ -12,10 +12,12 @@ COMMANDS = {
     "check": ("sglang_ddtree.sglang.check", "does SGLang see --speculative-algorithm ddtree, and if not why"),
     "launch_server": ("sglang_ddtree.sglang.launch_server", "SGLang's launch_server with the plugin loaded and the "
                                                              "DDTree flags (--speculative-ddtree-budget ...)"),
-    "bench": ("sglang_ddtree.bench.__main__", "benchmarks: tree, tree_gpu, attention, verify_splits, engine"),
+    "bench": ("sglang_ddtree.bench.__main__", "benchmarks: tree, tree_gpu, attention, verify_splits, engine, dflash2"),
     "calibration": ("sglang_ddtree.engine.calibrate", "fit and check the drafter's per-depth temperatures"),
     "budget": ("sglang_ddtree.engine.budget_sweep", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
     "train": ("sglang_ddtree.engine.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
+    "train_selector": ("sglang_ddtree.engine.train_selector", "retrain the shipped tiny DFlash2 drafter's candidate "
+                                                              "selector (deterministic, CPU)"),
 }
 
 

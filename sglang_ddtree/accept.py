@@ -124,9 +124,15 @@ def _mul32(m: int, x):
 
 def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, vocab: int) -> torch.Tensor:
     """float32 [R, V] Gumbel noise, one independent stream per (seed, step, node) row; the counter runs
-    over the vocabulary index (kernels/tree_accept.cu documents the same generator). u = (x + 0.5)·2⁻³²
-    rounded to float32 and clamped below 1 (the top words would round to 1.0 and give +inf), then
-    g = −log(−log u) in float32."""
+    over the vocabulary index (kernels/tree_accept.cu documents the same generator): g = −log(−log u) in
+    float32 of uniform_noise's u."""
+    return -torch.log(-torch.log(uniform_noise(seed, step, node, vocab)))
+
+
+def uniform_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, vocab: int) -> torch.Tensor:
+    """float32 [R, V] uniforms in (0, 1) of the Philox stream (seed, step, node) of each row, entry v from output
+    word v mod 4 of counter (v / 4, node, step low, step high): u = (x + 0.5)·2⁻³² rounded to float32 and clamped
+    below 1 (the top words would round to 1.0)."""
     dev = seed.device
     v = torch.arange(vocab, device=dev, dtype=torch.int64)
     R = seed.shape[0]
@@ -140,8 +146,7 @@ def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, voc
     lane = (v & 3).unsqueeze(0).expand(R, -1)
     x = torch.where(lane == 0, words[0], torch.where(lane == 1, words[1], torch.where(lane == 2, words[2], words[3])))
     u = (x.to(torch.float64) + 0.5) * (2.0 ** -32)
-    u = u.to(torch.float32).clamp(max=1.0 - 2.0 ** -24)
-    return -torch.log(-torch.log(u))
+    return u.to(torch.float32).clamp(max=1.0 - 2.0 ** -24)
 
 
 def sample_rows_torch(logits: torch.Tensor, temperature: float, seed, step, node) -> torch.Tensor:

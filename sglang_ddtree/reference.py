@@ -264,6 +264,27 @@ def sample_reference(logits, temperature: float, rng: np.random.Generator) -> np
     return out.reshape(p.shape[:-1])
 
 
+def chain_rejection_reference(p, q, drafted, u, noise) -> tuple[int, int]:
+    """Speculative sampling of one drafted path, one request, float64 (Leviathan et al.'s rule; SGLang's chain
+    verify at thresholds 1, which its DFLASH runs on a DFlash2 selector's walk).
+
+    p [L+1, V]: the target's law at the path's nodes (node i: after the root and drafted[:i]); q [L, V]: the law
+    drafted[i] was drawn from; u [L]: uniforms in (0, 1); noise [L+1, V]: Gumbel noise, row i for a draw at node
+    i. drafted[i] is accepted iff u[i]·q[i, x] < p[i, x] (x = drafted[i]: probability min(1, p/q)), in order,
+    up to the first rejection; at a rejection at node i the bonus is drawn from (p[i] − q[i])⁺, after L
+    acceptances from p[L], as argmax(log r + noise[i]) (first index). Returns (accepted count a, bonus): the
+    emitted tokens drafted[:a] + [bonus] are an exact draw from the target's law whatever q is."""
+    p, q, u, noise = (np.asarray(a, dtype=np.float64) for a in (p, q, u, noise))
+    L, a = len(drafted), 0
+    while a < L and u[a] * q[a, int(drafted[a])] < p[a, int(drafted[a])]:
+        a += 1
+    r = np.maximum(p[a] - q[a], 0.0) if a < L else p[a]
+    if not r.sum() > 0:  # p == q up to rounding: no residual mass (a rejection there has probability ~0)
+        r = p[a]
+    with np.errstate(divide="ignore"):
+        return a, int(np.argmax(np.log(r) + noise[a]))
+
+
 def filtered_law(logits, temperature: float, top_k: int, top_p: float, min_p: float) -> np.ndarray:
     """The distribution the plain server samples one next token from (SGLang's pytorch sampler), float64.
 

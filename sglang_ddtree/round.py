@@ -5,7 +5,8 @@ standalone engine (engine/engine.py).
   draft   the drafter's block [root, MASK...] -> top-k -> the widest tree          host.draft
           (auto: its prediction is published for a later round's choice, the tree cut to n nodes)
   verify  one target forward over the n tree nodes at the round's KV slots          host.verify
-  sample  every node's target token under the request's law (sampling.node_tokens)
+  sample  every node's target token under the request's law (sampling.node_tokens; a path drafted from a
+          known law, rejection sampling: rejection.py)
   accept  RoundOps.commit: the bounded walk and the round's commit plan, one op
   commit  the accepted nodes' KV to the committed slots, their hidden states to the drafter
                                                                       host.move_kv, host.append_draft_context
@@ -30,6 +31,7 @@ import torch
 from . import ops
 from .accept import sample_rows_torch
 from .budget import truncate
+from .rejection import rejection_targets
 from .sampling import node_tokens
 from .sizes import budget_of
 from .tree import TreeBatch, build_tree_from_topk
@@ -207,6 +209,12 @@ class RoundHost:
         """(sampling.NodeLaw or None for all greedy, seed int64 [bs], step int64 [bs]) of the round's draw."""
         raise NotImplementedError
 
+    def draft_law(self):
+        """None: the tree's nodes are verified by independent draws (docs/DESIGN.md §3.5). Or (candidate ids
+        [bs, L, K], q [bs, L, K]) where the round's tree is one path drafted from q (a DFlash2 selector's walk):
+        it is then verified by rejection sampling, as SGLang's DFLASH verifies it (rejection.py)."""
+        return None
+
     def committed(self, plan: CommitPlan, targets: torch.Tensor) -> None:
         """The commit plan exists: what the host reports before the KV moves (lengths, counts, log-probs)."""
 
@@ -269,7 +277,13 @@ class Round:
         host.mark("sample")
         host.adjust_logits(logits, tree)
         law, seed, step = host.node_law(self.count)
-        targets = host.agree_targets(node_tokens(self.ops, logits, law, seed, step, no_token=host.stops_on_nonfinite))
+        drafted_from = host.draft_law()
+        if drafted_from is None:
+            targets = node_tokens(self.ops, logits, law, seed, step, no_token=host.stops_on_nonfinite)
+        else:
+            targets = rejection_targets(self.ops, logits, law, tree.tokens, drafted_from, seed, step,
+                                        no_token=host.stops_on_nonfinite)
+        targets = host.agree_targets(targets)
         host.mark("accept")
         plan = self.ops.commit(tree, targets, prefix, slots)
         host.mark("commit")

@@ -13,6 +13,7 @@ import struct
 import torch
 
 from .dflash import DFlashConfig, DFlashDraftModel
+from .dflash2 import DFlash2Config, DFlash2DraftModel, is_dflash2
 from .mla import DeepseekV3Config, DeepseekV3ForCausalLM
 from .model import CausalLM, Qwen3Config, Qwen3ForCausalLM
 
@@ -89,9 +90,13 @@ def load_target(folder: str, dtype=torch.float32, device="cpu") -> CausalLM:
 
 
 def load_drafter(folder: str, dtype=torch.float32, device="cpu") -> DFlashDraftModel:
-    cfg = DFlashConfig.load(folder)
+    """A DFlash drafter, or a DFlash2 one (a candidate selector on the backbone) where config.json names it."""
+    with open(os.path.join(folder, "config.json")) as f:
+        config_cls, model_cls = (DFlash2Config, DFlash2DraftModel) if is_dflash2(json.load(f)) else \
+            (DFlashConfig, DFlashDraftModel)
+    cfg = config_cls.load(folder)
     with torch.device("meta"):
-        model = DFlashDraftModel(cfg)
+        model = model_cls(cfg)
     model = model.to_empty(device="cpu")
     _load_state(model, folder, strip="model.")
     return model.to(device=device, dtype=dtype).eval()

@@ -31,11 +31,13 @@ from ..tree import build_tree, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
 from .dflash import DFlashDraftModel
+from .dflash2 import lattice_tree, walk, walk_tree
 from .model import CausalLM, prefix_tree_mask
 from .tokenizer import ByteTokenizer
 
 STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "accept", "commit")
-METHODS = ("ddtree", "chain", "ar")
+METHODS = ("ddtree", "chain", "ar", "lattice", "walk")
+SELECTOR_METHODS = ("lattice", "walk")  # a DFlash2 drafter's own (engine/dflash2.py, docs/DESIGN.md §8.2)
 
 
 @dataclasses.dataclass
@@ -105,15 +107,17 @@ class Engine:
                  temperature: float = 0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
                  on_round=None, anchor=None, draft_temperature=None, auto_budgets=(8, 16, 32, 64),
                  round_cost=None) -> list[GenerationResult]:
-        """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar'. budget: DDTree's node
-        budget (default 32), or 'auto': each round uses the budget of `auto_budgets` that the previous round's
+        """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar', and with a DFlash2 drafter
+        (pair='dflash2') 'lattice' (DDTree over its selector's lattice) | 'walk' (the selector's own walk, verified
+        as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node budget (default
+        32; 'lattice' too), or 'auto': each round uses the budget of `auto_budgets` that the previous round's
         tree (the first round: its own) predicts commits the most tokens per unit of `round_cost` (one time per
         candidate, for this batch; default: measured here at start; sglang_ddtree/budget.py).
-        anchor: DDTree's tree, None (the paper's) or 'chain' (the greedy chain always in the tree:
-        tree.build_tree_from_topk). draft_temperature: None, L positive floats (depth d's draft logits divided
-        by the d-th before the tree is built) or 'drafter' (the drafter directory's calibration file,
-        sglang_ddtree/calibration.py); the output is lossless either way. seed: int (request i uses seed + i)
-        or one int per prompt.
+        anchor: DDTree's tree ('ddtree', 'lattice'), None (the paper's) or 'chain' (the greedy chain always in the
+        tree: tree.build_tree_from_topk; the lattice's is the selector's greedy walk). draft_temperature: None, L
+        positive floats (depth d's draft logits divided by the d-th before the tree is built) or 'drafter' (the
+        drafter directory's calibration file, sglang_ddtree/calibration.py); the output is lossless either way.
+        seed: int (request i uses seed + i) or one int per prompt.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         ids, seeds, stops, temperature, budget, auto, draft_temperature = self._checked_args(
@@ -121,7 +125,8 @@ class Engine:
             draft_temperature, auto_budgets, round_cost)
         L = self.block_size - 1
         tree_args = {"ddtree": (budget, None, anchor, draft_temperature, auto), "chain": (L, 1, None, None, None),
-                     "ar": (0, 1, None, None, None)}[method]
+                     "ar": (0, 1, None, None, None), "lattice": (budget, None, anchor, None, None),
+                     "walk": (L, None, None, None, None)}[method]
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
@@ -138,6 +143,8 @@ class Engine:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if method != "ar" and self.drafter is None:
             raise ValueError(f"method {method!r} needs a drafter (draft_dir)")
+        if method in SELECTOR_METHODS and not hasattr(self.drafter, "candidate_selector"):
+            raise ValueError(f"method {method!r} needs a DFlash2 drafter (a candidate selector; pair='dflash2')")
         max_new_tokens = _int("max_new_tokens", max_new_tokens, 1)
         temperature = C.finite_nonnegative("temperature", temperature)
         if batch_size is not None:
@@ -162,6 +169,8 @@ class Engine:
             _id_list("stop_token_ids", stop_token_ids, V)
         auto = None
         if budget == "auto":
+            if method == "lattice":
+                raise ValueError("budget='auto' applies to method 'ddtree' only, got method 'lattice'")
             if isinstance(auto_budgets, (str, bytes)) or not isinstance(auto_budgets, Iterable) or not auto_budgets:
                 raise ValueError(f"auto_budgets must be positive ints, got {auto_budgets!r}")
             cands = sorted({_int("auto_budgets", b, 1, MAX_BUDGET) for b in auto_budgets})
@@ -178,8 +187,8 @@ class Engine:
             budget = _int("budget", budget, 1, MAX_BUDGET)
         budget = 32 if budget is None else budget
         chain_pops(anchor, L)
-        if anchor is not None and method != "ddtree":
-            raise ValueError(f"anchor applies to method 'ddtree' only, got method {method!r}")
+        if anchor is not None and method not in ("ddtree", "lattice"):
+            raise ValueError(f"anchor applies to methods 'ddtree' and 'lattice' only, got method {method!r}")
         if isinstance(draft_temperature, str):
             if draft_temperature != "drafter":
                 raise ValueError("draft_temperature must be None, 'drafter' or one positive float per draft depth, "
@@ -310,6 +319,8 @@ class _EngineBatch(RoundHost):
         budget, self.topk, self.anchor, self.draft_temp, auto = tree_args
         self.eng, self.max_new, self.on_round, self.stops = eng, max_new, on_round, stops
         self.use_draft = method != "ar"
+        self.selector = method if method in SELECTOR_METHODS else None  # a DFlash2 drafter's round (draft)
+        self.walk_law, self.walks = None, 0
         self.B, L, Bs = len(ids), eng.block_size - 1, eng.block_size
         B = self.B
         self.widest = verify_width(budget)
@@ -381,21 +392,43 @@ class _EngineBatch(RoundHost):
     def slots(self, n: int) -> torch.Tensor:
         return self.seq_lens[:, None] + self.ar[:n]
 
-    def _draft_logits(self) -> torch.Tensor:
-        """The drafter over [root, MASK x L] -> its logits [B, L, V]; the block's keys go to scratch slots past
-        the context."""
+    def _draft_hidden(self) -> torch.Tensor:
+        """The drafter over [root, MASK x L] -> its hidden states at the L draft slots [B, L, H]; the block's keys
+        go to scratch slots past the context."""
         eng, B, Bs = self.eng, self.B, self.eng.block_size
         blk_pos = self.seq_lens[:, None] + self.blk_off
         noise = eng.target.embed(torch.cat([self.root[:, None], self.mask_ids], 1))
         dmask = self.ar[None, None, :] < (self.seq_lens[:, None, None] + Bs)
-        h = eng.drafter(noise, blk_pos, dmask.expand(B, Bs, self.cap), self.dcache, blk_pos)
+        return eng.drafter(noise, blk_pos, dmask.expand(B, Bs, self.cap), self.dcache, blk_pos)[:, 1:]
+
+    def _draft_logits(self, h: torch.Tensor | None = None) -> torch.Tensor:
+        """The target's head on the drafter's hidden states (default: a fresh draft) -> logits [B, L, V]."""
+        h = self._draft_hidden() if h is None else h
+        B, L = h.shape[:2]
         # one 2-D GEMM: a strided [B, L, H] operand makes it a batched GEMM reading the head once per request
-        return eng.target.lm_head(h[:, 1:].reshape(B * (Bs - 1), -1)).view(B, Bs - 1, -1)
+        return self.eng.target.lm_head(h.reshape(B * L, -1)).view(B, L, -1)
+
+    def _selector_tree(self):
+        """A DFlash2 drafter's round (engine/dflash2.py): its lattice, then DDTree over it ('lattice') or the
+        selector's walk ('walk', whose law q the verify's rejection sampling reads: draft_law)."""
+        eng, h = self.eng, self._draft_hidden()
+        self.draft_logits = self._draft_logits(h)
+        self.clock.mark("build")
+        temps = self.law.temperatures if self.law is not None else torch.zeros(self.B, device=eng.device)
+        cand, scores = eng.drafter.lattice(h, self.draft_logits, self.root, eng.ops.backend)
+        if self.selector == "lattice":
+            return lattice_tree(cand, scores, self.widest - 1, temps, self.root, self.seq_lens, self.anchor)
+        self.walks += 1
+        path, q = walk(scores, temps, self.seed, torch.full_like(self.seed, self.walks))
+        self.walk_law = (cand, q) if self.law is not None else None
+        return walk_tree(cand, path, self.root, self.seq_lens)
 
     def _tree(self, keys, budget: int, topk):
         return build_tree(keys, budget, topk=topk, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor)
 
     def draft(self, slots):
+        if self.selector is not None:
+            return self._selector_tree(), None
         if self.use_draft:
             self.draft_logits = self._draft_logits()
         else:
@@ -420,6 +453,9 @@ class _EngineBatch(RoundHost):
         if self.law is None:
             return None, None, None
         return self.law, self.seed, torch.full_like(self.seed, round_no)
+
+    def draft_law(self):
+        return self.walk_law
 
     def committed(self, plan, targets) -> None:
         self.targets = targets

@@ -44,7 +44,7 @@ def test_top_level_help_lists_every_entry_point(capsys):
 
     assert top.main(["--help"]) == 0
     out = capsys.readouterr().out
-    entry_points = {"demo", "check", "launch_server", "bench", "calibration", "budget", "train"}
+    entry_points = {"demo", "check", "launch_server", "bench", "calibration", "budget", "train", "train_selector"}
     assert set(top.COMMANDS) == entry_points
     for name, (module, _) in top.COMMANDS.items():
         assert f"  {name} " in out
@@ -116,7 +116,7 @@ def test_top_level_help_exits_0_as_a_module():
 
 
 def test_bench_lists_only_benchmarks(capsys):
-    assert bench.names() == ["attention", "engine", "tree", "tree_gpu", "verify_splits"]
+    assert bench.names() == ["attention", "dflash2", "engine", "tree", "tree_gpu", "verify_splits"]
     assert bench.main(["__main__"]) == 2
     err = capsys.readouterr().err
     assert "unknown benchmark '__main__'" in err and "Traceback" not in err

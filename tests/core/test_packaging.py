@@ -29,7 +29,7 @@ def test_wheel_ships_native_sources(wheel_names):
 
 
 def test_wheel_ships_tiny_models_and_entry_point(wheel_names):
-    for model in ("tiny-target", "tiny-dflash", "tiny-mla-target", "tiny-mla-dflash"):
+    for model in ("tiny-target", "tiny-dflash", "tiny-dflash2", "tiny-mla-target", "tiny-mla-dflash"):
         for f in ("config.json", "model.safetensors", "tokenizer.json"):
             assert f"sglang_ddtree/engine/models/{model}/{f}" in wheel_names
     (ep,) = [v for n, v in wheel_names.items() if n.endswith("entry_points.txt")]
