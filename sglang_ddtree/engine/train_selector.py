@@ -100,7 +100,7 @@ def main(argv=None):
                     "tiny-dflash, writes tiny-dflash2; default: the shipped folder)")
     ap.add_argument("--threads", type=_cli.positive_int, default=2, help="torch CPU threads (results are bit-stable per count)")
     ap.add_argument("--rank", type=_cli.positive_int, default=32, help="the selector's rank r (selector_rank)")
-    ap.add_argument("--top-k", type=_cli.positive_int, default=32, help="candidates per slot K (selector_top_k; a "
+    ap.add_argument("--top-k", type=_cli.positive_int, default=16, help="candidates per slot K (selector_top_k; a "
                     "power of two, as SGLang's CUDA walk needs)")
     ap.add_argument("--steps", type=_cli.positive_int, default=3000, help="training steps (default 3000)")
     ap.add_argument("--gen-seqs", type=_cli.positive_int, default=512, help="target continuations to learn from "
