@@ -315,6 +315,12 @@ def _check_cpu_serving(view, settings: Settings) -> None:
     if settings.prefix not in ("auto", "tree"):
         _reject(f"{env('prefix')}={settings.prefix} on the CPU (the prefix libraries are CUDA kernels)",
                 f"unset {env('prefix')}")
+    check_cpu_install()
+
+
+def check_cpu_install() -> None:
+    """What this SGLang install lacks for speculative decoding on the CPU, named with the fix. The launcher asks
+    first: SGLang's own argument resolution imports sgl_kernel's CPU ops before this module's hook runs."""
     gaps = sgl.cpu_serving_gaps()
     if gaps:
         _reject("--device cpu here, which lacks " + "; ".join(gaps),

@@ -74,6 +74,16 @@ def sglang_import_error() -> str | None:
     return None
 
 
+def _device(argv: list[str]) -> str | None:
+    """The --device SGLang will be given (None: its default)."""
+    for i, a in enumerate(argv):
+        if a == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--device="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def main(argv=None) -> None:
     import os
 
@@ -97,6 +107,10 @@ def main(argv=None) -> None:
             os.environ[var.name] = str(given(ours, var))
     sys.argv = [sys.argv[0], *rest]
     try:
+        if _device(rest) == "cpu":
+            from .args import check_cpu_install
+
+            check_cpu_install()
         runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
     except ValueError as e:  # DDTree's start-up refusals (args.py) are one line each, before any model loads
         if not str(e).startswith(ALGORITHM):
