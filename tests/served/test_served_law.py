@@ -14,8 +14,8 @@ import pytest
 
 from fleet import generate
 
-SAMPLES, PER_REQUEST, TOKENS, MIN_COUNT = 960, 64, 3, 5
-PROMPT_IDS = (3, 11, 29)
+SAMPLES, PER_REQUEST, TOKENS, MIN_COUNT = 640, 64, 3, 5
+PROMPT_IDS = (3, 11)  # 163 and 235 distinct outcomes at T = 1 in 960 draws (prompt 29: 285, power p 4e-9)
 SETTINGS = {"T1": {"temperature": 1.0}, "T1_top_p_0.9": {"temperature": 1.0, "top_p": 0.9}}
 ALPHA = 0.01 / (len(PROMPT_IDS) * len(SETTINGS))
 

@@ -4,7 +4,7 @@ fail). Greedy output and every request option as at TP 1; sampled output distrib
 import pytest
 
 from fleet import generate, generate_many, healthy
-from test_served_law import PROMPT_IDS, homogeneity_p, samples
+from test_served_law import ALPHA, PROMPT_IDS, homogeneity_p, samples
 from test_served_requests import GREEDY, REGEX, outputs
 
 PROMPTS = 32
@@ -52,4 +52,4 @@ def test_sampled_output_at_tp2_is_distributed_as_at_tp1(fleet, prompts, tp2):
     a = samples(tp2, prompts[PROMPT_IDS[0]], sampling)
     b = samples(fleet.url("ddtree"), prompts[PROMPT_IDS[0]], sampling)
     p = homogeneity_p(a, b)
-    assert p > 0.01 / 7, p
+    assert p > ALPHA, p
