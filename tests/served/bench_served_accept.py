@@ -23,7 +23,7 @@ from test_served_accept import OUTPUT, PROMPTS, bench  # noqa: E402
 
 TRAFFIC = {"greedy": [], "T0.6_top_p0.95": ["--temperature", "0.6", "--top-p", "0.95"],
            "T1": ["--temperature", "1.0"]}
-CONCURRENCY, PASSES = (1, 8), 2
+CONCURRENCY, PASSES = (4, 16), 2
 
 
 def main(out: str, servers: list[str]) -> None:
