@@ -14,10 +14,12 @@
 // child = logw + lp[d][0] (explicit _rn intrinsics, so no contraction can change them).
 // Chain-anchored (chain_pops > 0): pop c < min(chain_pops, budget, L) takes slot c (the rank-0 child of chain
 // node c, which nothing has popped yet) instead of the argmax; everything after the choice is the same code.
+// With `anchored` (bool [B], nullable) only the requests it marks are anchored, the others get the paper's tree.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "tree_kernels.cuh"
 
@@ -88,7 +90,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
                                                          const int64_t* __restrict__ ids,
                                                          const int64_t* __restrict__ root_tokens,
                                                          const int64_t* __restrict__ seq_lens, int L, int k,
-                                                         int budget, int kc, int forced, TreeOutputs out) {
+                                                         int budget, int kc, int forced,
+                                                         const bool* __restrict__ anchored, TreeOutputs out) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = budget + 1;
   const Layout lay(n, L, kc, LPS);
@@ -156,7 +159,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
     };
     rescan();
     int count = 0;
-    int chain = forced;
+    int chain = anchored == nullptr || anchored[b] ? forced : 0;
     while (count < budget) {
       uint32_t mhi = 0, mlo = 0, wm = 0, p = 0;
       if (count < chain) {  // warp-uniform: the chain node of depth count + 1 sits in slot `count`
@@ -303,7 +306,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
 
 template <int S>
 cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, const int64_t* seqs, int B, int L,
-                     int k, int budget, int forced, const TreeOutputs& out, cudaStream_t stream) {
+                     int k, int budget, int forced, const bool* anchored, const TreeOutputs& out,
+                     cudaStream_t stream) {
   const int n = budget + 1;
   const int kc = k < n ? k : n;
   constexpr size_t kSmemCap = 200 * 1024;
@@ -315,7 +319,7 @@ cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, 
     if (e != cudaSuccess) return e;
   }
   const int threads = n > 256 ? 256 : 128;
-  kern<<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, forced, out);
+  kern<<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, forced, anchored, out);
   return cudaGetLastError();
 }
 
@@ -323,7 +327,7 @@ cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, 
 
 cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
                               const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
-                              const TreeOutputs& out, cudaStream_t stream) {
+                              const bool* anchored, const TreeOutputs& out, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
   if (budget < 0 || budget + 1 > kMaxTreeSlots || L < 0 || L > kMaxDepth || k < 0 || chain_pops < 0) {
     return cudaErrorInvalidValue;
@@ -332,13 +336,17 @@ cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t
   if (forced > budget) forced = budget;
   if (forced > L) forced = L;
   const int slots = (budget + 1 + 31) / 32;
-  if (slots <= 1) return launch_s<1>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
-  if (slots <= 2) return launch_s<2>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
-  if (slots <= 3) return launch_s<3>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
-  if (slots <= 5) return launch_s<5>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
-  if (slots <= 9) return launch_s<9>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
-  if (slots <= 17) return launch_s<17>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
-  return launch_s<32>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, out, stream);
+  auto launch = [&](auto s) {
+    return launch_s<decltype(s)::value>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, anchored, out,
+                                       stream);
+  };
+  if (slots <= 1) return launch(std::integral_constant<int, 1>{});
+  if (slots <= 2) return launch(std::integral_constant<int, 2>{});
+  if (slots <= 3) return launch(std::integral_constant<int, 3>{});
+  if (slots <= 5) return launch(std::integral_constant<int, 5>{});
+  if (slots <= 9) return launch(std::integral_constant<int, 9>{});
+  if (slots <= 17) return launch(std::integral_constant<int, 17>{});
+  return launch(std::integral_constant<int, 32>{});
 }
 
 }  // namespace ddtree

@@ -2,6 +2,8 @@
 
 lp = topk(x) − logsumexp(x) over the float32-upcast draft logits x, rows ordered by value descending and
 ties by token id ascending (torch.topk leaves tie order unspecified; the tree's tokens depend on it).
+With a per-row scale s > 0 (a request's temperature and the drafter's calibration, keys.py), the candidates
+stay x's and lp = (s ⊗ x)_top − logsumexp(s ⊗ x): reference.law_keys_reference is the definition.
 The CPU path below is the canonical definition; the CUDA op `topk_lse` must agree with it (ids equal up
 to permutation inside exact-tie groups, log-normaliser within 2 ulp).
 """
@@ -17,18 +19,21 @@ _ROWS_PER_CHUNK = 16  # ~10 MB of float32 per chunk at V=152k: temporaries stay 
                       # on a CPU than one pass over a [B·L, V] batch, measured)
 
 
-def topk_logprobs_torch(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Canonical top-k + log-normaliser with plain torch ops (any device; the CPU backend's stage 1)."""
+def topk_logprobs_torch(logits: torch.Tensor, k: int, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Canonical top-k + log-normaliser with plain torch ops (any device; the CPU backend's stage 1). scale:
+    None, or float32 with one positive value per row (shape logits.shape[:-1])."""
     V = logits.shape[-1]
     rows = logits.reshape(-1, V)
+    scales = None if scale is None else scale.reshape(-1, 1).float()
     lp = torch.empty(rows.shape[0], k, dtype=torch.float32, device=logits.device)
     ids = torch.empty(rows.shape[0], k, dtype=torch.int64, device=logits.device)
     for s in range(0, rows.shape[0], _ROWS_PER_CHUNK):
-        lp[s:s + _ROWS_PER_CHUNK], ids[s:s + _ROWS_PER_CHUNK] = _topk_rows(rows[s:s + _ROWS_PER_CHUNK], k)
+        part = slice(s, s + _ROWS_PER_CHUNK)
+        lp[part], ids[part] = _topk_rows(rows[part], k, None if scales is None else scales[part])
     return lp.reshape(*logits.shape[:-1], k), ids.reshape(*logits.shape[:-1], k)
 
 
-def _topk_rows(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _topk_rows(rows: torch.Tensor, k: int, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.topk gets the values right but not which of several equal values it keeps at the k-th
     boundary, nor their order. Rows where more than k logits reach the k-th value are re-read with a
     larger top-g that holds every tied candidate (an unambiguous set); then (value desc, id asc) comes
@@ -45,17 +50,25 @@ def _topk_rows(rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         _, order = torch.sort(torch.gather(xt, -1, wide), dim=-1, descending=True, stable=True)
         idx[tie_rows] = torch.gather(wide, -1, order[:, :k])
     idx = idx.sort(dim=-1).values
-    v, order = torch.sort(torch.gather(x, -1, idx), dim=-1, descending=True, stable=True)
-    return v - torch.logsumexp(x, dim=-1, keepdim=True), torch.gather(idx, -1, order)
+    _, order = torch.sort(torch.gather(x, -1, idx), dim=-1, descending=True, stable=True)
+    idx = torch.gather(idx, -1, order)
+    z = x if scale is None else x * scale
+    return torch.gather(z, -1, idx) - torch.logsumexp(z, dim=-1, keepdim=True), idx
 
 
-def topk_logprobs(logits: torch.Tensor, k: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_logprobs(logits: torch.Tensor, k: int, backend: str, scale: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage 1 on the chosen native backend ('cpu' or 'cuda'; see tree.build_tree for 'auto'). k in [1, V]: a
-    k of 0 would otherwise surface as a shape mismatch deep inside the top-k."""
+    k of 0 would otherwise surface as a shape mismatch deep inside the top-k. scale: None or float32 of shape
+    logits.shape[:-1], each row's multiplier (> 0; not checked on the device: keys.py makes it)."""
     V = logits.shape[-1]
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= V:
         raise ValueError(f"k must be an int in [1, {V}] (the vocabulary), got {k!r}")
+    if scale is not None and (not isinstance(scale, torch.Tensor) or tuple(scale.shape) != tuple(logits.shape[:-1])):
+        raise ValueError(f"scale must be a tensor of shape {tuple(logits.shape[:-1])} (one per row), got "
+                         f"{getattr(scale, 'shape', type(scale).__name__)}")
     if backend == "cuda":
-        lp, ids = ops.op("topk_lse")(logits.reshape(-1, V).contiguous(), k)
+        rows = None if scale is None else scale.reshape(-1).float().contiguous()
+        lp, ids = ops.op("topk_lse")(logits.reshape(-1, V).contiguous(), k, rows)
         return lp.reshape(*logits.shape[:-1], k), ids.reshape(*logits.shape[:-1], k)
-    return topk_logprobs_torch(logits, k)
+    return topk_logprobs_torch(logits, k, scale)

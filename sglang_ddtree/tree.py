@@ -75,15 +75,16 @@ def chain_pops(anchor, depth_limit: int) -> int:
     return depth_limit if anchor == "chain" else 0
 
 
-def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0) -> tuple:
+def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0, anchored=None) -> tuple:
     """Loop the numpy oracle over requests (tests and tools; never a hot path)."""
     from .reference import build_tree_reference
 
     B, n = lp.shape[0], verify_width(budget)
     lp_np, ids_np = lp.detach().cpu().numpy(), ids.detach().cpu().numpy()
     roots, lens = root_tokens.cpu().tolist(), seq_lens.cpu().tolist()
+    rows = [True] * B if anchored is None else anchored.cpu().tolist()
     per = [build_tree_reference(lp_np[b], ids_np[b], budget, root_token=roots[b], seq_len=lens[b],
-                                request_index=b, chain_pops=forced) for b in range(B)]
+                                request_index=b, chain_pops=forced if rows[b] else 0) for b in range(B)]
     words = ops.mask_words(n)
     stack = lambda key, dt: torch.from_numpy(np.stack([p[key] for p in per]) if per else np.zeros((0, n), dt))
     mask = torch.from_numpy(np.stack([p["tree_mask"] for p in per]) if per else np.zeros((0, n, n), bool))
@@ -124,15 +125,18 @@ def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
 
 
 def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budget: int, *,
-                         root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
+                         root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None,
+                         anchored=None) -> TreeBatch:
     """Best-first DDTree build (docs/DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
 
     top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
     root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth); a
     negative token or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
     budget 0 is the root alone (an autoregressive step). backend: 'auto' (the tensors' device), 'cuda', 'cpu'
-    or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or 'chain' (the drafter's greedy chain is
-    popped first, so it is always a path of the tree: docs/DESIGN.md §3.7).
+    or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or
+    'chain' (the drafter's greedy chain is popped first, so it is always a path of the tree: docs/DESIGN.md §3.7).
+    anchored: None (the anchor applies to every request) or bool [B] on the tensors' device, the requests it
+    applies to (the others get the paper's tree: the served default anchors greedy requests only, §3.10).
     """
     C.tensor("top_logprobs", top_logprobs, ndim=3, dtypes=(torch.float32,))
     device = top_logprobs.device
@@ -143,6 +147,9 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     forced = chain_pops(anchor, L)
     roots = C.per_request("root_tokens", root_tokens, B, device)
     lens = C.per_request("seq_lens", seq_lens, B, device)
+    if anchored is not None:
+        C.tensor("anchored", anchored, ndim=1, dtypes=(torch.bool,), device=device)
+        C.shape("anchored", anchored, (B,))
     if root_tokens is not None:
         _in_range("root_tokens", root_tokens, 0)
     if seq_lens is not None:
@@ -150,9 +157,10 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     backend = ops.resolve_backend(backend, device)
     lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
     if backend == "reference":
-        outs = [t.to(device) for t in _build_reference(lp, ids, budget, roots, lens, forced)]
+        outs = [t.to(device) for t in _build_reference(lp, ids, budget, roots, lens, forced, anchored)]
     else:
-        outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget, forced)
+        outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget, forced,
+                                              None if anchored is None else anchored.contiguous())
     return _tree_from_outputs(outs, budget, L, k)
 
 

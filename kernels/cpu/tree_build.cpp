@@ -6,12 +6,14 @@
 // sibling = (logw - lp[d-1][r]) + lp[d-1][r+1], child = logw + lp[d][0]. Compiled without fast-math.
 // Chain-anchored (chain_pops > 0): the first min(chain_pops, budget, L) pops take the rank-0 child of the
 // previous chain node wherever it sits in the heap (removed there, the heap restored around it), then the
-// pops are best-first again; the heap's shape never changes which entry is the maximum.
+// pops are best-first again; the heap's shape never changes which entry is the maximum. With `anchored`
+// (bool [B]) only the requests it marks are anchored, the others get the paper's tree.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -64,10 +66,10 @@ class Builder {
   Builder(int64_t L, int64_t k, int64_t budget, int64_t chain_pops)
       : L_(L), k_(k), budget_(budget), n_(budget + 1), forced_(std::min({chain_pops, budget, L})) {}
 
-  void build(const float* lp, const int64_t* ids, int64_t root_token, int64_t seq_len, int64_t b, Scratch& s,
-             int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths, int32_t* ranks, double* logw,
-             int64_t* positions, int64_t* retrive_index, int64_t* next_token, int64_t* next_sibling, bool* mask,
-             int32_t* bits, int32_t* flags) const {
+  void build(const float* lp, const int64_t* ids, int64_t root_token, int64_t seq_len, int64_t b, bool anchor,
+             Scratch& s, int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths, int32_t* ranks,
+             double* logw, int64_t* positions, int64_t* retrive_index, int64_t* next_token, int64_t* next_sibling,
+             bool* mask, int32_t* bits, int32_t* flags) const {
     const int64_t n = n_, words = (n + 31) / 32;
     for (int64_t i = 0; i < n; ++i) {
       tokens[i] = 0; parents[i] = -1; depths[i] = 0; ranks[i] = -1;
@@ -148,7 +150,7 @@ class Builder {
     int64_t count = 0;
     if (L > 0 && k > 0 && budget_ > 0) h.push_back({static_cast<double>(lp[0]), 0, 1, 0});
     int32_t* mutable_paths = s.paths.data();
-    int64_t forced = forced_;
+    int64_t forced = anchor ? forced_ : 0;
     while (!h.empty() && count < budget_) {
       size_t at = 0;
       if (count < forced) {  // the chain node of depth count + 1: rank-0 child of chain node `count`
@@ -197,7 +199,8 @@ class Builder {
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
            at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, const at::Tensor& root_tokens_in,
-                         const at::Tensor& seq_lens_in, int64_t budget, int64_t chain_pops) {
+                         const at::Tensor& seq_lens_in, int64_t budget, int64_t chain_pops,
+                         const std::optional<at::Tensor>& anchored_in) {
   TORCH_CHECK(lp_in.dim() == 3 && lp_in.scalar_type() == at::kFloat, "lp must be float32 [B, L, k]");
   TORCH_CHECK(ids_in.sizes() == lp_in.sizes() && ids_in.scalar_type() == at::kLong, "ids must be int64 [B, L, k]");
   TORCH_CHECK(budget >= 0, "budget must be >= 0");
@@ -208,6 +211,9 @@ build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, cons
   const auto seq_lens = seq_lens_in.to(at::kLong).contiguous();
   const int64_t B = lp.size(0), L = lp.size(1), k = lp.size(2), n = budget + 1, words = (n + 31) / 32;
   TORCH_CHECK(root_tokens.numel() == B && seq_lens.numel() == B, "root_tokens and seq_lens must be [B]");
+  const auto anchored = anchored_in.has_value() ? anchored_in->to(at::kBool).contiguous() : at::Tensor();
+  TORCH_CHECK(!anchored.defined() || anchored.numel() == B, "anchored must be [B]");
+  const bool* anchor_rows = anchored.defined() ? anchored.data_ptr<bool>() : nullptr;
   const auto i32 = lp.options().dtype(at::kInt), i64 = lp.options().dtype(at::kLong);
   auto num_nodes = at::empty({B}, i32);
   auto tokens = at::empty({B, n}, i64);
@@ -232,7 +238,8 @@ build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, cons
     s.last_child.assign(static_cast<size_t>(n), -1);
     for (int64_t b = begin; b < end; ++b) {
       builder.build(lp.data_ptr<float>() + b * L * k, ids.data_ptr<int64_t>() + b * L * k,
-                    root_tokens.data_ptr<int64_t>()[b], seq_lens.data_ptr<int64_t>()[b], b, s,
+                    root_tokens.data_ptr<int64_t>()[b], seq_lens.data_ptr<int64_t>()[b], b,
+                    anchor_rows == nullptr || anchor_rows[b], s,
                     num_nodes.data_ptr<int32_t>() + b, tokens.data_ptr<int64_t>() + b * n,
                     parents.data_ptr<int32_t>() + b * n, depths.data_ptr<int32_t>() + b * n,
                     ranks.data_ptr<int32_t>() + b * n, logw.data_ptr<double>() + b * n,

@@ -16,6 +16,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "tree_kernels.cuh"
@@ -43,7 +44,8 @@ ddtree::LogitDtype logit_dtype(const at::Tensor& t, const char* name) {
 using ddtree::TreeTuple;
 
 TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids, const at::Tensor& root_tokens,
-                                    const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops) {
+                                    const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops,
+                                    const std::optional<at::Tensor>& anchored) {
   const at::Device dev = lp.device();
   check_cuda(lp, "lp", at::kFloat, 3, dev);
   check_cuda(ids, "ids", at::kLong, 3, dev);
@@ -55,6 +57,8 @@ TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids,
   TORCH_CHECK(budget >= 0 && budget + 1 <= ddtree::kMaxTreeSlots, "budget must be in [0, ",
               ddtree::kMaxTreeSlots - 1, "] on CUDA, got ", budget);
   TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0, got ", chain_pops);
+  if (anchored.has_value()) check_cuda(*anchored, "anchored", at::kBool, 1, dev);
+  TORCH_CHECK(!anchored.has_value() || anchored->size(0) == lp.size(0), "anchored must be [B]");
   TORCH_CHECK(L <= ddtree::kMaxDepth, "depth limit L must be <= ", ddtree::kMaxDepth, ", got ", L);
   TORCH_CHECK(k <= (int64_t{1} << 24) && B < (int64_t{1} << 31), "k or B too large");
   const c10::cuda::CUDAGuard guard(dev);
@@ -75,7 +79,8 @@ TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids,
                                            root_tokens.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
                                            static_cast<int>(B), static_cast<int>(L), static_cast<int>(k),
                                            static_cast<int>(budget),
-                                           static_cast<int>(std::min<int64_t>(chain_pops, budget)), out,
+                                           static_cast<int>(std::min<int64_t>(chain_pops, budget)),
+                                           anchored.has_value() ? anchored->data_ptr<bool>() : nullptr, out,
                                            c10::cuda::getCurrentCUDAStream()));
   return {num_nodes, tokens, parents, depths, ranks, logw, positions, retrive_index, next_token, next_sibling,
           tree_mask, mask_bits, flags};
@@ -148,7 +153,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> accept_tree_cuda(
   return {accept_index, accept_len, bonus, flags};
 }
 
-std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64_t k) {
+std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64_t k,
+                                                 const std::optional<at::Tensor>& scale) {
   TORCH_CHECK(logits.is_cuda(), "logits must be a CUDA tensor");
   TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "logits must be a contiguous [R, V] tensor");
   const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
@@ -156,11 +162,14 @@ std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64
   TORCH_CHECK(k >= 1 && k <= ddtree::kMaxTopK, "k must be in [1, ", ddtree::kMaxTopK, "], got ", k);
   TORCH_CHECK(k <= V, "k must be <= V (", V, "), got ", k);
   TORCH_CHECK(V < (int64_t{1} << 31) && R < (int64_t{1} << 31), "logits too large");
+  if (scale.has_value()) check_cuda(*scale, "scale", at::kFloat, 1, logits.device());
+  TORCH_CHECK(!scale.has_value() || scale->size(0) == R, "scale must be [R] (one per logits row)");
   const c10::cuda::CUDAGuard guard(logits.device());
   auto opt = logits.options();
   at::Tensor lp = at::empty({R, k}, opt.dtype(at::kFloat)), ids = at::empty({R, k}, opt.dtype(at::kLong));
   if (R == 0) return {lp, ids};
-  C10_CUDA_CHECK(ddtree::launch_topk_lse(logits.data_ptr(), dt, R, V, static_cast<int>(k), lp.data_ptr<float>(),
+  const float* sc = scale.has_value() ? scale->data_ptr<float>() : nullptr;
+  C10_CUDA_CHECK(ddtree::launch_topk_lse(logits.data_ptr(), dt, R, V, static_cast<int>(k), sc, lp.data_ptr<float>(),
                                          ids.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
   return {lp, ids};
 }

@@ -20,11 +20,12 @@ import time
 import torch
 
 from ..budget import AutoWidth
+from ..keys import Calibration, DraftKeys
 from ..round import Round, RoundHost, RoundOps, verify_attention
 from ..sampling import NodeLaw, node_tokens
 from ..sizes import verify_width
 from ..stage_clock import StageClock
-from ..tree import build_tree, chain_pops
+from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
 from .dflash import DFlashDraftModel
@@ -33,6 +34,7 @@ from .tokenizer import ByteTokenizer
 
 STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "accept", "commit")
 METHODS = ("ddtree", "chain", "ar")
+KEYS = ("draft", "law")
 
 
 @dataclasses.dataclass
@@ -99,9 +101,10 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
-                 temperature: float = 0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
+                 temperature=0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
                  on_round=None, anchor=None, draft_temperature=None, auto_budgets=(8, 16, 32, 64),
-                 round_cost=None) -> list[GenerationResult]:
+                 round_cost=None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, keys: str = "draft",
+                 sampling_temperature=None) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar'. budget: DDTree's node
         budget (default 32), or 'auto': each round uses the budget of `auto_budgets` that the previous round's
         tree (the first round: its own) predicts commits the most tokens per unit of `round_cost` (one time per
@@ -111,6 +114,11 @@ class Engine:
         by the d-th before the tree is built) or 'drafter' (the drafter directory's calibration file,
         sglang_ddtree/calibration.py); the output is lossless either way. seed: int (request i uses seed + i)
         or one int per prompt.
+        temperature (a float, or one per prompt: 0 is greedy), top_k (<= 0: off), top_p, min_p: each request's
+        law, as a plain server's sampling parameters (sampling.py). keys: how DDTree ranks a sampled request's
+        tree — 'draft' (the draft over draft_temperature, whatever the law: the paper's keys) or 'law' (the draft
+        under the request's own law, over sampling_temperature: None, L floats, or 'drafter' for the calibration
+        file's sampling entry, raw without one; keys.py); greedy requests rank by the draft either way.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         if method not in METHODS:
@@ -138,39 +146,64 @@ class Engine:
         chain_pops(anchor, L)  # a bad anchor is refused before any work
         if anchor is not None and method != "ddtree":
             raise ValueError(f"anchor applies to method 'ddtree' only, got method {method!r}")
-        if isinstance(draft_temperature, str):
-            if draft_temperature != "drafter" or self.draft_dir is None:
-                raise ValueError("draft_temperature='drafter' needs an engine from from_pretrained with a drafter "
-                                 f"directory, got {draft_temperature!r}")
-            from ..calibration import load_depth_temperatures
-
-            draft_temperature = load_depth_temperatures(self.draft_dir, L)
-        if draft_temperature is not None:
-            temps = [float(t) for t in draft_temperature]
-            if method != "ddtree" or len(temps) != L or not all(math.isfinite(t) and t > 0 for t in temps):
-                raise ValueError(f"draft_temperature must be {L} positive finite floats (one per draft depth) with "
-                                 f"method 'ddtree', got {draft_temperature!r} with method {method!r}")
-            draft_temperature = torch.tensor(temps, dtype=self.dtype, device=self.device)[:, None]  # [L, 1]
+        if keys not in KEYS:
+            raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
+        if keys == "law" and method != "ddtree":
+            raise ValueError(f"keys='law' applies to method 'ddtree' only, got method {method!r}")
+        calibration = Calibration(self._depth_temperatures("draft_temperature", draft_temperature, method, L),
+                                  self._depth_temperatures("sampling_temperature", sampling_temperature, method, L))
+        draft_keys = DraftKeys(L, calibration, self.device) if method == "ddtree" else None
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         if any(len(x) == 0 for x in ids):
             raise ValueError("every prompt must have at least one token")
         seeds = [seed + i for i in range(len(ids))] if isinstance(seed, int) else [int(s) for s in seed]
         if len(seeds) != len(ids):
             raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
+        temps = [temperature] * len(ids) if isinstance(temperature, (int, float)) else list(temperature)
+        if len(temps) != len(ids) or not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in temps):
+            raise ValueError(f"temperature must be a float >= 0 or one per prompt, got {temperature!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise ValueError(f"top_k must be an int (<= 0: off), got {top_k!r}")
+        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        if not (isinstance(min_p, (int, float)) and 0 <= min_p <= 1):
+            raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
+        law = (float(top_k), float(top_p), float(min_p))
         stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else list(stop_token_ids)
-        tree_args = {"ddtree": (budget, None, anchor, draft_temperature, auto), "chain": (L, 1, None, None, None),
-                     "ar": (0, 1, None, None, None)}[method]
+        tree_args = {"ddtree": (budget, None, anchor, draft_keys, keys == "law", auto),
+                     "chain": (L, 1, None, None, False, None), "ar": (0, 1, None, None, False, None)}[method]
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
             out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, tree_args,
-                                float(temperature), stops, on_round)
+                                [float(t) for t in temps[i:i + bs]], law, stops, on_round)
         return out
+
+    def _depth_temperatures(self, name: str, value, method: str, L: int):
+        """A calibration argument as L floats or None: 'drafter' reads the drafter directory's file (its
+        sampling entry may be absent: None)."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            if value != "drafter" or self.draft_dir is None:
+                raise ValueError(f"{name}='drafter' needs an engine from from_pretrained with a drafter directory, "
+                                 f"got {value!r}")
+            from ..calibration import load_calibration
+
+            cal = load_calibration(self.draft_dir, L)
+            value = cal.greedy if name == "draft_temperature" else cal.sampling
+            if value is None:
+                return None
+        temps = [float(t) for t in value]
+        if method != "ddtree" or len(temps) != L or not all(math.isfinite(t) and t > 0 for t in temps):
+            raise ValueError(f"{name} must be {L} positive finite floats (one per draft depth) with method 'ddtree', "
+                             f"got {value!r} with method {method!r}")
+        return tuple(temps)
 
     # ------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
-        batch = _EngineBatch(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round)
+    def _decode(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round=None):
+        batch = _EngineBatch(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round)
         rounds = Round(self.ops, batch.widest, auto=batch.auto)
         while True:
             batch.clock.mark("loop")
@@ -230,9 +263,9 @@ class _EngineBatch(RoundHost):
 
     stops_on_nonfinite = True
 
-    def __init__(self, eng: Engine, ids, seeds, max_new, method, tree_args, temperature, stops, on_round):
+    def __init__(self, eng: Engine, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round):
         dev, tgt = eng.device, eng.target
-        budget, self.topk, self.anchor, self.draft_temp, auto = tree_args
+        budget, self.topk, self.anchor, self.keys, law_keys, auto = tree_args
         self.eng, self.max_new, self.on_round, self.stops = eng, max_new, on_round, stops
         self.use_draft = method != "ar"
         self.B, L, Bs = len(ids), eng.block_size - 1, eng.block_size
@@ -252,10 +285,13 @@ class _EngineBatch(RoundHost):
         self.stop_t = torch.tensor(stops or [-1], dtype=torch.int64, device=dev)
         self.ar = torch.arange(self.cap, device=dev)
         pos = self.ar[:P].expand(B, P)
-        # T > 0: every request's law is the temperature alone (sampling.node_tokens); 0: greedy
-        self.law = None if temperature == 0.0 else NodeLaw(
-            torch.full((B,), temperature, dtype=torch.float32, device=dev), torch.zeros(B, dtype=torch.int64, device=dev),
-            torch.ones(B, device=dev), torch.zeros(B, device=dev), filtered=False)
+        # each request's law (sampling.node_tokens): None when every request is greedy (temperature 0)
+        top_k, top_p, min_p = law
+        full = lambda v, dt=torch.float32: torch.full((B,), v, dtype=dt, device=dev)  # noqa: E731
+        self.law = None if not any(temperatures) else NodeLaw(
+            torch.tensor(temperatures, dtype=torch.float32, device=dev), full(int(top_k), torch.int64), full(top_p),
+            full(min_p), filtered=top_k > 0 or top_p < 1 or min_p > 0)
+        self.key_law = self.law if law_keys else None  # the tree's keys: under each request's law, or the draft's
 
         # prefill: causal over each prompt; keys beyond a prompt's length are never visible
         self.tcache = tgt.new_cache(B, self.cap, eng.dtype, dev)
@@ -277,7 +313,7 @@ class _EngineBatch(RoundHost):
             if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
                 self.clock.mark("cost")
                 costs = eng._round_costs(cands, B, self.seq_lens, self.tcache, self.cap, lambda: self._tree(
-                    self._draft_logits(), cands[-1], None))
+                    self._draft_logits(), cands[-1]))
             # the costs are whole rounds of this batch (one bucket): nothing beyond them to learn, so no clock
             widths = [verify_width(b) for b in cands]
             self.auto = AutoWidth(widths, [B], {(B, w): c for w, c in zip(widths, costs)},
@@ -317,8 +353,15 @@ class _EngineBatch(RoundHost):
         # one 2-D GEMM: a strided [B, L, H] operand makes it a batched GEMM reading the head once per request
         return eng.target.lm_head(h[:, 1:].reshape(B * (Bs - 1), -1)).view(B, Bs - 1, -1)
 
-    def _tree(self, keys, budget: int, topk):
-        return build_tree(keys, budget, topk=topk, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor)
+    def _tree(self, logits, budget: int):
+        """The round's tree: DDTree's from its keys (keys.py: each request's law, or the draft's), the chain and AR
+        from the raw draft."""
+        if self.keys is None:
+            return build_tree(logits, budget, topk=self.topk, root_tokens=self.root, seq_lens=self.seq_lens)
+        k = min(max(budget, 1), logits.shape[-1])
+        lp, ids = self.keys(logits, k, self.eng.ops.backend, self.key_law)
+        return build_tree_from_topk(lp, ids, budget, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor,
+                                    anchored=self.keys.anchored(self.key_law))
 
     def draft(self, slots):
         if self.use_draft:
@@ -326,8 +369,7 @@ class _EngineBatch(RoundHost):
         else:
             self.draft_logits = torch.zeros(self.B, 1, 1, device=self.eng.device)
         self.clock.mark("build")
-        keys = self.draft_logits if self.draft_temp is None else self.draft_logits / self.draft_temp
-        return self._tree(keys, self.widest - 1, self.topk), None
+        return self._tree(self.draft_logits, self.widest - 1), None
 
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """One target forward over the tree: the project's tree attention op, or SDPA under a dense mask."""
