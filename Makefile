@@ -9,9 +9,12 @@ SGL_WHEEL = --no-deps --only-binary=:all: --python-version 3.12 --implementation
 SGL_LIGHT_DEPS = aiohttp dill ipython msgspec orjson pillow psutil pybase64 pydantic pyzmq requests starlette tqdm \
   triton "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" compressed_tensors gguf \
   "openai==2.8.0" partial-json-parser einops setproctitle uvicorn fastapi
+# what a running 0.5.23 server imports beyond those (the served tests start real CPU servers)
+SGL_SERVE_DEPS = uvloop prometheus-client python-multipart watchfiles xxhash zstandard interegular jsonschema \
+  soundfile "xgrammar==0.2.7" datasets
 PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
-.PHONY: install sglang-deps no-hub-kernels demo test test-core bench-tree gpu-bundle gpu-fa3 gpu-fi-aot
+.PHONY: install sglang-deps no-hub-kernels demo test test-core serve-cpu bench-tree gpu-bundle gpu-fa3 gpu-fi-aot
 install:
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test,bench]'
@@ -26,9 +29,11 @@ TRANSFORMERS_PIN = transformers==$$($(PY) -c "import importlib.metadata as m; pr
 # The light dependencies go into the running Python's environment, so their stamp names that environment (a fresh
 # venv in an old checkout installs them again); the --target folders are the same for every environment.
 ENV_ID := $(shell $(PY) -c "import hashlib, sys; print(hashlib.sha1(sys.prefix.encode()).hexdigest()[:10])")
+# ... and the list itself: an environment made before a dependency was added gets it
+LIGHT_ID := $(shell echo '$(SGL_LIGHT_DEPS) $(SGL_SERVE_DEPS)' | sha1sum | cut -c1-8)
 
-$(DEPS)/light-$(ENV_ID).stamp: | install
-	$(PIP) install -q $(SGL_LIGHT_DEPS) "$(TORCH_PIN)" "$(TRANSFORMERS_PIN)"
+$(DEPS)/light-$(ENV_ID)-$(LIGHT_ID).stamp: | install
+	$(PIP) install -q $(SGL_LIGHT_DEPS) $(SGL_SERVE_DEPS) "$(TORCH_PIN)" "$(TRANSFORMERS_PIN)"
 	mkdir -p $(DEPS) && touch $@
 
 $(DEPS)/sglang.stamp:
@@ -38,7 +43,14 @@ $(DEPS)/sglang.stamp:
 	  "huggingface-hub>=1.5,<2" xgrammar==0.2.1
 	touch $@
 
-sglang-deps: $(DEPS)/light-$(ENV_ID).stamp $(DEPS)/sglang.stamp
+# SGLang 0.5.23 on the CPU (scripts/build_cpu_sglang.sh): the CPU site any install needs there, and the copy patched
+# for stock DFLASH; remade when a patch or the stand-ins change
+$(DEPS)/cpu-sglang.stamp: $(DEPS)/sglang.stamp scripts/build_cpu_sglang.sh $(wildcard patches/0.5.23/cpu/*.diff) \
+  patches/0.5.23/cpu/sgl_kernel/__init__.py tests/sglang/torchvision_stub.py
+	bash scripts/build_cpu_sglang.sh $(DEPS)/sgl-0.5.23 $(DEPS)
+	touch $@
+
+sglang-deps: $(DEPS)/light-$(ENV_ID)-$(LIGHT_ID).stamp $(DEPS)/sglang.stamp $(DEPS)/cpu-sglang.stamp
 
 demo: install
 	$(PY) -m sglang_ddtree demo
@@ -50,10 +62,19 @@ no-hub-kernels:
 	  sys.exit('kernels' in names and 'make test: the kernels package is installed and SGLang 0.5.17 transformers' \
 	  ' cannot import with it: pip uninstall -y kernels')"
 
-# Everything (plugin tests against sglang 0.5.23), then the plugin tests again against 0.5.17.
+# Everything (plugin tests against sglang 0.5.23, the served tests on real CPU servers), then the plugin tests again
+# against 0.5.17.
 test: install sglang-deps no-hub-kernels
 	PYTHONPATH=$(DEPS)/sgl-0.5.23 $(PYTEST)
 	PYTHONPATH=$(DEPS)/sgl-0.5.17 $(PYTEST) tests/sglang
+
+# A DDTree server on this CPU: the shipped tiny pair on SGLang 0.5.23's CPU engine (PORT, default 30000)
+PORT ?= 30000
+MODELS = sglang_ddtree/engine/models
+serve-cpu: install sglang-deps
+	SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=$(DEPS)/cpu-site:$(DEPS)/sgl-0.5.23 $(PY) -m sglang_ddtree.launch_server \
+	  --model-path $(MODELS)/tiny-target --speculative-draft-model-path $(MODELS)/tiny-dflash --device cpu \
+	  --dtype float32 --max-total-tokens 20000 --port $(PORT)
 
 # The suite without SGLang installed (the plugin tests skip).
 test-core: install

@@ -11,10 +11,13 @@
 //   walking both up the emitted tree to their common parent (two distinct frontier candidates are never
 //   prefixes of one another, so the walk always ends at a rank difference).
 // Weights are doubles added in the reference's order: sibling = (logw - lp[d-1][r]) + lp[d-1][r+1],
-// child = logw + lp[d][0] (explicit _rn intrinsics, so no contraction can change them).
+// child = logw + lp[d][0] (kernels/tree_rows.h: explicit _rn intrinsics, so no contraction can change them).
 // Chain-anchored (chain_pops > 0): pop c < min(chain_pops, budget, L) takes slot c (the rank-0 child of chain
 // node c, which nothing has popped yet) instead of the argmax; everything after the choice is the same code.
 // With `anchored` (bool [B], nullable) only the requests it marks are anchored, the others get the paper's tree.
+// The lattice (LAT, docs/DESIGN.md §3.10; rows as kernels/tree_rows.h defines them): R = K rows per depth, a
+// node's children read from the row of its own candidate index (s_row); the top-k instantiations (LAT false)
+// do none of the lattice's work.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -22,6 +25,7 @@
 #include <type_traits>
 
 #include "tree_kernels.cuh"
+#include "tree_rows.h"
 
 namespace ddtree {
 namespace {
@@ -65,28 +69,37 @@ __device__ __noinline__ bool tuple_less(uint32_t pa, uint32_t ma, uint32_t pb, u
   return ra < rb;
 }
 
-// Shared-memory layout of one request (all offsets in bytes, 8-byte aligned sections).
+// Shared-memory layout of one request (all offsets in bytes, 8-byte aligned sections). rows = L * R rows of
+// kc columns; the lattice adds each row's order (int16) and each node's row index; the top-k's layout is
+// unchanged (its sections are empty).
 struct Layout {
-  int n, W, L, kc;
+  int n, W, kc;
+  int64_t rows;
   bool lp_in_smem;
-  size_t off_logw, off_bits, off_pr, off_depth, off_links, off_lp, off_misc, total;
+  size_t off_logw, off_bits, off_pr, off_depth, off_links, off_lp, off_order, off_row, off_misc, total;
 
-  __host__ __device__ Layout(int n_, int L_, int kc_, bool lp_smem) : n(n_), W((n_ + 31) / 32), L(L_), kc(kc_),
-      lp_in_smem(lp_smem) {
+  __host__ __device__ Layout(int n_, int64_t rows_, int kc_, bool lp_smem, bool lattice) : n(n_), W((n_ + 31) / 32),
+      kc(kc_), rows(rows_), lp_in_smem(lp_smem) {
     auto up8 = [](size_t x) { return (x + 7) & ~static_cast<size_t>(7); };
+    const size_t table = lp_in_smem ? static_cast<size_t>(rows) * kc : 0;
     off_logw = 0;
     off_bits = up8(off_logw + sizeof(double) * n);
     off_pr = up8(off_bits + sizeof(uint32_t) * n * W);
     off_depth = up8(off_pr + sizeof(uint32_t) * n);
     off_links = up8(off_depth + sizeof(int32_t) * n);
     off_lp = up8(off_links + sizeof(int16_t) * 3 * n);
-    off_misc = up8(off_lp + (lp_in_smem ? sizeof(double) * static_cast<size_t>(L) * kc : 0));
+    off_order = up8(off_lp + sizeof(double) * table);
+    off_row = up8(off_order + (lattice ? sizeof(int16_t) * table : 0));
+    off_misc = up8(off_row + (lattice ? sizeof(int16_t) * n : 0));
     total = off_misc + 16;
   }
 };
 
-template <int S, bool LPS>
+// ids: the top-k's tokens [B, L, k], or the lattice's candidate ids [B, L, K]; order: the lattice's [B, L, K, K]
+// (null for the top-k). R = K rows per depth for the lattice, 1 for the top-k.
+template <int S, bool LPS, bool LAT>
 __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict__ lp,
+                                                         const int32_t* __restrict__ order,
                                                          const int64_t* __restrict__ ids,
                                                          const int64_t* __restrict__ root_tokens,
                                                          const int64_t* __restrict__ seq_lens, int L, int k,
@@ -94,7 +107,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
                                                          const bool* __restrict__ anchored, TreeOutputs out) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = budget + 1;
-  const Layout lay(n, L, kc, LPS);
+  const int R = LAT ? k : 1;
+  const Layout lay(n, static_cast<int64_t>(L) * R, kc, LPS, LAT);
   const int W = lay.W;
   double* s_logw = reinterpret_cast<double*>(smem + lay.off_logw);
   uint32_t* s_bits = reinterpret_cast<uint32_t*>(smem + lay.off_bits);
@@ -104,30 +118,42 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   int16_t* s_next_sib = s_next_tok + n;
   int16_t* s_prev = s_next_sib + n;   // previous sibling of each node (rank > 0)
   double* s_lp = reinterpret_cast<double*>(smem + lay.off_lp);
+  int16_t* s_order = reinterpret_cast<int16_t*>(smem + lay.off_order);  // LAT && LPS: [L * R][kc]
+  int16_t* s_row = reinterpret_cast<int16_t*>(smem + lay.off_row);      // LAT: each node's row index
   int* s_count = reinterpret_cast<int*>(smem + lay.off_misc);
 
   const int b = blockIdx.x;
   const int tid = threadIdx.x, nthreads = blockDim.x;
   const int lane = tid & 31, warp = tid >> 5;
-  const int64_t Lk = static_cast<int64_t>(L) * k;
-  const float* lp_b = lp + b * Lk;
+  const int64_t Lk = static_cast<int64_t>(L) * k, LRk = Lk * R;
+  const float* lp_b = lp + b * LRk;
+  const int32_t* order_b = LAT ? order + b * LRk : nullptr;
 
   // ---- stage: lp table (only the columns a tree of this budget can reach), NaN / +inf, row order, identity
   // rows. -inf entries are masked tokens: their candidates get key 0 (never in the frontier), never emitted.
+  // A lattice order entry that is no candidate index makes the rows unusable: flagged like a rising row.
   bool bad = false, unsorted = false;
-  for (int64_t e = tid; e < Lk; e += nthreads) {
+  for (int64_t e = tid; e < LRk; e += nthreads) {
     const float v = lp_b[e];
     bad |= isnan(v) || v == INFINITY;
-    const int64_t d = e / k, c = e - d * k;
+    const int64_t q = e / k, c = e - q * k;  // row q = depth * R + row index, column c
     unsorted |= c > 0 && v > lp_b[e - 1];
-    if (LPS && c < kc) s_lp[d * kc + c] = static_cast<double>(v);
+    if (LPS && c < kc) s_lp[q * kc + c] = static_cast<double>(v);
+    if (LAT) {
+      const int32_t o = order_b[e];
+      unsorted |= !candidate_in_range(o, k);
+      if (LPS && c < kc) s_order[q * kc + c] = static_cast<int16_t>(o);
+    }
   }
   for (int e = tid; e < n * W; e += nthreads) {
     const int i = e / W, w = e - i * W;
     s_bits[e] = (w == (i >> 5)) ? (1u << (i & 31)) : 0u;
   }
   for (int i = tid; i < n; i += nthreads) { s_next_tok[i] = -1; s_next_sib[i] = -1; }
-  if (tid == 0) { s_pr[0] = 0xffffu; s_depth[0] = 0; s_logw[0] = 0.0; *s_count = 0; }
+  if (tid == 0) {
+    s_pr[0] = 0xffffu; s_depth[0] = 0; s_logw[0] = 0.0; *s_count = 0;
+    if (LAT) s_row[0] = 0;  // the root's children: slot 0's row 0 (every row there follows the anchor)
+  }
   const bool nonfinite = __syncthreads_or(bad);
   const bool out_of_order = __syncthreads_or(unsorted);
   const bool refused = nonfinite || out_of_order;
@@ -135,6 +161,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   // ---- pops (warp 0)
   const int lps = LPS ? kc : k;
   auto lp_at = [&](int64_t off) -> double { return LPS ? s_lp[off] : static_cast<double>(__ldg(lp_b + off)); };
+  auto order_at = [&](int64_t off) -> int { return LPS ? s_order[off] : __ldg(order_b + off); };
   if (warp == 0 && !refused && budget > 0 && L > 0 && k > 0) {
     uint64_t key[S];
     uint32_t meta[S];
@@ -197,14 +224,15 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
       const uint32_t r = meta_rank(wm), d = meta_depth(wm);
       const double logw = (wm & kNegZero) ? -0.0 : key_value((static_cast<uint64_t>(mhi) << 32) | mlo);
       const int i = ++count;
-      const int64_t row = static_cast<int64_t>(d - 1) * lps;
+      const int64_t row = children_row(d - 1, LAT ? s_row[p] : 0, R, lps);  // the parent's row
+      const int own = LAT ? order_at(row + r) : 0;                      // node i's row index (lattice)
       const bool has_sib = static_cast<int>(r) + 1 < k;
       const bool has_child = static_cast<int>(d) < L;
       const double a = lp_at(row + r);
       const double bn = has_sib ? lp_at(row + r + 1) : 0.0;
-      const double c = has_child ? lp_at(static_cast<int64_t>(d) * lps) : 0.0;
-      const double sib = __dadd_rn(__dsub_rn(logw, a), bn);
-      const double child = __dadd_rn(logw, c);
+      const double c = has_child ? lp_at(children_row(d, own, R, lps)) : 0.0;
+      const double sib = sibling_key(logw, a, bn);
+      const double child = child_key(logw, c);
       const uint64_t sib_key = has_sib && sib != -INFINITY ? order_key(sib) : 0;
       const uint32_t sib_meta = has_sib ? ((r + 1) | (d << 10) | (static_cast<uint32_t>(i) << 21) | neg_zero_bit(sib)) : 0u;
       const uint64_t child_key = has_child && child != -INFINITY ? order_key(child) : 0;
@@ -215,6 +243,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
         s_depth[i] = static_cast<int32_t>(d);
         s_logw[i] = logw;
         s_prev[i] = static_cast<int16_t>(r ? static_cast<int>(meta_prev(wm)) : -1);
+        if (LAT) s_row[i] = static_cast<int16_t>(own);
       }
       if (lane < W) {
         s_bits[i * W + lane] = s_bits[p * W + lane] | (lane == (i >> 5) ? (1u << (i & 31)) : 0u);
@@ -262,7 +291,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
     const uint32_t pr = s_pr[real ? i : 0];
     const int d = real ? s_depth[i] : 0;
     const int r = static_cast<int>(pr >> 16);
-    out.tokens[o] = i == 0 ? root_tokens[b] : (real ? ids_b[static_cast<int64_t>(d - 1) * k + r] : 0);
+    const int col = LAT ? (real ? static_cast<int>(s_row[i]) : 0) : r;  // lattice: candidate index; top-k: rank
+    out.tokens[o] = i == 0 ? root_tokens[b] : (real ? ids_b[static_cast<int64_t>(d - 1) * k + col] : 0);
     out.parents[o] = real ? static_cast<int32_t>(pr & 0xffffu) : -1;
     out.depths[o] = d;
     out.ranks[o] = real ? r : -1;
@@ -304,23 +334,50 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
   }
 }
 
-template <int S>
-cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, const int64_t* seqs, int B, int L,
-                     int k, int budget, int forced, const bool* anchored, const TreeOutputs& out,
-                     cudaStream_t stream) {
+template <int S, bool LAT>
+cudaError_t launch_s(const float* lp, const int32_t* order, const int64_t* ids, const int64_t* roots,
+                     const int64_t* seqs, int B, int L, int k, int budget, int forced, const bool* anchored,
+                     const TreeOutputs& out, cudaStream_t stream) {
   const int n = budget + 1;
   const int kc = k < n ? k : n;
+  const int64_t rows = static_cast<int64_t>(L) * (LAT ? k : 1);
   constexpr size_t kSmemCap = 200 * 1024;
-  const bool lp_in_smem = Layout(n, L, kc, true).total <= kSmemCap;
-  const size_t bytes = Layout(n, L, kc, lp_in_smem).total;
-  auto kern = lp_in_smem ? tree_build_kernel<S, true> : tree_build_kernel<S, false>;
+  const bool lp_in_smem = Layout(n, rows, kc, true, LAT).total <= kSmemCap;
+  const size_t bytes = Layout(n, rows, kc, lp_in_smem, LAT).total;
+  auto kern = lp_in_smem ? tree_build_kernel<S, true, LAT> : tree_build_kernel<S, false, LAT>;
   if (bytes > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     if (e != cudaSuccess) return e;
   }
   const int threads = n > 256 ? 256 : 128;
-  kern<<<B, threads, bytes, stream>>>(lp, ids, roots, seqs, L, k, budget, kc, forced, anchored, out);
+  kern<<<B, threads, bytes, stream>>>(lp, order, ids, roots, seqs, L, k, budget, kc, forced, anchored, out);
   return cudaGetLastError();
+}
+
+template <bool LAT>
+cudaError_t launch_build(const float* lp, const int32_t* order, const int64_t* ids, const int64_t* root_tokens,
+                         const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
+                         const bool* anchored, const TreeOutputs& out, cudaStream_t stream) {
+  if (B == 0) return cudaSuccess;
+  if (budget < 0 || budget + 1 > kMaxTreeSlots || L < 0 || L > kMaxDepth || k < 0 || chain_pops < 0 ||
+      (LAT && k > kMaxTopK)) {
+    return cudaErrorInvalidValue;
+  }
+  int forced = chain_pops;  // min(chain_pops, budget, L)
+  if (forced > budget) forced = budget;
+  if (forced > L) forced = L;
+  const int slots = (budget + 1 + 31) / 32;
+  auto go = [&](auto s) {
+    return launch_s<decltype(s)::value, LAT>(lp, order, ids, root_tokens, seq_lens, B, L, k, budget, forced,
+                                             anchored, out, stream);
+  };
+  if (slots <= 1) return go(std::integral_constant<int, 1>());
+  if (slots <= 2) return go(std::integral_constant<int, 2>());
+  if (slots <= 3) return go(std::integral_constant<int, 3>());
+  if (slots <= 5) return go(std::integral_constant<int, 5>());
+  if (slots <= 9) return go(std::integral_constant<int, 9>());
+  if (slots <= 17) return go(std::integral_constant<int, 17>());
+  return go(std::integral_constant<int, 32>());
 }
 
 }  // namespace
@@ -328,25 +385,15 @@ cudaError_t launch_s(const float* lp, const int64_t* ids, const int64_t* roots, 
 cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
                               const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
                               const bool* anchored, const TreeOutputs& out, cudaStream_t stream) {
-  if (B == 0) return cudaSuccess;
-  if (budget < 0 || budget + 1 > kMaxTreeSlots || L < 0 || L > kMaxDepth || k < 0 || chain_pops < 0) {
-    return cudaErrorInvalidValue;
-  }
-  int forced = chain_pops;  // min(chain_pops, budget, L)
-  if (forced > budget) forced = budget;
-  if (forced > L) forced = L;
-  const int slots = (budget + 1 + 31) / 32;
-  auto launch = [&](auto s) {
-    return launch_s<decltype(s)::value>(lp, ids, root_tokens, seq_lens, B, L, k, budget, forced, anchored, out,
-                                       stream);
-  };
-  if (slots <= 1) return launch(std::integral_constant<int, 1>{});
-  if (slots <= 2) return launch(std::integral_constant<int, 2>{});
-  if (slots <= 3) return launch(std::integral_constant<int, 3>{});
-  if (slots <= 5) return launch(std::integral_constant<int, 5>{});
-  if (slots <= 9) return launch(std::integral_constant<int, 9>{});
-  if (slots <= 17) return launch(std::integral_constant<int, 17>{});
-  return launch(std::integral_constant<int, 32>{});
+  return launch_build<false>(lp, nullptr, ids, root_tokens, seq_lens, B, L, k, budget, chain_pops, anchored, out,
+                             stream);
+}
+
+cudaError_t launch_lattice_build(const float* lp, const int32_t* order, const int64_t* cand,
+                                 const int64_t* root_tokens, const int64_t* seq_lens, int B, int L, int K, int budget,
+                                 int chain_pops, const bool* anchored, const TreeOutputs& out, cudaStream_t stream) {
+  return launch_build<true>(lp, order, cand, root_tokens, seq_lens, B, L, K, budget, chain_pops, anchored, out,
+                            stream);
 }
 
 }  // namespace ddtree

@@ -42,6 +42,13 @@ cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t
                               const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
                               const bool* anchored, const TreeOutputs& out, cudaStream_t stream);
 
+// The lattice tree (docs/DESIGN.md §3.10, rows as kernels/tree_rows.h) for B requests in one launch: lp f32
+// [B, L, K, K] (each row sorted descending), order i32 [B, L, K, K] (the candidate index of each rank), cand i64
+// [B, L, K]; K <= kMaxTopK; chain_pops and anchored as launch_tree_build's (the chain: the lattice's argmax walk).
+cudaError_t launch_lattice_build(const float* lp, const int32_t* order, const int64_t* cand,
+                                 const int64_t* root_tokens, const int64_t* seq_lens, int B, int L, int K, int budget,
+                                 int chain_pops, const bool* anchored, const TreeOutputs& out, cudaStream_t stream);
+
 // reference.walk_reference for B requests: tokens/next_token/next_sibling/target i64 [B, n],
 // num_nodes i32 [B] -> accept_index i32 [B, L+1], accept_len i32 [B], bonus i64 [B], flags i32 [B].
 cudaError_t launch_tree_accept(const int64_t* tokens, const int64_t* next_token, const int64_t* next_sibling,

@@ -3,6 +3,8 @@
 import importlib
 import sys
 
+from ._cli import PROG
+
 # name: (module whose main(argv) runs it, one line of help). Each also runs as `python -m MODULE`.
 COMMANDS = {
     "demo": ("sglang_ddtree.engine.demo", "DDTree (the served default) vs the DFlash chain vs AR on the shipped tiny "
@@ -15,7 +17,6 @@ COMMANDS = {
     "budget": ("sglang_ddtree.engine.budget_sweep", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
     "train": ("sglang_ddtree.engine.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
 }
-PROG = "python -m sglang_ddtree"
 
 
 def version() -> str:

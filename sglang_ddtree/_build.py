@@ -5,18 +5,32 @@ Two shared libraries register implementations of the ops that `ops.py` declares:
   * sglang_ddtree_cuda — kernels/*.cu + kernels/torch_cuda/*.cpp, built only where torch has CUDA and
     nvcc exists.
 They carry no Python module: they register into the torch dispatcher on load (TORCH_LIBRARY_IMPL), so
-the ops stay visible to CUDA-graph capture and torch.compile. The cache lives in TORCH_EXTENSIONS_DIR
-(torch rebuilds when a source changes). The C++ standard is torch's choice (C++17 up to torch 2.13, C++20
-from 2.14, whose headers refuse anything older), so no -std flag is passed here.
+the ops stay visible to CUDA-graph capture and torch.compile. The C++ standard is torch's choice (C++17 up to
+torch 2.13, C++20 from 2.14, whose headers refuse anything older), so no -std flag is passed here.
+
+The cache: each library is built into its own folder of TORCH_EXTENSIONS_DIR (torch's default folder when unset)
+named by a key over everything that makes two builds differ — the sources' and headers' contents, the flags,
+torch's and Python's versions, the compiler — and nothing else, so checkouts and environments on one machine share
+a build when these are equal and never overwrite each other's (torch's own cache keyed one fixed name by the
+checkout's paths: two checkouts rebuilt it in turn). A folder whose library exists is loaded without asking torch
+(torch would rerun ninja, which rebuilds when the source paths differ); every build is announced on stderr.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
-import glob
+import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
+_KEY_SCHEME = "1"  # bump when the key's contents change meaning
+_HEADERS = ("*.h", "*.hpp", "*.cuh")
+# No fast-math and no FP contraction: the builder's float64 path weights must match the oracle.
+CPU_FLAGS = {"extra_cflags": ["-O3", "-fno-fast-math", "-ffp-contract=off", "-fopenmp"],
+             "extra_ldflags": ["-fopenmp"]}
 
 
 def kernels_dir() -> Path:
@@ -41,39 +55,107 @@ def _verbose() -> bool:
     return os.environ.get("SGLANG_DDTREE_BUILD_VERBOSE", "0") == "1"
 
 
-def _announce_first_build(name: str, what: str) -> None:
-    """One line on stderr before a library is compiled for the first time (a silent 30 s looks like a hang).
-    A rebuild after a source change is not announced (torch decides that inside load())."""
-    import sys
+@dataclasses.dataclass(frozen=True)
+class Library:
+    """One native library: its sources (under `kdir`, which is also the include path) and cpp_extension.load's
+    flag arguments."""
+    name: str
+    what: str            # how the build announcement names it
+    kdir: Path
+    sources: tuple
+    flags: dict
+    cuda: bool = False
 
+
+def cpu_library() -> Library:
+    kdir = kernels_dir()
+    return Library("sglang_ddtree_cpu", "the native CPU kernels, about a minute on 2 cores, once", kdir,
+                   tuple(sorted((kdir / "cpu").glob("*.cpp"))), CPU_FLAGS)
+
+
+def cuda_library() -> Library:
+    kdir = kernels_dir()
+    sources = sorted(kdir.glob("*.cu")) + sorted((kdir / "torch_cuda").glob("*.cpp"))
+    flags = {"extra_cflags": ["-O3"],
+             "extra_cuda_cflags": ["-O3", "--expt-relaxed-constexpr", "-lineinfo", *cuda_arch_flags()]}
+    return Library("sglang_ddtree_cuda", "the CUDA kernels, about a minute of nvcc, once", kdir, tuple(sources),
+                   flags, cuda=True)
+
+
+def _tool_version(command: list[str]) -> str:
+    """A compiler's `--version` text (what it is, wherever it lives), or why there is none."""
+    try:
+        return subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable: {type(e).__name__}"
+
+
+def _compilers(cuda: bool) -> list[str]:
+    """The compilers cpp_extension will run, by their version texts (their paths are not part of a build)."""
     from torch.utils import cpp_extension
 
-    try:
-        built = (Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so").exists()
-    except Exception:  # a private torch helper: never let the notice break a build
-        return
-    if not built:
-        sys.stderr.write(f"sglang-ddtree: building {what} (first use only; cached in TORCH_EXTENSIONS_DIR)...\n")
+    out = [_tool_version(cpp_extension.get_cxx_compiler().split())]  # CXX may be "ccache g++"
+    if cuda:
+        nvcc = os.environ.get("PYTORCH_NVCC") or os.path.join(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
+        out += [_tool_version(nvcc.split()), f"CC={os.environ.get('CC', '')}"]
+    return out
+
+
+def cache_key(lib: Library) -> str:
+    """16 hex digits over what makes two builds of `lib` differ: every source's and header's path inside kernels/
+    and contents, the flags, torch (version, commit, CUDA), Python, the machine and the compilers' versions; never
+    the checkout's own path."""
+    import platform
+
+    import torch
+
+    files = sorted({*lib.sources, *(p for pattern in _HEADERS for p in lib.kdir.rglob(pattern))})
+    h = hashlib.sha256()
+
+    def put(*parts) -> None:
+        for part in parts:
+            data = part if isinstance(part, bytes) else repr(part).encode()
+            h.update(len(data).to_bytes(8, "little") + data)
+
+    put(_KEY_SCHEME, lib.name, sorted((k, list(v)) for k, v in lib.flags.items()), lib.cuda)
+    put(torch.__version__, torch.version.git_version, torch.version.cuda, sys.implementation.cache_tag,
+        sys.abiflags, platform.machine(), *_compilers(lib.cuda))
+    for path in files:
+        put(path.relative_to(lib.kdir).as_posix(), path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_root() -> Path:
+    """TORCH_EXTENSIONS_DIR, else torch's default extensions folder."""
+    from torch.utils import cpp_extension
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root())
+
+
+def load(lib: Library) -> Path:
+    """Load `lib` from its keyed folder, building it there first (announced) when its library is absent; returns
+    the library's path. A folder holding torch's build lock is left to torch, which waits for that build."""
+    import torch
+    from torch.utils import cpp_extension
+
+    name = f"{lib.name}_{cache_key(lib)}"
+    folder = build_root() / name
+    library = folder / f"{name}{getattr(cpp_extension, 'LIB_EXT', '.so')}"
+    if library.is_file() and not (folder / "lock").exists():
+        torch.ops.load_library(str(library))
+        return library
+    if not library.is_file():
+        sys.stderr.write(f"sglang-ddtree: building {lib.what} (cached in {folder})...\n")
         sys.stderr.flush()
+    folder.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(name=name, sources=[str(s) for s in lib.sources], extra_include_paths=[str(lib.kdir)],
+                       build_directory=str(folder), is_python_module=False, verbose=_verbose(), **lib.flags)
+    return library
 
 
 @functools.cache
 def load_cpu() -> None:
-    from torch.utils import cpp_extension
-
-    kdir = kernels_dir()
-    sources = sorted(glob.glob(str(kdir / "cpu" / "*.cpp")))
-    _announce_first_build("sglang_ddtree_cpu", "the native CPU kernels, 30-60 s on 2 cores")
-    cpp_extension.load(
-        name="sglang_ddtree_cpu",
-        sources=sources,
-        extra_include_paths=[str(kdir)],
-        # No fast-math and no FP contraction: the builder's float64 path weights must match the oracle.
-        extra_cflags=["-O3", "-fno-fast-math", "-ffp-contract=off", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        is_python_module=False,
-        verbose=_verbose(),
-    )
+    load(cpu_library())
 
 
 def cuda_arch_flags() -> list[str]:
@@ -88,21 +170,8 @@ def cuda_arch_flags() -> list[str]:
 @functools.cache
 def load_cuda() -> None:
     import torch
-    from torch.utils import cpp_extension
 
     if not torch.cuda.is_available():
         raise RuntimeError("the CUDA extension needs a CUDA build of torch and a visible GPU")
     load_cpu()
-    kdir = kernels_dir()
-    sources = sorted(glob.glob(str(kdir / "*.cu"))) + sorted(glob.glob(str(kdir / "torch_cuda" / "*.cpp")))
-    _announce_first_build("sglang_ddtree_cuda", "the CUDA kernels, about a minute of nvcc")
-    cpp_extension.load(
-        name="sglang_ddtree_cuda",
-        sources=sources,
-        extra_include_paths=[str(kdir)],
-        extra_cflags=["-O3"],
-        extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr", "-lineinfo",
-                           *cuda_arch_flags()],
-        is_python_module=False,
-        verbose=_verbose(),
-    )
+    load(cuda_library())

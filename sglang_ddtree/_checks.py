@@ -37,8 +37,36 @@ def integer(name: str, value, *, minimum: int | None = None, maximum: int | None
     return value
 
 
+def finite_nonnegative(name: str, value) -> float:
+    """A Python or numpy real, finite and >= 0 (a temperature), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    value = float(value)
+    if not value >= 0.0 or value == float("inf"):
+        raise ValueError(f"{name} must be a finite value >= 0, got {value}")
+    return value
+
+
 INT_DTYPES = (torch.int32, torch.int64)
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def in_range(name: str, value, lo: int, hi: int | None = None) -> None:
+    """Values of an integer argument inside [lo, hi): checked for Python ints and CPU tensors only. A CUDA
+    tensor is not read back on the host (that would add a sync to every round); its bad values are not caught
+    here, and a seq_len < 0 or a token outside the vocabulary gives a meaningless tree, not a crash."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu" or value.numel() == 0 or value.dtype not in INT_DTYPES:
+            return  # not read on the host, empty, or the wrong type (per_request names that)
+        low, high = int(value.min()), int(value.max())
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        low = high = int(value)
+    else:
+        return
+    if low < lo or (hi is not None and high >= hi):
+        bad = low if low < lo else high
+        want = f">= {lo}" if hi is None else f"in [{lo}, {hi})"
+        raise ValueError(f"{name} must be {want}, got {bad}")
 
 
 @functools.lru_cache(maxsize=64)

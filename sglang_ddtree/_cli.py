@@ -1,7 +1,8 @@
 """Command-line plumbing shared by every `python -m sglang_ddtree ...` entry point.
 
 A user error is one line on stderr (`prog: error: ...`) and exit status 2; `--help` exits 0. Argument
-types check values where argparse reads them, so a bad value never reaches the code as a traceback.
+types check values where argparse reads them, so a bad value never reaches the code as a traceback. Every
+command's usage line names it as the top-level help lists it (`prog`).
 """
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ import math
 import os
 import sys
 import tempfile
+
+
+PROG = "python -m sglang_ddtree"
+
+
+def prog(*command: str) -> str:
+    """A command's name in its usage and errors: `python -m sglang_ddtree demo`, `... bench tree` (each also runs
+    as `python -m MODULE`; one name keeps the help from naming it two ways)."""
+    return " ".join((PROG, *command))
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,6 +62,27 @@ def positive_int_list(text: str) -> list[int]:
     if not items:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
     return [positive_int(t) for t in items]
+
+
+def int_list_at_most(limit: int, why: str):
+    """positive_int_list, every item no larger than `limit` (`why` says where the limit comes from)."""
+    def parse(text: str) -> list[int]:
+        values = positive_int_list(text)
+        if max(values) > limit:
+            raise argparse.ArgumentTypeError(f"at most {limit} ({why}), got {max(values)}")
+        return values
+    return parse
+
+
+def choice_list(*choices: str):
+    """'a,b' -> ['a', 'b'], every item one of `choices`."""
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if t not in choices]
+        if not items or bad:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(choices)}, got {text!r}")
+        return items
+    return parse
 
 
 def nonnegative_float(text: str) -> float:

@@ -7,7 +7,6 @@ walk runs: the emitted tokens are exact ancestral samples of the target (docs/DE
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import torch
 
@@ -60,10 +59,13 @@ def _walk_reference(tree: TreeBatch, target: torch.Tensor):
     return idx.to(dev), length.to(dev), bonus.to(dev), flg.to(dev)
 
 
-def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, backend: str = "auto") -> AcceptResult:
+def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, vocab_size: int | None = None,
+                backend: str = "auto") -> AcceptResult:
     """Greedy walk of `tree` with the target's per-node tokens (int64 [B, n]); bounded by n link reads
     per request whatever the links say (malformed trees are flagged, never followed). A target of −1
-    (sample_node_tokens: no token) ends the walk there and sets flags.NONFINITE_TARGET."""
+    (sample_node_tokens: no token) ends the walk there and sets flags.NONFINITE_TARGET.
+    vocab_size: the target's vocabulary, when known. A target below −1, or at or past vocab_size, is refused
+    (for CPU tensors; CUDA tensors are not read on the host): the walk would commit it as the bonus token."""
     if not isinstance(tree, TreeBatch):
         raise TypeError(f"tree must be a TreeBatch, got {type(tree).__name__}")
     device = tree.tokens.device
@@ -75,6 +77,9 @@ def accept_tree(tree: TreeBatch, target_tokens: torch.Tensor, *, backend: str = 
     C.tensor("tree.num_nodes", tree.num_nodes, ndim=1, dtypes=(torch.int32,), device=device)
     C.shape("tree.num_nodes", tree.num_nodes, (tree.batch_size,))
     C.integer("tree.depth_limit", tree.depth_limit, minimum=0, maximum=MAX_DEPTH_LIMIT)
+    if vocab_size is not None:
+        C.integer("vocab_size", vocab_size, minimum=1)
+    C.in_range("target_tokens", target_tokens, -1, vocab_size)
     backend = ops.resolve_backend(backend, device)
     target = target_tokens.to(torch.int64).contiguous()
     if backend == "reference":
@@ -130,7 +135,8 @@ def gumbel_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, voc
     c3 = ((step.unsqueeze(1) >> 32) & _MASK32).expand(-1, blocks)
     k0 = (seed.unsqueeze(1) & _MASK32).expand(-1, blocks)
     k1 = ((seed.unsqueeze(1) >> 32) & _MASK32).expand(-1, blocks)
-    x = torch.stack(philox4x32((c0, c1, c2, c3), (k0, k1)), dim=-1).reshape(R, blocks * 4)[:, :vocab]  # entry v: word v % 4
+    # entry v: word v % 4 of call v // 4
+    x = torch.stack(philox4x32((c0, c1, c2, c3), (k0, k1)), dim=-1).reshape(R, blocks * 4)[:, :vocab]
     u = (x.to(torch.float64) + 0.5) * (2.0 ** -32)
     u = u.to(torch.float32).clamp(max=1.0 - 2.0 ** -24)
     return -torch.log(-torch.log(u))
@@ -183,11 +189,7 @@ def sample_node_tokens(target_logits: torch.Tensor, temperature: float, *, seed=
     such a node and flags the request (flags.NONFINITE_TARGET); never feed −1 back as a token.
     """
     C.tensor("target_logits", target_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a float, got {type(temperature).__name__}")
-    temperature = float(temperature)
-    if not temperature >= 0.0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite value >= 0, got {temperature}")
+    temperature = C.finite_nonnegative("temperature", temperature)
     B, n, V = target_logits.shape
     device = target_logits.device
     if V < 1:

@@ -1,4 +1,4 @@
-"""The tree's keys: each request's draft under that request's own law (docs/DESIGN.md §3.10).
+"""The tree's keys: each request's draft under that request's own law (docs/DESIGN.md §3.11).
 
 Sampled, the walk takes a child with the probability the target's law gives the child's token (§3.5), so a
 sampled request's tree is ranked, and its auto budget predicted (budget.py), by the drafter's distribution
@@ -61,20 +61,22 @@ class DraftKeys:
     @staticmethod
     def anchored(law: NodeLaw | None) -> torch.Tensor | None:
         """bool [B]: the requests a chain anchor applies to, the greedy ones (None: all). In sampled trees the
-        anchor cost acceptance at every temperature and budget measured (docs/DESIGN.md §3.10)."""
+        anchor cost acceptance at every temperature and budget measured (docs/DESIGN.md §3.11)."""
         return None if law is None else law.greedy()
 
-    def __call__(self, logits: torch.Tensor, k: int, backend: str, law: NodeLaw | None = None):
-        """(lp float32 [B, L, k], ids int64 [B, L, k]) of draft logits [B, L, V] (backend 'cpu' or 'cuda')."""
+    def __call__(self, logits: torch.Tensor, k: int, backend: str, law: NodeLaw | None = None, stage1=None):
+        """(lp float32 [B, L, k], ids int64 [B, L, k]) of draft logits [B, L, V] (backend 'cpu' or 'cuda').
+        stage1: topk.topk_logprobs's signature (logits, k, backend, scale), by default topk_logprobs itself; under
+        tensor parallelism the merge of every rank's shard (sglang/tp.py), so the filters act on the merged keys."""
         B = logits.shape[0]
-        lp, ids = topk_logprobs(logits, k, backend, self.scales(law, B))
+        lp, ids = (stage1 or topk_logprobs)(logits, k, backend, self.scales(law, B))
         if law is None or not law.filtered:
             return lp, ids
         return filter_candidates(lp, law), ids
 
 
 def filter_candidates(lp: torch.Tensor, law: NodeLaw) -> torch.Tensor:
-    """Sampled requests' keys [B, L, k] under their filters, from the tempered candidates' lp (§3.10): the kept
+    """Sampled requests' keys [B, L, k] under their filters, from the tempered candidates' lp (§3.11): the kept
     candidates renormalised by their mass where the kept set ends inside them, as they are where it may reach
     past them, the dropped ones −inf; greedy requests' rows unchanged."""
     B, L, k = lp.shape

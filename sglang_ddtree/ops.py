@@ -25,6 +25,12 @@ SCHEMAS = {
     "build_tree_from_topk": "(Tensor lp, Tensor ids, Tensor root_tokens, Tensor seq_lens, int budget, "
                             "int chain_pops=0, Tensor? anchored=None) -> ("
                             + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
+    # the lattice tree (docs/DESIGN.md §3.10): lp f32 [B,L,K,K] (row (e, p) sorted descending), order i32
+    #   [B,L,K,K] (the candidate index of each rank), cand i64 [B,L,K], root_tokens/seq_lens i64 [B] -> the
+    #   TreeBatch fields; chain_pops and anchored as above (the chain: the lattice's argmax walk)
+    "build_tree_from_lattice": "(Tensor lp, Tensor order, Tensor cand, Tensor root_tokens, Tensor seq_lens, "
+                               "int budget, int chain_pops=0, Tensor? anchored=None) -> ("
+                               + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
     # the TreeBatch fields of a tree with n_big slots (all but retrive_index) -> the tree of a smaller budget
     #   (budget.truncate's definition, kernels/tree_truncate.h), every field in TreeBatch order, contiguous
     "truncate_tree": "(Tensor num_nodes, Tensor tokens, Tensor parents, Tensor depths, Tensor ranks, Tensor logw, "
@@ -69,6 +75,11 @@ def _tree_fake(like, B: int, n: int) -> tuple:
 
 @torch.library.register_fake(f"{NS}::build_tree_from_topk")
 def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget, chain_pops=0, anchored=None):
+    return _tree_fake(lp, lp.shape[0], verify_width(budget))
+
+
+@torch.library.register_fake(f"{NS}::build_tree_from_lattice")
+def _build_lattice_fake(lp, order, cand, root_tokens, seq_lens, budget, chain_pops=0, anchored=None):
     return _tree_fake(lp, lp.shape[0], verify_width(budget))
 
 

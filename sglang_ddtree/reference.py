@@ -52,31 +52,105 @@ def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: 
     ids = np.asarray(ids, dtype=np.int64)
     if lp.ndim != 2 or ids.shape != lp.shape:
         raise ValueError(f"lp and ids must both be [L, k]; got {lp.shape} and {ids.shape}")
+    # one row per depth: every node's children read the same row (the row index of every node is 0)
+    return _best_first(lp[:, None, :], ids[:, None, :], None, budget, root_token, seq_len, request_index,
+                       chain_pops)
+
+
+def lattice_rows_reference(scores, temperature: float = 0.0):
+    """Stage 1 of the lattice tree (docs/DESIGN.md §3.10) for one request: each row's law and its sort.
+
+    scores: [L, K, K] (row (e, p): the selector's score of every candidate c of slot e after candidate p of
+    slot e − 1, or after the anchor for e = 0), read as float32; temperature: the request's, as float32, 0 for a
+    greedy request, whose keys take the drafter's own law (T = 1). Returns (lp float32 [L, K, K], order int32
+    [L, K, K]): order[e, p] lists the candidate indices by score descending, ties by candidate index ascending
+    (−0.0 ties +0.0), and lp[e, p, r] = float32(z − logsumexp(z)) at candidate order[e, p, r] with
+    z = float64(score) / float64(T), the log-sum-exp taken as m + log Σ exp(z − m), m the row's max. A masked
+    (−inf) score has lp −inf and a fully masked row is −inf throughout; a row holding a NaN or +inf score has
+    no law: its lp is NaN (the builder flags the request) and its order the identity.
+    """
+    s = np.asarray(scores, dtype=np.float32)
+    if s.ndim != 3 or s.shape[1] != s.shape[2]:
+        raise ValueError(f"scores must be [L, K, K], got {s.shape}")
+    t = np.float32(temperature)
+    if not (np.isfinite(t) and t >= 0):
+        raise ValueError(f"temperature must be a finite value >= 0, got {temperature}")
+    t = np.float64(t) if t > 0 else 1.0
+    L, K, _ = s.shape
+    key = s.astype(np.float64) + 0.0                        # -0.0 + 0.0 = +0.0: signed zeros tie
+    order = np.argsort(-key, axis=-1, kind="stable").astype(np.int32)
+    z = key / t
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = z.max(axis=-1, keepdims=True)
+        m = np.where(np.isneginf(m), 0.0, m)               # a fully masked row: every exp is 0, lse −inf
+        lse = m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+        lp = np.where(np.isneginf(z), -np.inf, z - lse).astype(np.float32)
+    bad = (np.isnan(s) | np.isposinf(s)).any(axis=-1)
+    lp[bad] = np.nan
+    order[bad] = np.arange(K, dtype=np.int32)
+    return np.take_along_axis(lp, order, axis=-1), order
+
+
+def build_lattice_tree_reference(lp, order, cand, budget: int, *, root_token: int = 0, seq_len: int = 0,
+                                 request_index: int = 0, chain_pops: int = 0) -> dict:
+    """Best-first tree over a selector's lattice (docs/DESIGN.md §3.10) for one request.
+
+    lp float32 [L, K, K] and order int [L, K, K] as lattice_rows_reference gives them (row (e, p) sorted
+    descending, order[e, p, r] the candidate index of rank r); cand int [L, K] the candidate token ids of each
+    slot. A node is a path of candidate indices; the root's children read row 0 of slot 0 (the anchor is every
+    row's predecessor there), a node of depth d with candidate index c reads row (d, c) for its children. Its
+    token is cand[d − 1, c], its rank its position in its parent's row, its weight the float64 sum of the
+    conditional log-probs along its path: §3.2's heap, keys and tie order (the ranks tuple), the sibling push
+    reading the parent's own row, the chain anchor as chain_pops (the chain is the rank-0 walk, the selector's
+    argmax path). A row whose order leaves [0, K) is not a sorted row: UNSORTED_INPUT, like a rising row.
+    """
+    lp = np.asarray(lp, dtype=np.float32)
+    order = np.asarray(order, dtype=np.int64)
+    cand = np.asarray(cand, dtype=np.int64)
+    if lp.ndim != 3 or lp.shape[1] != lp.shape[2] or order.shape != lp.shape or cand.shape != lp.shape[:2]:
+        raise ValueError(f"lp and order must be [L, K, K] and cand [L, K]; got {lp.shape}, {order.shape} "
+                         f"and {cand.shape}")
+    L, K = cand.shape
+    in_range = ((order >= 0) & (order < K)).all()
+    order = np.clip(order, 0, max(K - 1, 0))
+    tokens = np.take_along_axis(np.broadcast_to(cand[:, None, :], lp.shape), order, axis=-1)
+    return _best_first(lp, tokens, order, budget, root_token, seq_len, request_index, chain_pops,
+                       F.OK if in_range else F.UNSORTED_INPUT)
+
+
+def _best_first(lp, ids, child_rows, budget: int, root_token: int, seq_len: int, request_index: int,
+                chain_pops: int, input_flags: int = F.OK) -> dict:
+    """The best-first build over rows: lp float32 [L, R, k] (row (d − 1, q) holds the children of a depth-d − 1
+    node whose row index is q, sorted descending), ids [L, R, k] their tokens, child_rows [L, R, k] the row
+    index of each such child (None: every row index is 0, R = 1). The root's row index is 0. input_flags: what
+    the caller found wrong with the input (the tree is then the root alone)."""
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     if chain_pops < 0:
         raise ValueError(f"chain_pops must be >= 0, got {chain_pops}")
-    L, k = lp.shape
+    L, _, k = lp.shape
     forced = min(chain_pops, budget, L)
     n = verify_width(budget)
     out = _empty_tree(n, root_token, seq_len)
     out.pop("_root_token")
     out["tokens"][0] = root_token
     out["retrive_index"] += request_index * n
+    out["flags"] |= input_flags
     # NaN / +inf: no distribution, the request is flagged; -inf is a masked token (grammar, banned ids) that
     # is simply never emitted. A row that is not sorted descending breaks best-first: flagged too.
     if np.isnan(lp).any() or np.isposinf(lp).any():
         out["flags"] |= F.NONFINITE_INPUT
-    if k > 1 and (lp[:, 1:] > lp[:, :-1]).any():
+    if k > 1 and (lp[..., 1:] > lp[..., :-1]).any():
         out["flags"] |= F.UNSORTED_INPUT
     if out["flags"]:
         return out
 
     tokens, parents, depths = out["tokens"], out["parents"], out["depths"]
     ranks, logws = out["ranks"], out["logw"]
+    rows = np.zeros(n, np.int64)  # each node's row index: where its children are read at the next depth
     heap: list = []
     if L > 0 and k > 0 and budget > 0:
-        w0 = float(lp[0, 0])
+        w0 = float(lp[0, 0, 0])
         heap.append((-w0, (0,), 0, 1, 0, w0))
     count = 0
     while heap and count < budget:
@@ -93,16 +167,18 @@ def build_tree_reference(lp, ids, budget: int, *, root_token: int = 0, seq_len: 
             _, rtuple, parent, depth, rank, logw = heapq.heappop(heap)
         count += 1
         i = count
-        tokens[i] = ids[depth - 1, rank]
+        row = lp[depth - 1, rows[parent]]
+        tokens[i] = ids[depth - 1, rows[parent], rank]
+        rows[i] = 0 if child_rows is None else child_rows[depth - 1, rows[parent], rank]
         parents[i] = parent
         depths[i] = depth
         ranks[i] = rank
         logws[i] = logw
         if rank + 1 < k:
-            sib = logw - float(lp[depth - 1, rank]) + float(lp[depth - 1, rank + 1])
+            sib = logw - float(row[rank]) + float(row[rank + 1])
             heapq.heappush(heap, (-sib, rtuple[:-1] + (rank + 1,), parent, depth, rank + 1, sib))
         if depth < L:
-            child = logw + float(lp[depth, 0])
+            child = logw + float(lp[depth, rows[i], 0])
             heapq.heappush(heap, (-child, rtuple + (0,), i, depth + 1, 0, child))
     if count < budget:
         out["flags"] |= F.HEAP_EXHAUSTED
@@ -218,7 +294,7 @@ def filtered_law(logits, temperature: float, top_k: int, top_p: float, min_p: fl
 
 
 def law_keys_reference(logits, k: int, scale: float, law=None) -> tuple[np.ndarray, np.ndarray]:
-    """Stage 1 of one request's draft row under the request's law (docs/DESIGN.md §3.10): (lp float64 [k], ids
+    """Stage 1 of one request's draft row under the request's law (docs/DESIGN.md §3.11): (lp float64 [k], ids
     int64 [k]), the keys the tree ranks and predicts by.
 
     logits: the drafter's row [V] (upcast to float32). scale: the row's positive multiplier — 1 / (T · c_d) for a

@@ -179,6 +179,15 @@ class RoundHost:
         """[bs] the committed prefix lengths on the device."""
         raise NotImplementedError
 
+    def agree_width(self, n):
+        """The round's verify width as every rank of the host takes it (a tensor-parallel server: rank 0's; the
+        choice rests on host timings, which differ between ranks); n itself on one rank."""
+        return n
+
+    def agree_targets(self, targets: torch.Tensor) -> torch.Tensor:
+        """Every node's target token as every rank of the host takes it (a tensor-parallel server: rank 0's)."""
+        return targets
+
     def slots(self, n: int) -> torch.Tensor:
         """int64 [bs, n]: the KV slot of tree node i of request b during the verify (prefix + i in its row)."""
         raise NotImplementedError
@@ -244,7 +253,7 @@ class Round:
         """One decode round of the host's batch (the module docstring lists its steps) -> host.result."""
         bs = host.batch_size()
         context = host.context() if self.auto is not None else 1.0
-        n = self.width(bs, context)
+        n = host.agree_width(self.width(bs, context))
         self.count += 1
         prefix = host.prefix()
         slots = host.slots(self.widest if n is None else n)
@@ -254,7 +263,7 @@ class Round:
             self.auto.publish(self.auto.predict(tree) if predicted is None else predicted)
             if n is None:  # the first round reads its own prediction (one host sync, once)
                 self.auto.wait()
-                n = self.width(bs, context)
+                n = host.agree_width(self.width(bs, context))
                 slots = slots[:, :n]
             if n < self.widest:
                 tree = self.ops.truncate(tree, budget_of(n))
@@ -263,7 +272,7 @@ class Round:
         host.mark("sample")
         host.adjust_logits(logits, tree)
         law, seed, step = host.node_law(self.count)
-        targets = node_tokens(self.ops, logits, law, seed, step, no_token=host.stops_on_nonfinite)
+        targets = host.agree_targets(node_tokens(self.ops, logits, law, seed, step, no_token=host.stops_on_nonfinite))
         host.mark("accept")
         plan = self.ops.commit(tree, targets, prefix, slots)
         host.mark("commit")

@@ -19,7 +19,8 @@ _ROWS_PER_CHUNK = 16  # ~10 MB of float32 per chunk at V=152k: temporaries stay 
                       # on a CPU than one pass over a [B·L, V] batch, measured)
 
 
-def topk_logprobs_torch(logits: torch.Tensor, k: int, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_logprobs_torch(logits: torch.Tensor, k: int,
+                        scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Canonical top-k + log-normaliser with plain torch ops (any device; the CPU backend's stage 1). scale:
     None, or float32 with one positive value per row (shape logits.shape[:-1])."""
     V = logits.shape[-1]
@@ -72,3 +73,33 @@ def topk_logprobs(logits: torch.Tensor, k: int, backend: str, scale: torch.Tenso
         lp, ids = ops.op("topk_lse")(logits.reshape(-1, V).contiguous(), k, rows)
         return lp.reshape(*logits.shape[:-1], k), ids.reshape(*logits.shape[:-1], k)
     return topk_logprobs_torch(logits, k, scale)
+
+
+def shard_stage1(logits: torch.Tensor, k: int, vocab_start: int, backend: str, scale: torch.Tensor | None = None):
+    """One tensor-parallel rank's part of stage 1 over its shard of the vocabulary (logits [..., V_shard]): its top
+    min(k, V_shard) (raw logit x as float32, global id) in the canonical order, and the log-sum-exp of its scaled
+    row s ⊗ x (scale as topk_logprobs's, one per row, 1 without it), for `merge_shards` with the same scale."""
+    ks = min(int(k), logits.shape[-1])
+    _, ids = topk_logprobs(logits, ks, backend, scale)  # the candidates are x's whatever the scale (§3.11)
+    x = logits.float()
+    z = x if scale is None else x * scale.float().unsqueeze(-1)
+    return torch.gather(x, -1, ids), ids + int(vocab_start), torch.logsumexp(z, dim=-1)
+
+
+def merge_shards(values: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, k: int,
+                 scale: torch.Tensor | None = None):
+    """Stage 1 of the whole vocabulary from every rank's shard_stage1, all-gathered: values / ids [tp, ..., k_s],
+    lse [tp, ...] -> (lp [..., k], ids [..., k]); scale: the one every shard_stage1 took (None: 1). The global top k
+    lies in the union of the shards' top k, so the canonical order (raw logit descending, ties by global id
+    ascending) of that union's first k is the full row's, exactly; lp = s ⊗ x − log-sum-exp of the shards' (float32,
+    so lp can differ from one pass over the row by an ulp or two: the tree is exact for these keys, and every rank
+    merges the same gathered bits)."""
+    v = values.movedim(0, -2).flatten(-2)      # [..., tp * k_s]
+    i = ids.movedim(0, -2).flatten(-2)
+    by_id = torch.argsort(i, dim=-1, stable=True)
+    v, i = torch.gather(v, -1, by_id), torch.gather(i, -1, by_id)
+    order = torch.argsort(v, dim=-1, descending=True, stable=True)[..., :k]
+    top = torch.gather(v, -1, order)
+    z = top if scale is None else top * scale.float().unsqueeze(-1)
+    total = torch.logsumexp(lse, dim=0).unsqueeze(-1)
+    return z - total, torch.gather(i, -1, order)

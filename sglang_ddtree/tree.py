@@ -6,13 +6,13 @@ captured in a CUDA graph; nothing here is read on the host.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
 import torch
 
 from . import _checks as C
 from . import ops
+from .lattice import key_temperatures, lattice_logprobs
 from .sizes import MAX_BUDGET, verify_width
 from .topk import topk_logprobs
 
@@ -75,16 +75,16 @@ def chain_pops(anchor, depth_limit: int) -> int:
     return depth_limit if anchor == "chain" else 0
 
 
-def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0, anchored=None) -> tuple:
-    """Loop the numpy oracle over requests (tests and tools; never a hot path)."""
-    from .reference import build_tree_reference
-
-    B, n = lp.shape[0], verify_width(budget)
-    lp_np, ids_np = lp.detach().cpu().numpy(), ids.detach().cpu().numpy()
+def _build_reference(build, inputs, budget, root_tokens, seq_lens, forced: int = 0, anchored=None) -> tuple:
+    """Loop a numpy oracle (`build`: reference.build_tree_reference or build_lattice_tree_reference) over the
+    requests of `inputs` (tensors, batch first), `forced` chain pops in the requests `anchored` (bool [B]) marks,
+    every request without it (tests and tools; never a hot path)."""
+    B, n = inputs[0].shape[0], verify_width(budget)
+    arrays = [x.detach().cpu().numpy() for x in inputs]
     roots, lens = root_tokens.cpu().tolist(), seq_lens.cpu().tolist()
     rows = [True] * B if anchored is None else anchored.cpu().tolist()
-    per = [build_tree_reference(lp_np[b], ids_np[b], budget, root_token=roots[b], seq_len=lens[b],
-                                request_index=b, chain_pops=forced if rows[b] else 0) for b in range(B)]
+    per = [build(*(a[b] for a in arrays), budget, root_token=roots[b], seq_len=lens[b], request_index=b,
+                 chain_pops=forced if rows[b] else 0) for b in range(B)]
     words = ops.mask_words(n)
     stack = lambda key, dt: torch.from_numpy(np.stack([p[key] for p in per]) if per else np.zeros((0, n), dt))
     mask = torch.from_numpy(np.stack([p["tree_mask"] for p in per]) if per else np.zeros((0, n, n), bool))
@@ -94,24 +94,6 @@ def _build_reference(lp, ids, budget, root_tokens, seq_lens, forced: int = 0, an
             stack("retrive_index", np.int64), stack("retrive_next_token", np.int64),
             stack("retrive_next_sibling", np.int64), mask, pack_mask(mask, words),
             torch.tensor([p["flags"] for p in per], dtype=torch.int32))
-
-
-def _in_range(name: str, value, lo: int, hi: int | None = None) -> None:
-    """Values of a per-request argument inside [lo, hi): checked for Python ints and CPU tensors only. A CUDA
-    tensor is not read back on the host (that would add a sync to every round); its bad values are not caught
-    here, and a seq_len < 0 or a token outside the vocabulary gives a meaningless tree, not a crash."""
-    if isinstance(value, torch.Tensor):
-        if value.device.type != "cpu" or value.numel() == 0 or value.dtype not in C.INT_DTYPES:
-            return  # not read on the host, empty, or the wrong type (per_request names that)
-        low, high = int(value.min()), int(value.max())
-    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        low = high = int(value)
-    else:
-        return
-    if low < lo or (hi is not None and high >= hi):
-        bad = low if low < lo else high
-        want = f">= {lo}" if hi is None else f"in [{lo}, {hi})"
-        raise ValueError(f"{name} must be {want}, got {bad}")
 
 
 def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
@@ -124,6 +106,24 @@ def pack_mask(mask: torch.Tensor, words: int) -> torch.Tensor:
     return torch.where(packed >= (1 << 31), packed - (1 << 32), packed).to(torch.int32)
 
 
+def _request_vectors(root_tokens, seq_lens, batch: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """root_tokens and seq_lens as int64 [batch], checked (a negative value is refused for ints and CPU tensors)."""
+    roots = C.per_request("root_tokens", root_tokens, batch, device)
+    lens = C.per_request("seq_lens", seq_lens, batch, device)
+    if root_tokens is not None:
+        C.in_range("root_tokens", root_tokens, 0)
+    if seq_lens is not None:
+        C.in_range("seq_lens", seq_lens, 0)
+    return roots, lens
+
+
+def _check_anchored(anchored, batch: int, device) -> None:
+    """anchored: None or bool [batch] on `device` (the requests the anchor applies to)."""
+    if anchored is not None:
+        C.tensor("anchored", anchored, ndim=1, dtypes=(torch.bool,), device=device)
+        C.shape("anchored", anchored, (batch,))
+
+
 def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budget: int, *,
                          root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None,
                          anchored=None) -> TreeBatch:
@@ -131,12 +131,12 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
 
     top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
     root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth); a
-    negative token or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
+    negative token, top id or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
     budget 0 is the root alone (an autoregressive step). backend: 'auto' (the tensors' device), 'cuda', 'cpu'
     or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or
     'chain' (the drafter's greedy chain is popped first, so it is always a path of the tree: docs/DESIGN.md §3.7).
     anchored: None (the anchor applies to every request) or bool [B] on the tensors' device, the requests it
-    applies to (the others get the paper's tree: the served default anchors greedy requests only, §3.10).
+    applies to (the others get the paper's tree: the served default anchors greedy requests only, §3.11).
     """
     C.tensor("top_logprobs", top_logprobs, ndim=3, dtypes=(torch.float32,))
     device = top_logprobs.device
@@ -145,19 +145,15 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
     B, L, k = top_logprobs.shape
     forced = chain_pops(anchor, L)
-    roots = C.per_request("root_tokens", root_tokens, B, device)
-    lens = C.per_request("seq_lens", seq_lens, B, device)
-    if anchored is not None:
-        C.tensor("anchored", anchored, ndim=1, dtypes=(torch.bool,), device=device)
-        C.shape("anchored", anchored, (B,))
-    if root_tokens is not None:
-        _in_range("root_tokens", root_tokens, 0)
-    if seq_lens is not None:
-        _in_range("seq_lens", seq_lens, 0)
+    C.in_range("top_ids", top_ids, 0)  # a negative id would become a node's token, unflagged
+    roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    _check_anchored(anchored, B, device)
     backend = ops.resolve_backend(backend, device)
     lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
     if backend == "reference":
-        outs = [t.to(device) for t in _build_reference(lp, ids, budget, roots, lens, forced, anchored)]
+        from .reference import build_tree_reference
+        outs = [t.to(device) for t in _build_reference(build_tree_reference, (lp, ids), budget, roots, lens, forced,
+                                                       anchored)]
     else:
         outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget, forced,
                                               None if anchored is None else anchored.contiguous())
@@ -183,9 +179,89 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
     k = min(topk if topk is not None else max(budget, 1), V)  # budget 0 (the root alone) still reads one candidate
     chain_pops(anchor, L)  # refuse a bad anchor before any work
     if root_tokens is not None and budget > 0:  # budget 0 reads no draft token, so any vocabulary will do
-        _in_range("root_tokens", root_tokens, 0, V)
+        C.in_range("root_tokens", root_tokens, 0, V)
     native = ops.resolve_backend(backend, draft_logits.device)
     stage1 = "cuda" if native == "cuda" else "cpu"
     lp, ids = topk_logprobs(draft_logits, k, stage1)
     return build_tree_from_topk(lp, ids, budget, root_tokens=root_tokens, seq_lens=seq_lens, backend=native,
                                 anchor=anchor)
+
+
+def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Tensor, candidate_ids: torch.Tensor,
+                                 budget: int, *, root_tokens=None, seq_lens=None, backend: str = "auto",
+                                 anchor=None, anchored=None) -> TreeBatch:
+    """Best-first tree over a selector's lattice (docs/DESIGN.md §3.10) from its sorted rows (stage 1's output,
+    `lattice.lattice_logprobs`), for a batch of requests.
+
+    row_logprobs: float32 [B, L, K, K], row (e, p) the conditional log-probs of slot e's candidates after
+    candidate p of slot e − 1 (slot 0: after the anchor; its row 0 is read), sorted descending; row_order: int
+    [B, L, K, K], the candidate index of each rank (each row a permutation of 0..K−1: checked for CPU tensors);
+    candidate_ids: int [B, L, K], slot e's candidate tokens. A node's token is its candidate's id, its rank its
+    position in its parent's row. root_tokens, seq_lens, backend, anchor and anchored as in build_tree_from_topk
+    (the chain is the lattice's argmax walk: the selector's greedy path). The TreeBatch's topk is K.
+    """
+    C.tensor("row_logprobs", row_logprobs, ndim=4, dtypes=(torch.float32,))
+    device = row_logprobs.device
+    B, L, K, K2 = row_logprobs.shape
+    if K != K2 or K < 1:
+        raise ValueError(f"row_logprobs must be [B, L, K, K] with K >= 1, got shape {tuple(row_logprobs.shape)}")
+    C.tensor("row_order", row_order, ndim=4, dtypes=C.INT_DTYPES, device=device)
+    C.shape("row_order", row_order, (B, L, K, K))
+    C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES, device=device)
+    C.shape("candidate_ids", candidate_ids, (B, L, K))
+    C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
+    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    forced = chain_pops(anchor, L)
+    if row_order.device.type == "cpu" and row_order.numel():  # a CUDA tensor is not read (the builder flags it)
+        if not torch.equal(row_order.sort(-1).values, torch.arange(K, dtype=row_order.dtype).expand_as(row_order)):
+            raise ValueError("row_order must list every candidate index 0..K-1 once in each row")
+    roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    _check_anchored(anchored, B, device)
+    backend = ops.resolve_backend(backend, device)
+    return _build_from_rows(row_logprobs, row_order, candidate_ids, budget, roots, lens, backend, forced, anchored)
+
+
+def _build_from_rows(lp, order, cand, budget: int, roots, lens, backend: str, forced: int,
+                     anchored=None) -> TreeBatch:
+    """The lattice build on checked arguments (backend resolved, roots and lens int64 [B])."""
+    lp, order, cand = lp.contiguous(), order.to(torch.int32).contiguous(), cand.to(torch.int64).contiguous()
+    if backend == "reference":
+        from .reference import build_lattice_tree_reference
+        outs = [t.to(lp.device) for t in _build_reference(build_lattice_tree_reference, (lp, order, cand), budget,
+                                                          roots, lens, forced, anchored)]
+    else:
+        outs = ops.op("build_tree_from_lattice")(lp, order, cand, roots, lens, budget, forced,
+                                                 None if anchored is None else anchored.contiguous())
+    return _tree_from_outputs(outs, budget, lp.shape[1], lp.shape[2])
+
+
+def build_tree_from_lattice(candidate_ids: torch.Tensor, scores: torch.Tensor, budget: int, *, temperature=0.0,
+                            root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None,
+                            anchored=None) -> TreeBatch:
+    """The tree over a DFlash2 selector's lattice (docs/DESIGN.md §3.10): stage 1 (each row's law and sort,
+    `lattice.lattice_logprobs`) then build_tree_from_lattice_rows.
+
+    candidate_ids: int [B, L, K] and scores: float [B, L, K, K], as SGLang's `CandidateSelector.build_lattice`
+    gives them (score[b, e, p, c]: candidate c of slot e after candidate p of slot e − 1, after the anchor for
+    e = 0). temperature: a float or a float tensor [B], each request's sampling temperature, 0 for greedy: the
+    keys are log softmax(score / T) over the K candidates, the drafter's estimate of the probability that the
+    target's walk takes each edge; a greedy request's keys take T = 1, the drafter's own law (SGLang serves greedy
+    requests at temperature 1 with top-k 1, which gives the same keys). The rest as in
+    build_tree_from_lattice_rows; budget 0 is the root alone.
+    """
+    C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES)
+    device = candidate_ids.device
+    B, L, K = candidate_ids.shape
+    if K < 1:
+        raise ValueError(f"candidate_ids must hold K >= 1 candidates per slot, got shape {tuple(candidate_ids.shape)}")
+    C.tensor("scores", scores, ndim=4, dtypes=C.FLOAT_DTYPES, device=device)
+    C.shape("scores", scores, (B, L, K, K))
+    C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
+    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    forced = chain_pops(anchor, L)
+    temps = key_temperatures(temperature, B, device)
+    roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    _check_anchored(anchored, B, device)
+    backend = ops.resolve_backend(backend, device)
+    lp, order = lattice_logprobs(scores, temps)
+    return _build_from_rows(lp, order, candidate_ids, budget, roots, lens, backend, forced, anchored)

@@ -8,18 +8,23 @@
 // previous chain node wherever it sits in the heap (removed there, the heap restored around it), then the
 // pops are best-first again; the heap's shape never changes which entry is the maximum. With `anchored`
 // (bool [B]) only the requests it marks are anchored, the others get the paper's tree.
+// One builder serves both inputs (kernels/tree_rows.h): a DFlash drafter's top-k, one row per depth, and a
+// selector's lattice (docs/DESIGN.md §3.10), K rows per depth, a node's children read from its own row; the
+// lattice is a template flag, so the top-k instantiation does none of the lattice's work.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
-#include <optional>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "tree_constants.h"
+#include "tree_rows.h"
 
 namespace {
 
@@ -38,12 +43,19 @@ inline bool no_nan_or_posinf(const float* x, int64_t count) {
   return bad == 0;
 }
 
-// Every row of [L, k] non-increasing (NaN compares false, and is flagged by the scan above).
-inline bool rows_sorted(const float* x, int64_t L, int64_t k) {
+// Every row of [rows, k] non-increasing (NaN compares false, and is flagged by the scan above).
+inline bool rows_sorted(const float* x, int64_t rows, int64_t k) {
   uint32_t bad = 0;
-  for (int64_t d = 0; d < L; ++d) {
+  for (int64_t d = 0; d < rows; ++d) {
     for (int64_t c = 1; c < k; ++c) bad |= static_cast<uint32_t>(x[d * k + c] > x[d * k + c - 1]);
   }
+  return bad == 0;
+}
+
+// Every lattice order entry a candidate index in [0, K).
+inline bool orders_in_range(const int32_t* order, int64_t count, int64_t K) {
+  uint32_t bad = 0;
+  for (int64_t j = 0; j < count; ++j) bad |= static_cast<uint32_t>(!ddtree::candidate_in_range(order[j], K));
   return bad == 0;
 }
 
@@ -61,15 +73,25 @@ struct Scratch {
   std::vector<int64_t> last_child;
 };
 
+// The lattice's scratch adds each emitted node's row index (its candidate index): a type of its own, so the
+// top-k instantiation's scratch, and with it its compiled loop, stays what it was before the lattice.
+struct LatticeScratch : Scratch {
+  std::vector<int32_t> row;  // [n]
+};
+
+template <bool kLattice>
 class Builder {
  public:
   Builder(int64_t L, int64_t k, int64_t budget, int64_t chain_pops)
       : L_(L), k_(k), budget_(budget), n_(budget + 1), forced_(std::min({chain_pops, budget, L})) {}
 
-  void build(const float* lp, const int64_t* ids, int64_t root_token, int64_t seq_len, int64_t b, bool anchor,
-             Scratch& s, int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths, int32_t* ranks,
-             double* logw, int64_t* positions, int64_t* retrive_index, int64_t* next_token, int64_t* next_sibling,
-             bool* mask, int32_t* bits, int32_t* flags) const {
+  // One request's rows: lp [L][R][k] sorted descending; ids: the top-k's tokens [L][k] (R = 1) or the lattice's
+  // candidate ids [L][K]; order [L][K][K]: the candidate index of each rank of a lattice row (null for the top-k).
+  using Work = std::conditional_t<kLattice, LatticeScratch, Scratch>;
+  void build(const float* lp, const int64_t* ids, const int32_t* order, int64_t root_token, int64_t seq_len,
+             int64_t b, bool anchor, Work& s, int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths,
+             int32_t* ranks, double* logw, int64_t* positions, int64_t* retrive_index, int64_t* next_token,
+             int64_t* next_sibling, bool* mask, int32_t* bits, int32_t* flags) const {
     const int64_t n = n_, words = (n + 31) / 32;
     for (int64_t i = 0; i < n; ++i) {
       tokens[i] = 0; parents[i] = -1; depths[i] = 0; ranks[i] = -1;
@@ -86,13 +108,17 @@ class Builder {
     logw[0] = 0.0;
     *num_nodes = 1;
     *flags = 0;
-    // NaN / +inf, or a row not sorted descending: the request is root-only and flagged. -inf entries are
-    // masked tokens, never emitted (the pops stop when only -inf candidates are left).
-    *flags = (no_nan_or_posinf(lp, L_ * k_) ? 0 : kFlagNonfiniteInput) |
-             (rows_sorted(lp, L_, k_) ? 0 : kFlagUnsortedInput);
+    const int64_t L = L_, k = k_, R = kLattice ? k_ : 1;  // lattice: K rows per depth
+    // NaN / +inf, or a row not sorted descending (or, in a lattice, an order entry that is no candidate): the
+    // request is root-only and flagged. -inf entries are masked tokens, never emitted (the pops stop when
+    // only -inf candidates are left).
+    *flags = (no_nan_or_posinf(lp, L * R * k) ? 0 : kFlagNonfiniteInput) |
+             (rows_sorted(lp, L * R, k) ? 0 : kFlagUnsortedInput);
+    if constexpr (kLattice) {
+      if (!orders_in_range(order, L * R * k, k)) *flags |= kFlagUnsortedInput;
+    }
     if (*flags) return;
 
-    const int64_t L = L_, k = k_;
     // only the rows of emitted nodes are ever read, and each is written when its node is emitted; a node's
     // depth is at most min(L, budget) (each ancestor is a pop), so that is the row stride, not L
     const int64_t P = std::max<int64_t>(1, std::min(L, budget_));
@@ -150,6 +176,10 @@ class Builder {
     int64_t count = 0;
     if (L > 0 && k > 0 && budget_ > 0) h.push_back({static_cast<double>(lp[0]), 0, 1, 0});
     int32_t* mutable_paths = s.paths.data();
+    if constexpr (kLattice) {
+      s.row.resize(static_cast<size_t>(n));
+      s.row[0] = 0;  // the root's children: slot 0's row 0 (every row there follows the anchor)
+    }
     int64_t forced = anchor ? forced_ : 0;
     while (!h.empty() && count < budget_) {
       size_t at = 0;
@@ -161,7 +191,16 @@ class Builder {
       const Entry e = h[at];
       const int64_t i = ++count;
       const int64_t d = e.depth, r = e.rank;
-      tokens[i] = ids[(d - 1) * k + r];
+      int64_t parent_row = 0, own_row = 0;  // row indices: the parent's, and node i's (where its children are read)
+      if constexpr (kLattice) parent_row = s.row[e.parent];
+      const int64_t row = ddtree::children_row(d - 1, parent_row, R, k);  // the parent's row
+      if constexpr (kLattice) {
+        own_row = order[row + r];
+        s.row[i] = static_cast<int32_t>(own_row);
+        tokens[i] = ddtree::lattice_token(ids, d, own_row, k);
+      } else {
+        tokens[i] = ids[row + r];
+      }
       parents[i] = e.parent;
       depths[i] = static_cast<int32_t>(d);
       ranks[i] = static_cast<int32_t>(r);
@@ -182,11 +221,14 @@ class Builder {
       s.last_child[e.parent] = i;
 
       const bool has_sib = r + 1 < k;
-      const double sib = has_sib ? (e.logw - static_cast<double>(lp[(d - 1) * k + r])) +
-                                       static_cast<double>(lp[(d - 1) * k + r + 1])
+      const double sib = has_sib ? ddtree::sibling_key(e.logw, static_cast<double>(lp[row + r]),
+                                                       static_cast<double>(lp[row + r + 1]))
                                  : 0.0;
       replace_at(at, has_sib, {sib, e.parent, static_cast<int32_t>(d), static_cast<int32_t>(r + 1)});
-      if (d < L) push({e.logw + static_cast<double>(lp[d * k]), static_cast<int32_t>(i), static_cast<int32_t>(d + 1), 0});
+      if (d < L) {
+        const double first = static_cast<double>(lp[ddtree::children_row(d, own_row, R, k)]);
+        push({ddtree::child_key(e.logw, first), static_cast<int32_t>(i), static_cast<int32_t>(d + 1), 0});
+      }
     }
     if (count < budget_) *flags |= kFlagHeapExhausted;
     *num_nodes = static_cast<int32_t>(count + 1);
@@ -196,20 +238,20 @@ class Builder {
   int64_t L_, k_, budget_, n_, forced_;
 };
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-           at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, const at::Tensor& root_tokens_in,
-                         const at::Tensor& seq_lens_in, int64_t budget, int64_t chain_pops,
-                         const std::optional<at::Tensor>& anchored_in) {
-  TORCH_CHECK(lp_in.dim() == 3 && lp_in.scalar_type() == at::kFloat, "lp must be float32 [B, L, k]");
-  TORCH_CHECK(ids_in.sizes() == lp_in.sizes() && ids_in.scalar_type() == at::kLong, "ids must be int64 [B, L, k]");
+using TreeTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                             at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// B requests of rows (lp [B, L, R, k] flat, ids [B, L, k], order [B, L, R, k] or null) -> the TreeBatch fields;
+// anchored (bool [B], optional): the requests chain_pops applies to (every request without it).
+template <bool kLattice>
+TreeTuple build_batch(const at::Tensor& lp, const at::Tensor& ids, const int32_t* order,
+                      const at::Tensor& root_tokens_in, const at::Tensor& seq_lens_in, int64_t B, int64_t L, int64_t k,
+                      int64_t budget, int64_t chain_pops, const std::optional<at::Tensor>& anchored_in) {
   TORCH_CHECK(budget >= 0, "budget must be >= 0");
   TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0");
-  const auto lp = lp_in.contiguous();
-  const auto ids = ids_in.contiguous();
   const auto root_tokens = root_tokens_in.to(at::kLong).contiguous();
   const auto seq_lens = seq_lens_in.to(at::kLong).contiguous();
-  const int64_t B = lp.size(0), L = lp.size(1), k = lp.size(2), n = budget + 1, words = (n + 31) / 32;
+  const int64_t n = budget + 1, words = (n + 31) / 32, R = kLattice ? k : 1;
   TORCH_CHECK(root_tokens.numel() == B && seq_lens.numel() == B, "root_tokens and seq_lens must be [B]");
   const auto anchored = anchored_in.has_value() ? anchored_in->to(at::kBool).contiguous() : at::Tensor();
   TORCH_CHECK(!anchored.defined() || anchored.numel() == B, "anchored must be [B]");
@@ -229,17 +271,17 @@ build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, cons
   auto bits = at::empty({B, n, words}, i32);
   auto flags = at::empty({B}, i32);
 
-  const Builder builder(L, k, budget, chain_pops);
+  const Builder<kLattice> builder(L, k, budget, chain_pops);
   // Threads only for big batches (>= 64k pops per chunk, several ms of work): a build is ~0.1 us per
   // pop, while waking a pool costs tens of us idle and several ms on a loaded machine (measured).
   const int64_t grain = std::max<int64_t>(1, 65536 / (budget + 1));
   at::parallel_for(0, B, grain, [&](int64_t begin, int64_t end) {
-    Scratch s;
+    typename Builder<kLattice>::Work s;
     s.last_child.assign(static_cast<size_t>(n), -1);
     for (int64_t b = begin; b < end; ++b) {
-      builder.build(lp.data_ptr<float>() + b * L * k, ids.data_ptr<int64_t>() + b * L * k,
-                    root_tokens.data_ptr<int64_t>()[b], seq_lens.data_ptr<int64_t>()[b], b,
-                    anchor_rows == nullptr || anchor_rows[b], s,
+      builder.build(lp.data_ptr<float>() + b * L * R * k, ids.data_ptr<int64_t>() + b * L * k,
+                    kLattice ? order + b * L * R * k : nullptr, root_tokens.data_ptr<int64_t>()[b],
+                    seq_lens.data_ptr<int64_t>()[b], b, anchor_rows == nullptr || anchor_rows[b], s,
                     num_nodes.data_ptr<int32_t>() + b, tokens.data_ptr<int64_t>() + b * n,
                     parents.data_ptr<int32_t>() + b * n, depths.data_ptr<int32_t>() + b * n,
                     ranks.data_ptr<int32_t>() + b * n, logw.data_ptr<double>() + b * n,
@@ -253,6 +295,36 @@ build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, cons
           mask, bits, flags};
 }
 
+TreeTuple build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, const at::Tensor& root_tokens,
+                                   const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops,
+                                   const std::optional<at::Tensor>& anchored) {
+  TORCH_CHECK(lp_in.dim() == 3 && lp_in.scalar_type() == at::kFloat, "lp must be float32 [B, L, k]");
+  TORCH_CHECK(ids_in.sizes() == lp_in.sizes() && ids_in.scalar_type() == at::kLong, "ids must be int64 [B, L, k]");
+  const auto lp = lp_in.contiguous();
+  const auto ids = ids_in.contiguous();
+  return build_batch<false>(lp, ids, nullptr, root_tokens, seq_lens, lp.size(0), lp.size(1), lp.size(2), budget,
+                            chain_pops, anchored);
+}
+
+TreeTuple build_tree_from_lattice_cpu(const at::Tensor& lp_in, const at::Tensor& order_in, const at::Tensor& cand_in,
+                                      const at::Tensor& root_tokens, const at::Tensor& seq_lens, int64_t budget,
+                                      int64_t chain_pops, const std::optional<at::Tensor>& anchored) {
+  TORCH_CHECK(lp_in.dim() == 4 && lp_in.scalar_type() == at::kFloat && lp_in.size(2) == lp_in.size(3),
+              "lp must be float32 [B, L, K, K]");
+  TORCH_CHECK(order_in.sizes() == lp_in.sizes() && order_in.scalar_type() == at::kInt,
+              "order must be int32 [B, L, K, K]");
+  TORCH_CHECK(cand_in.dim() == 3 && cand_in.sizes() == lp_in.sizes().slice(0, 3) &&
+                  cand_in.scalar_type() == at::kLong, "cand must be int64 [B, L, K]");
+  const auto lp = lp_in.contiguous();
+  const auto order = order_in.contiguous();
+  const auto cand = cand_in.contiguous();
+  return build_batch<true>(lp, cand, order.data_ptr<int32_t>(), root_tokens, seq_lens, lp.size(0), lp.size(1),
+                           lp.size(2), budget, chain_pops, anchored);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) { m.impl("build_tree_from_topk", &build_tree_from_topk_cpu); }
+TORCH_LIBRARY_IMPL(sglang_ddtree, CPU, m) {
+  m.impl("build_tree_from_topk", &build_tree_from_topk_cpu);
+  m.impl("build_tree_from_lattice", &build_tree_from_lattice_cpu);
+}

@@ -1,6 +1,6 @@
-// CUDA implementations of the tree-stage ops declared in sglang_ddtree/ops.py: topk_lse,
-// build_tree_from_topk, truncate_tree, accept_tree, sample_rows. Thin: check devices/dtypes/shapes, allocate outputs,
-// call the launchers in kernels/*.cu on the current stream (c10::cuda::getCurrentCUDAStream, the stream
+// CUDA implementations of the tree-stage ops declared in sglang_ddtree/ops.py: topk_lse, build_tree_from_topk,
+// build_tree_from_lattice, truncate_tree, accept_tree, sample_rows. Thin: check devices/dtypes/shapes, allocate
+// outputs, call the launchers in kernels/*.cu on the current stream (c10::cuda::getCurrentCUDAStream, the stream
 // at::cuda::getCurrentCUDAStream returns; ATen/cuda/CUDAContext.h needs cuSPARSE headers). No host
 // synchronisation anywhere, so a decode round built from these ops can be captured in a CUDA graph.
 #if defined(__has_include)
@@ -43,47 +43,75 @@ ddtree::LogitDtype logit_dtype(const at::Tensor& t, const char* name) {
 
 using ddtree::TreeTuple;
 
+// The launchers' view of a tree's 13 fields (ddtree::truncate_outputs allocates them, TreeBatch order).
+ddtree::TreeOutputs tree_views(const std::array<at::Tensor, 13>& o) {
+  return {o[0].data_ptr<int32_t>(), o[1].data_ptr<int64_t>(), o[2].data_ptr<int32_t>(), o[3].data_ptr<int32_t>(),
+          o[4].data_ptr<int32_t>(), o[5].data_ptr<double>(),  o[6].data_ptr<int64_t>(), o[7].data_ptr<int64_t>(),
+          o[8].data_ptr<int64_t>(), o[9].data_ptr<int64_t>(), o[10].data_ptr<bool>(),   o[11].data_ptr<int32_t>(),
+          o[12].data_ptr<int32_t>()};
+}
+
+// The checks both builders share: per-request vectors (the anchored mask among them), the budget and chain_pops,
+// the depth limit.
+void check_build_args(const at::Tensor& root_tokens, const at::Tensor& seq_lens,
+                      const std::optional<at::Tensor>& anchored, int64_t B, int64_t L, int64_t budget,
+                      int64_t chain_pops, const at::Device& dev) {
+  check_cuda(root_tokens, "root_tokens", at::kLong, 1, dev);
+  check_cuda(seq_lens, "seq_lens", at::kLong, 1, dev);
+  TORCH_CHECK(root_tokens.size(0) == B && seq_lens.size(0) == B, "root_tokens and seq_lens must be [B]");
+  if (anchored.has_value()) check_cuda(*anchored, "anchored", at::kBool, 1, dev);
+  TORCH_CHECK(!anchored.has_value() || anchored->size(0) == B, "anchored must be [B]");
+  TORCH_CHECK(budget >= 0 && budget + 1 <= ddtree::kMaxTreeSlots, "budget must be in [0, ",
+              ddtree::kMaxTreeSlots - 1, "] on CUDA, got ", budget);
+  TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0, got ", chain_pops);
+  TORCH_CHECK(L <= ddtree::kMaxDepth, "depth limit L must be <= ", ddtree::kMaxDepth, ", got ", L);
+}
+
 TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids, const at::Tensor& root_tokens,
                                     const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops,
                                     const std::optional<at::Tensor>& anchored) {
   const at::Device dev = lp.device();
   check_cuda(lp, "lp", at::kFloat, 3, dev);
   check_cuda(ids, "ids", at::kLong, 3, dev);
-  check_cuda(root_tokens, "root_tokens", at::kLong, 1, dev);
-  check_cuda(seq_lens, "seq_lens", at::kLong, 1, dev);
   TORCH_CHECK(ids.sizes() == lp.sizes(), "ids must have the shape of lp [B, L, k]");
   const int64_t B = lp.size(0), L = lp.size(1), k = lp.size(2);
-  TORCH_CHECK(root_tokens.size(0) == B && seq_lens.size(0) == B, "root_tokens and seq_lens must be [B]");
-  TORCH_CHECK(budget >= 0 && budget + 1 <= ddtree::kMaxTreeSlots, "budget must be in [0, ",
-              ddtree::kMaxTreeSlots - 1, "] on CUDA, got ", budget);
-  TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0, got ", chain_pops);
-  if (anchored.has_value()) check_cuda(*anchored, "anchored", at::kBool, 1, dev);
-  TORCH_CHECK(!anchored.has_value() || anchored->size(0) == lp.size(0), "anchored must be [B]");
-  TORCH_CHECK(L <= ddtree::kMaxDepth, "depth limit L must be <= ", ddtree::kMaxDepth, ", got ", L);
+  check_build_args(root_tokens, seq_lens, anchored, B, L, budget, chain_pops, dev);
   TORCH_CHECK(k <= (int64_t{1} << 24) && B < (int64_t{1} << 31), "k or B too large");
   const c10::cuda::CUDAGuard guard(dev);
-  const int64_t n = budget + 1, W = (n + 31) / 32;
-  auto i32 = lp.options().dtype(at::kInt), i64 = lp.options().dtype(at::kLong);
-  at::Tensor num_nodes = at::empty({B}, i32), tokens = at::empty({B, n}, i64), parents = at::empty({B, n}, i32),
-             depths = at::empty({B, n}, i32), ranks = at::empty({B, n}, i32),
-             logw = at::empty({B, n}, lp.options().dtype(at::kDouble)), positions = at::empty({B, n}, i64),
-             retrive_index = at::empty({B, n}, i64), next_token = at::empty({B, n}, i64),
-             next_sibling = at::empty({B, n}, i64), tree_mask = at::empty({B, n, n}, lp.options().dtype(at::kBool)),
-             mask_bits = at::empty({B, n, W}, i32), flags = at::empty({B}, i32);
-  ddtree::TreeOutputs out{num_nodes.data_ptr<int32_t>(), tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(),
-                          depths.data_ptr<int32_t>(), ranks.data_ptr<int32_t>(), logw.data_ptr<double>(),
-                          positions.data_ptr<int64_t>(), retrive_index.data_ptr<int64_t>(),
-                          next_token.data_ptr<int64_t>(), next_sibling.data_ptr<int64_t>(),
-                          tree_mask.data_ptr<bool>(), mask_bits.data_ptr<int32_t>(), flags.data_ptr<int32_t>()};
+  const auto o = ddtree::truncate_outputs(lp, B, budget + 1);
   C10_CUDA_CHECK(ddtree::launch_tree_build(lp.data_ptr<float>(), ids.data_ptr<int64_t>(),
                                            root_tokens.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
                                            static_cast<int>(B), static_cast<int>(L), static_cast<int>(k),
                                            static_cast<int>(budget),
                                            static_cast<int>(std::min<int64_t>(chain_pops, budget)),
-                                           anchored.has_value() ? anchored->data_ptr<bool>() : nullptr, out,
+                                           anchored.has_value() ? anchored->data_ptr<bool>() : nullptr, tree_views(o),
                                            c10::cuda::getCurrentCUDAStream()));
-  return {num_nodes, tokens, parents, depths, ranks, logw, positions, retrive_index, next_token, next_sibling,
-          tree_mask, mask_bits, flags};
+  return ddtree::as_tuple(o);
+}
+
+TreeTuple build_tree_from_lattice_cuda(const at::Tensor& lp, const at::Tensor& order, const at::Tensor& cand,
+                                       const at::Tensor& root_tokens, const at::Tensor& seq_lens, int64_t budget,
+                                       int64_t chain_pops, const std::optional<at::Tensor>& anchored) {
+  const at::Device dev = lp.device();
+  check_cuda(lp, "lp", at::kFloat, 4, dev);
+  check_cuda(order, "order", at::kInt, 4, dev);
+  check_cuda(cand, "cand", at::kLong, 3, dev);
+  const int64_t B = lp.size(0), L = lp.size(1), K = lp.size(2);
+  TORCH_CHECK(lp.size(3) == K && order.sizes() == lp.sizes(), "lp and order must be [B, L, K, K]");
+  TORCH_CHECK(cand.sizes() == lp.sizes().slice(0, 3), "cand must be [B, L, K]");
+  check_build_args(root_tokens, seq_lens, anchored, B, L, budget, chain_pops, dev);
+  TORCH_CHECK(K <= ddtree::kMaxTopK, "K must be <= ", ddtree::kMaxTopK, " on CUDA, got ", K);
+  TORCH_CHECK(B < (int64_t{1} << 31), "B too large");
+  const c10::cuda::CUDAGuard guard(dev);
+  const auto o = ddtree::truncate_outputs(lp, B, budget + 1);
+  C10_CUDA_CHECK(ddtree::launch_lattice_build(lp.data_ptr<float>(), order.data_ptr<int32_t>(),
+                                              cand.data_ptr<int64_t>(), root_tokens.data_ptr<int64_t>(),
+                                              seq_lens.data_ptr<int64_t>(), static_cast<int>(B), static_cast<int>(L),
+                                              static_cast<int>(K), static_cast<int>(budget),
+                                              static_cast<int>(std::min<int64_t>(chain_pops, budget)),
+                                              anchored.has_value() ? anchored->data_ptr<bool>() : nullptr,
+                                              tree_views(o), c10::cuda::getCurrentCUDAStream()));
+  return ddtree::as_tuple(o);
 }
 
 TreeTuple truncate_tree_cuda(const at::Tensor& num_nodes, const at::Tensor& tokens, const at::Tensor& parents,
@@ -200,6 +228,7 @@ at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const 
 
 TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
   m.impl("build_tree_from_topk", &build_tree_from_topk_cuda);
+  m.impl("build_tree_from_lattice", &build_tree_from_lattice_cuda);
   m.impl("truncate_tree", &truncate_tree_cuda);
   m.impl("accept_tree", &accept_tree_cuda);
   m.impl("topk_lse", &topk_lse_cuda);

@@ -46,6 +46,10 @@ fi
 if has bench; then
   python3 -m sglang_ddtree.bench tree_gpu --out "$STEP_OUT" ${TREE_BENCH_ARGS:-} 2>&1 | tee "$STEP_OUT/bench.log" | tail -60
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  # the top-k and lattice builders' op times on the device (BASELINE_CHECKOUT=PATH adds another checkout's top-k)
+  BENCH_DEVICE=cuda BENCH_OUT="$STEP_OUT/tree-build-cuda.json" python3 -m pytest -q -s -p no:cacheprovider \
+    tests/core/bench_tree_build.py 2>&1 | tee "$STEP_OUT/bench_build.log" | tail -5
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do

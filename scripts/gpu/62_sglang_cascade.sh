@@ -30,5 +30,9 @@ ARGS[dd_cascade_nograph]="$DD --disable-cuda-graph"; ENVS[dd_cascade_nograph]="S
 # the drafter's attention through the same cascade (SGLANG_DDTREE_DRAFT_ATTENTION=ddtree), on triton and flashinfer
 ARGS[dd_draft_cascade]="$DD"; ENVS[dd_draft_cascade]="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree"
 ARGS[dd_draft_cascade_fi]="$DD --attention-backend flashinfer"; ENVS[dd_draft_cascade_fi]="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree"
+# split backends: prefill on FlashInfer, the verify (decode half) and the drafter on triton, the drafter through the
+# cascade (the long-context candidate of docs/SERVING.md)
+ARGS[dd_split]="$DD --prefill-attention-backend flashinfer --speculative-attention-mode decode
+ --speculative-draft-attention-backend triton"; ENVS[dd_split]="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree"
 SG_PORT0=34000 serve_compare "$OUTD" "$COMMON" base
 log "done"

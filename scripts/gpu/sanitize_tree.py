@@ -1,8 +1,9 @@
 """Small runs of every tree-stage kernel, for compute-sanitizer (memcheck, racecheck, ...).
 
 Covers the split top-k path (several CTAs per row + last-CTA merge), the tie fallback, unaligned rows,
-the builder with exact ties, exhaustion and a non-finite request, the walk on malformed links and both
-sampler modes. Run: compute-sanitizer --tool memcheck python scripts/gpu/sanitize_tree.py
+the builder with exact ties, exhaustion and a non-finite request, the lattice builder (shared-memory and
+global-memory tables, an order entry that names no candidate), the walk on malformed links and both sampler
+modes. Run: compute-sanitizer --tool memcheck python scripts/gpu/sanitize_tree.py
 """
 import torch
 
@@ -31,6 +32,19 @@ ops.build_tree_from_topk(lp[:, :2, :2].contiguous(), ids[:, :2, :2].contiguous()
 lp2, ids2 = ops.topk_lse((torch.randn(4 * 16, 3000, device=dev) * 3).bfloat16(), 512)
 z4 = torch.zeros(4, dtype=torch.int64, device=dev)
 ops.build_tree_from_topk(lp2.reshape(4, 16, 512), ids2.reshape(4, 16, 512), z4, z4, 512)
+
+# the lattice builder: stage 1 on the device, a table in shared memory (K = 8) and one read from global memory
+# (K = 64), anchored, a masked row, and an order entry that names no candidate (flagged, never used to index)
+from sglang_ddtree.lattice import lattice_logprobs  # noqa: E402
+
+for K, budget in ((8, 63), (64, 255)):
+    scores = (torch.randn(3, 15, K, K, device=dev) * 3).bfloat16().float()
+    scores[0, 4, 1] = float("-inf")
+    lpl, order = lattice_logprobs(scores, torch.tensor([0.0, 1.0, 0.5], device=dev))
+    order[2, 3, 1, 0] = K
+    cand = torch.randint(0, 5000, (3, 15, K), device=dev)
+    ops.build_tree_from_lattice(lpl, order, cand, z, z, budget, 15)
+    ops.build_tree_from_lattice(lpl, order, cand, z, z, budget, 0)
 
 # accept: a real tree and garbage links
 n = 41

@@ -60,3 +60,21 @@ def attend(prob: Problem, *, with_prefix: bool = True, with_tree: bool = True, m
         o_t, lse_t = _attend_block(q, K, V, visible)
         o, lse = merge_states(o, lse, o_t, lse_t)
     return o.reshape(B * n, prob.Hq, prob.Dv), lse.reshape(B * n, prob.Hq)
+
+
+def attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree, mask_bits, sm_scale: float):
+    """The ragged verify op (native.attend_ragged: request b's prefix slots are kv_indices[kv_indptr[b] :
+    kv_indptr[b+1]], caches [slots, Hkv, D]) in torch, for CPU tensors: the served tree verify of a CPU server
+    reads the same SGLang addressing as the CUDA kernel, so one metadata path serves both. The lengths are read on
+    the host (a CPU tensor costs no sync). Returns (O [T, Hq, Dv] in q's dtype, natural-log LSE float32 [T, Hq])."""
+    B = int(kv_indptr.shape[0]) - 1
+    n = int(q.shape[0]) // B
+    lens = (kv_indptr[1:] - kv_indptr[:-1]).to(torch.int64)
+    width = max(1, int(lens.max()))
+    cols = torch.arange(width, device=q.device)
+    at = (kv_indptr[:-1].to(torch.int64).unsqueeze(1) + cols).clamp(max=max(kv_indices.numel() - 1, 0))
+    table = torch.where(cols < lens.unsqueeze(1), kv_indices.to(torch.int64)[at] if kv_indices.numel() else 0, 0)
+    prob = Problem("mla" if q_pe is not None else "gqa", q, q_pe, k_cache, v_cache, k_tree, v_tree, 1,
+                   table.to(torch.int32), lens.to(torch.int32), mask_bits, float(sm_scale), B, n)
+    o, lse = attend(prob, max_prefix_len=int(lens.max()) if B else 0)
+    return o.to(q.dtype), lse.to(torch.float32)

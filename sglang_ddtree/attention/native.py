@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import ops
+from . import fallback
 from .merge import LN2, merge_states
 from .problem import Problem
 
@@ -70,9 +71,11 @@ def attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tr
     are kv_indices[kv_indptr[b]:kv_indptr[b+1]]; no host read of any length, so it captures in a CUDA graph
     that any later prefix lengths replay. q [T, Hq, D] (MLA: q = c_kv part 512, q_pe 64); caches [slots,
     Hkv, D]; tree K/V [T, Hkv, D]; mask_bits int32 [B, n, W]. Returns (O [T, Hq, Dv], natural-log LSE)."""
+    if not q.is_cuda:  # a CPU server's verify: the same addressing in torch (any float dtype and head dims)
+        return fallback.attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree, mask_bits,
+                                      sm_scale)
     _check_ragged_dims(q, q_pe, k_cache, v_cache)
-    if q.is_cuda:  # the op exists only once the CUDA library is loaded (a cached check after the first call)
-        ops.ensure_backend("cuda")
+    ops.ensure_backend("cuda")  # the op exists only once the CUDA library is loaded (a cached check after the first)
     return ops.op("verify_attn_ragged")(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree,
                                         mask_bits, float(sm_scale), int(num_splits))
 

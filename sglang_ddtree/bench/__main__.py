@@ -3,6 +3,7 @@ import importlib
 import pkgutil
 import sys
 
+from .. import _cli
 from . import __path__ as _path
 
 HELPERS = ("baseline", "common", "trace")  # shared code of the benchmarks, not benchmarks
@@ -14,13 +15,13 @@ def names() -> list[str]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    usage = f"usage: python -m sglang_ddtree.bench {{{','.join(names())}}} [options]   (NAME --help for each)"
+    usage = f"usage: {_cli.prog('bench')} {{{','.join(names())}}} [options]   (NAME --help for each)"
     if argv and argv[0] in ("-h", "--help"):
         print(usage)
         return 0
     if not argv or argv[0] not in names():
         given = f"unknown benchmark {argv[0]!r}" if argv else "no benchmark named"
-        sys.stderr.write(f"python -m sglang_ddtree.bench: error: {given}; choose from {', '.join(names())} "
+        sys.stderr.write(f"{_cli.prog('bench')}: error: {given}; choose from {', '.join(names())} "
                          "(NAME --help for each)\n")
         return 2
     return importlib.import_module(f"sglang_ddtree.bench.{argv[0]}").main(argv[1:]) or 0

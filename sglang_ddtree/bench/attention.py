@@ -1,4 +1,4 @@
-"""Verify-attention benchmark: `python -m sglang_ddtree.bench attention [--quick] [--out DIR]`.
+"""Verify-attention benchmark: `python -m sglang_ddtree bench attention [--quick] [--out DIR]`.
 
 Per layer call, on build_tree trees, page size 64, bf16:
   * MLA absorbed (H=64, 512+64 → 512): prefix N ∈ {4k, 8k, 32k}, tree T = n ∈ {9, 17, 33, 65},
@@ -276,18 +276,19 @@ def to_markdown(res) -> str:
 
 
 def main(argv=None):
-    ap = _cli.Parser(prog="python -m sglang_ddtree.bench attention", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap = _cli.Parser(prog=_cli.prog("bench", "attention"), description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--out", type=_cli.output_dir, default=os.environ.get("STEP_OUT", "bench_out"),
                     help="output folder (default $STEP_OUT, else bench_out)")
     ap.add_argument("--quick", action="store_true", help="a small grid (smoke run)")
-    ap.add_argument("--layouts", default="mla,gqa")
+    ap.add_argument("--layouts", type=_cli.choice_list("mla", "gqa"), default=["mla", "gqa"],
+                    help="attention layouts of the default grid, comma-separated (default mla,gqa)")
     ap.add_argument("--grid", action="append", default=None, metavar="LAYOUT:Ns:Ts:Bs",
                     help="custom grid, repeatable, e.g. mla:4096,8192:9,65:1 (replaces the default grid)")
     ap.add_argument("--jit-only", action="store_true", help="only time FlashInfer's first calls (cold JIT)")
     ap.add_argument("--commit", default=None, help="commit id to record (the device copy has no .git)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        sys.stderr.write("python -m sglang_ddtree.bench attention: error: needs a CUDA device (none visible)\n")
+        sys.stderr.write(f"{ap.prog}: error: needs a CUDA device (none visible)\n")
         return 2
     os.makedirs(a.out, exist_ok=True)
     jit_path = os.path.join(a.out, "attention_jit.json")
@@ -304,7 +305,7 @@ def main(argv=None):
     Ns, Ts, Bs = ([4096, 8192, 32768], [9, 65], [1, 32]) if a.quick else ([4096, 8192, 32768], [9, 17, 33, 65], [1, 8, 32, 64])
     ints = lambda text: [int(x) for x in text.split(",")]
     grids = ([(g.split(":")[0], *map(ints, g.split(":")[1:])) for g in a.grid] if a.grid
-             else [(layout, Ns, Ts, Bs) for layout in a.layouts.split(",")])
+             else [(layout, Ns, Ts, Bs) for layout in a.layouts])
     for layout in dict.fromkeys(g[0] for g in grids):
         res["breakdown"].append(breakdown(layout, 4096, 65, 1, ceil))
     write_outputs(a.out, "attention", res, to_markdown(res))

@@ -24,9 +24,10 @@ import torch
 
 from .. import _cli
 from ..engine import Engine, summarize
-from ..engine.data import PAIRS, heldout_prompts
+from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, PAIRS, heldout_prompts
 from ..engine.dflash import DFlashDraftModel, dflash_config
 from ..engine.model import Qwen3Config, Qwen3ForCausalLM
+from ..sizes import MAX_BUDGET
 from .baseline import run_ported_round
 
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
@@ -126,23 +127,30 @@ def timing(engine: Engine, batches, budgets, prompt_len: int, rounds: int, warmu
 
 
 def main(argv=None) -> int:
-    ap = _cli.Parser(prog="python -m sglang_ddtree.bench engine", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap = _cli.Parser(prog=_cli.prog("bench", "engine"), description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--out", type=_cli.output_file, default="engine.json", help="the JSON to write")
     ap.add_argument("--device", type=_cli.device, default=None, help="cpu / cuda (default: cuda when present)")
-    ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 8, 32])
-    ap.add_argument("--budgets", type=_cli.positive_int_list, default=[8, 32, 64])
-    ap.add_argument("--prompt-len", type=_cli.positive_int, default=1024)
-    ap.add_argument("--rounds", type=_cli.positive_int, default=12)
-    ap.add_argument("--warmup", type=_cli.positive_int, default=3)
-    ap.add_argument("--lossless-prompts", type=_cli.positive_int, default=200)
-    ap.add_argument("--lossless-dtypes", default="float32,bfloat16")
-    ap.add_argument("--lossless-max-new", type=_cli.positive_int, default=48)
+    ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 8, 32],
+                    help="timing: batch sizes, comma-separated (default 1,8,32)")
+    ap.add_argument("--budgets", type=_cli.int_list_at_most(MAX_BUDGET, "every builder's largest budget"),
+                    default=[8, 32, 64], help="tree budgets, comma-separated, of both parts (default 8,32,64)")
+    ap.add_argument("--prompt-len", type=_cli.positive_int, default=1024,
+                    help="timing: mean prompt length in tokens, each prompt within ±25%% (default 1024)")
+    ap.add_argument("--rounds", type=_cli.positive_int, default=12, help="timing: decode rounds timed (default 12)")
+    ap.add_argument("--warmup", type=_cli.positive_int, default=3, help="timing: rounds run first, untimed (default 3)")
+    ap.add_argument("--lossless-prompts", type=_cli.int_at_most(len(heldout_prompts()), "the held-out prompts "
+                    "shipped"), default=200, help="lossless: held-out prompts decoded (default 200)")
+    ap.add_argument("--lossless-dtypes", type=_cli.choice_list("float32", "bfloat16", "float16"),
+                    default=["float32", "bfloat16"],
+                    help="lossless: dtypes, comma-separated (default float32,bfloat16)")
+    ap.add_argument("--lossless-max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=48,
+                    help="lossless: tokens generated per prompt (default 48)")
     ap.add_argument("--lossless-batch", type=_cli.positive_int, default=None, help="requests decoded together (default: all)")
     ap.add_argument("--pair", default="qwen3", choices=sorted(PAIRS), help="the shipped tiny pair to check")
     ap.add_argument("--skip-8b", action="store_true", help="only the lossless part (e.g. on CPU)")
     ap.add_argument("--skip-lossless", action="store_true", help="only the 8B-shaped timing")
     ap.add_argument("--attention", default="auto", choices=("auto", "op", "sdpa"), help="target verify attention")
-    ap.add_argument("--no-heapq", action="store_true")
+    ap.add_argument("--no-heapq", action="store_true", help="timing: skip the ports' CPU heapq path")
     a = ap.parse_args(argv)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
@@ -154,7 +162,7 @@ def main(argv=None) -> int:
             json.dump(out, f, indent=1)
 
     if not a.skip_lossless:
-        dtypes = [getattr(torch, d) for d in a.lossless_dtypes.split(",") if d]
+        dtypes = [getattr(torch, d) for d in a.lossless_dtypes]
         out["lossless"] = lossless(device, a.lossless_prompts, a.lossless_max_new, a.budgets, dtypes, a.pair,
                                    a.lossless_batch)
         out["lossless_s"] = time.time() - t0

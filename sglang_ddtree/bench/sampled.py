@@ -1,7 +1,7 @@
 """Sampled traffic on the CPU engine: the served default, each request's tree under its own law, against the paper's
 tree, the chain and the keys served before (issue 40's measurements).
 
-    python -m sglang_ddtree.bench sampled [--out-dir docs/benchmarks] [--stem NAME] [--prompts 64] [--seeds 3]
+    python -m sglang_ddtree bench sampled [--out-dir docs/benchmarks] [--stem NAME] [--prompts 64] [--seeds 3]
 
 On held-out prompts the calibrations were not fitted on (after the first 100), the shipped tiny pair, for each law
 (T 1; T 0.6 with top-p 0.95):
@@ -23,7 +23,7 @@ import torch
 from .. import _cli
 from ..engine import Engine, summarize
 from ..engine import round_contexts
-from ..engine.data import heldout_prompts
+from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from ..engine.demo import h200_costs, served_default
 from ..keys import Calibration, DraftKeys
 from ..calibration import load_calibration
@@ -140,13 +140,16 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = _cli.Parser(prog="python -m sglang_ddtree.bench sampled", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out-dir", default=".")
-    ap.add_argument("--stem", default="sampled-cpu")
-    ap.add_argument("--prompts", type=_cli.positive_int, default=64, help=f"held-out prompts after the first "
-                    f"{FIT_PROMPTS} (the calibrations' fit prompts)")
-    ap.add_argument("--seeds", type=_cli.positive_int, default=3)
-    ap.add_argument("--max-new", type=_cli.positive_int, default=96)
+    ap = _cli.Parser(prog=_cli.prog("bench", "sampled"), description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out-dir", type=_cli.output_dir, default=".", help="the folder the JSON and markdown go to")
+    ap.add_argument("--stem", default="sampled-cpu", help="the output files' name, without the suffix")
+    left = len(heldout_prompts()) - FIT_PROMPTS
+    ap.add_argument("--prompts", type=_cli.int_at_most(left, f"{left} held-out prompts follow the calibrations' "
+                    "fit prompts"), default=64, help=f"held-out prompts after the first {FIT_PROMPTS} (the "
+                    "calibrations' fit prompts; default 64)")
+    ap.add_argument("--seeds", type=_cli.positive_int, default=3, help="seeds per variant (default 3)")
+    ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=96,
+                    help="tokens generated per prompt (default 96)")
     a = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)

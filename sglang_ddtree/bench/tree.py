@@ -1,4 +1,4 @@
-"""`python -m sglang_ddtree.bench tree`: the tree stage, the ports' path vs ours, batch × budget.
+"""`python -m sglang_ddtree bench tree`: the tree stage, the ports' path vs ours, batch × budget.
 
 Both paths get the same draft logits (depth 15, vocab 151936, bf16) and target tokens. The ported path
 runs per request (top-k + logsumexp, copy to host, heapq + visibility + child dicts, dict walk); ours
@@ -44,7 +44,7 @@ def bench_point(logits: torch.Tensor, budget: int, device: torch.device, backend
 
 
 def main(argv=None) -> int:
-    ap = _cli.Parser(prog="python -m sglang_ddtree.bench tree", description=__doc__,
+    ap = _cli.Parser(prog=_cli.prog("bench", "tree"), description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small grid, few repeats (about 35 s on 2 idle cores, "
                     "longer on a loaded machine; the full grid takes far longer)")
@@ -53,7 +53,8 @@ def main(argv=None) -> int:
                     help="comma list (default 1,8,64,256; quick: 1,8,64)")
     ap.add_argument("--budgets", type=_cli.positive_int_list, default=None,
                     help="comma list (default 8,32,64,128,256; quick: 8,64)")
-    ap.add_argument("--repeats", type=_cli.positive_int, default=None)
+    ap.add_argument("--repeats", type=_cli.positive_int, default=None,
+                    help="timed calls per point, the median reported (default: the grid's own)")
     ap.add_argument("--out", type=_cli.output_dir, default="bench_out",
                     help="output folder for tree-<device>.json/.md/.png (checked before the run)")
     args = ap.parse_args(argv)

@@ -294,13 +294,13 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = _cli.Parser(prog="python -m sglang_ddtree.bench tree_gpu", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap = _cli.Parser(prog=_cli.prog("bench", "tree_gpu"), description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--out", type=_cli.output_dir, default=".", help="folder for tree_gpu.json / tree_gpu.md")
     ap.add_argument("--quick", action="store_true", help="a reduced sweep")
     ap.add_argument("--no-pr-baseline", action="store_true", help="skip the Triton PR-style builder")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        sys.stderr.write("python -m sglang_ddtree.bench tree_gpu: error: needs a CUDA device (none visible)\n")
+        sys.stderr.write(f"{ap.prog}: error: needs a CUDA device (none visible)\n")
         return 2
     from sglang_ddtree import _build, ops as _ops  # noqa: F401  (schemas)
     _build.load_cuda()

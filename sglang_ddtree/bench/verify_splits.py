@@ -1,4 +1,4 @@
-"""Served verify attention vs its prefix split: `python -m sglang_ddtree.bench verify_splits [--out DIR]`.
+"""Served verify attention vs its prefix split: `python -m sglang_ddtree bench verify_splits [--out DIR]`.
 
 The served tree kernel (`native.attend_ragged`, SGLang's ragged prefix slot lists) cuts each request's prefix
 into `num_splits` equal chunks, fixed when the verify graph is captured; `native.ragged_splits` picks it
@@ -83,7 +83,7 @@ def to_markdown(res) -> str:
 
 
 def main(argv=None):
-    ap = _cli.Parser(prog="python -m sglang_ddtree.bench verify_splits", description=__doc__.split("\n")[0])
+    ap = _cli.Parser(prog=_cli.prog("bench", "verify_splits"), description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=_cli.output_dir, default=os.environ.get("STEP_OUT", "bench_out"),
                     help="output folder (default $STEP_OUT, else bench_out)")
     ap.add_argument("--batch", type=_cli.positive_int_list, default=[1, 4, 16], help="batch sizes, e.g. 1,4,16")
@@ -92,7 +92,7 @@ def main(argv=None):
     ap.add_argument("--commit", default=None, help="commit id to record (the device copy has no .git)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        sys.stderr.write("python -m sglang_ddtree.bench verify_splits: error: needs a CUDA device (none visible)\n")
+        sys.stderr.write(f"{ap.prog}: error: needs a CUDA device (none visible)\n")
         return 2
     ceil = ceilings(os.environ.get("STEP_OUT"))
     meta = metadata(torch.device("cuda"))

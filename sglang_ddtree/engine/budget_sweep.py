@@ -12,25 +12,31 @@ import time
 import torch
 
 from .. import _cli
-from .data import heldout_prompts
+from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from .engine import Engine, summarize
+
+FIT_PROMPTS = 100  # the shipped calibration's fit prompts (python -m sglang_ddtree calibration's default)
 
 
 def main(argv=None) -> int:
     """Fixed budgets against budget='auto' on the engine (the shipped pair, held-out prompts the calibration
     was not fitted on), per batch size: τ, decode wall time (the start-up cost table excluded and reported
     apart), tokens/s and the budgets auto chose."""
-    ap = _cli.Parser(prog="python -m sglang_ddtree budget", description=" ".join(main.__doc__.split()))
-    ap.add_argument("--out", default="budget.json")
-    ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 16, 128])
-    ap.add_argument("--prompts", type=_cli.positive_int, default=128, help="taken after the calibration's 100 fit prompts")
-    ap.add_argument("--max-new", type=_cli.positive_int, default=48)
-    ap.add_argument("--device", type=_cli.device, default=None)
+    unfitted = len(heldout_prompts()) - FIT_PROMPTS
+    ap = _cli.Parser(prog=_cli.prog("budget"), description=" ".join(main.__doc__.split()))
+    ap.add_argument("--out", type=_cli.output_file, default="budget.json", help="the JSON to write (after each row)")
+    ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 16, 128],
+                    help="batch sizes, comma-separated (default 1,16,128)")
+    ap.add_argument("--prompts", type=_cli.int_at_most(unfitted, "the held-out prompts the calibration was not "
+                    "fitted on"), default=128, help=f"taken after the calibration's {FIT_PROMPTS} fit prompts")
+    ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=48,
+                    help="tokens generated per prompt (default 48)")
+    ap.add_argument("--device", type=_cli.device, default=None, help="cpu / cuda (default: cuda when present)")
     a = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     eng = Engine.from_pretrained(device=a.device)
-    prompts = heldout_prompts()[100:100 + a.prompts]
+    prompts = heldout_prompts()[FIT_PROMPTS:FIT_PROMPTS + a.prompts]
     kw = dict(method="ddtree", anchor="chain", draft_temperature="drafter")
     out = {"device": str(eng.device), "prompts": len(prompts), "max_new_tokens": a.max_new, "rows": []}
     for bs in a.batches:

@@ -7,18 +7,19 @@ trees are scored by their exact expected commit on the held-out rounds (round_co
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
 import torch
 
+from .. import _cli
 from ..calibration import FILE, SAMPLING_KEY, collect, fit_sampling_temperatures, fit_temperature, reliability
 from ..keys import Calibration, DraftKeys
 from ..sampling import NodeLaw
+from ..sizes import MAX_CUDA_BUDGET
 from ..tree import build_tree_from_topk
 from . import round_contexts
-from .data import MODELS_DIR, heldout_prompts
+from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, MODELS_DIR, heldout_prompts
 from .engine import Engine, summarize
 
 # the laws sampled rounds are collected under (the issue's chat traffic: T = 1, and T = 0.6 with top-p 0.95), and the
@@ -27,15 +28,26 @@ SAMPLED_LAWS = ({"temperature": 1.0}, {"temperature": 0.6, "top_p": 0.95})
 SAMPLED_BUDGETS = (15, 31)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_ddtree calibration",
-                                 description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--out", default="calibration.json")
-    ap.add_argument("--fit-prompts", type=int, default=100, help="the first N held-out prompts fit; the rest test")
-    ap.add_argument("--max-new", type=int, default=48)
-    ap.add_argument("--budgets", default="8,16,32,64")
+def parse_args(argv):
+    """The options, every value checked here (before the models load): one line naming the option otherwise."""
+    available = len(heldout_prompts())
+    ap = _cli.Parser(prog=_cli.prog("calibration"), description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", type=_cli.output_file, default="calibration.json",
+                    help="the JSON to write: temperatures, reliability and tau on the test prompts")
+    ap.add_argument("--fit-prompts", type=_cli.int_at_most(available - 1, f"{available} held-out prompts are "
+                    "shipped and at least one must test"), default=100,
+                    help="the first N held-out prompts fit; the rest test (default 100)")
+    ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=48,
+                    help="tokens generated per prompt (default 48)")
+    ap.add_argument("--budgets", type=_cli.int_list_at_most(MAX_CUDA_BUDGET, "the largest budget SGLang serves"),
+                    default=[8, 16, 32, 64], help="tree budgets the test tau is measured at, comma-separated "
+                    "(default 8,16,32,64)")
     ap.add_argument("--ship", action="store_true", help=f"also write {FILE} into the shipped drafter's directory")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
     torch.manual_seed(0)
     eng = Engine.from_pretrained(device="cpu")
     prompts = heldout_prompts()
@@ -51,7 +63,7 @@ def main(argv=None) -> int:
     print("depth temperatures:", ", ".join(f"{t:.3f}" for t in temps), flush=True)
     ar = eng.generate(test_p, a.max_new, method="ar")
     out["tau_test"]["chain"] = summarize(eng.generate(test_p, a.max_new, method="chain"))["tau"]
-    for b in (int(x) for x in a.budgets.split(",")):
+    for b in a.budgets:
         for anchor in (None, "chain"):
             for name, cal in (("raw", None), ("calibrated", temps)):
                 r = eng.generate(test_p, a.max_new, method="ddtree", budget=b, anchor=anchor, draft_temperature=cal)
@@ -99,14 +111,16 @@ def sampled_fit(eng, fit_p, test_p, max_new: int, greedy, out: dict) -> list[flo
     for law in SAMPLED_LAWS:
         rounds = round_contexts.collect(eng, test_p, max_new, **seeded(law, 12))
         N, T = rounds.tokens.shape[0], law["temperature"]
-        node_law = NodeLaw(torch.full((N,), T), torch.zeros(N, dtype=torch.int64), torch.full((N,), law.get("top_p", 1.0)),
+        node_law = NodeLaw(torch.full((N,), T), torch.zeros(N, dtype=torch.int64),
+                           torch.full((N,), law.get("top_p", 1.0)),
                            torch.zeros(N), filtered=True)
         entry = {"law": law, "rounds": N, "reliability": [], "expected_commit": {}}
         for d in range(L):
             y = rounds.target[:, d]
             ok = ~torch.isnan(y).any(-1)
             q, x = round_contexts.node_laws(y[ok], **law), rounds.draft[ok, d] / T
-            entry["reliability"].append({"depth": d + 1, "raw": reliability(x, q), "calibrated": reliability(x, q, temps[d])})
+            entry["reliability"].append({"depth": d + 1, "raw": reliability(x, q),
+                                         "calibrated": reliability(x, q, temps[d])})
         for b in SAMPLED_BUDGETS:
             built = []
             for cal, by_law, anchor in trees.values():

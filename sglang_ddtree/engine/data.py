@@ -17,6 +17,9 @@ SKIP_DIRS = {"test", "tests", "idlelib", "turtledemo", "ensurepip", "lib2to3", "
 MODELS_DIR = os.path.join(os.path.dirname(__file__), "models")
 PROMPTS_FILE = os.path.join(MODELS_DIR, "heldout_prompts.json")
 PAIRS = {"qwen3": ("tiny-target", "tiny-dflash"), "mla": ("tiny-mla-target", "tiny-mla-dflash")}  # under MODELS_DIR
+# the commands' longest continuation, and why (the error a larger one gets says it)
+MAX_NEW_TOKENS = 1024
+MAX_NEW_TOKENS_WHY = "the shipped targets were trained on 256-token windows: longer runs only cost time"
 
 
 def stdlib_files(root: str | None = None) -> list[str]:

@@ -20,13 +20,12 @@ import torch
 
 from .. import _cli
 from ..sizes import AUTO_LADDER, MAX_CUDA_BUDGET, verify_width
-from .data import heldout_prompts
+from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from .engine import Engine, summarize
 
-PROG = "python -m sglang_ddtree demo"
+PROG = _cli.prog("demo")
 QUICK = {"prompts": 16, "budgets": [31, 63]}
 FULL = {"prompts": 64, "budgets": [15, 31, 63]}
-MAX_NEW_TOKENS = 1024  # the shipped target saw 256-token windows; longer runs only cost time
 # The auto budget weighs predicted tokens against each width's round cost. On a CPU a tree of n nodes costs about
 # n one-token forwards, so costs measured here would pick the chain's width every round; a GPU verifies a wide
 # tree for little more than a narrow one. On the CPU the demo therefore uses the costs the tiny pair's SGLang
@@ -183,13 +182,13 @@ def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, 
 
 
 def table(rows) -> str:
-    head = f"{'method':<20} {'T':>4} {'budget':>6} {'tau':>6} {'rounds':>7} {'tok/s':>8}  identical to AR"
+    head = f"{'method':<20} {'T':>5} {'budget':>6} {'tau':>6} {'rounds':>7} {'tok/s':>8}  identical to AR"
     lines = [head, "-" * len(head)]
     for r in rows:
         same = "yes" if r["identical_to_ar"] else f"NO ({r['requests_identical']} requests identical)"
         if r["identical_to_ar"] is None:
             same = "n/a (sampled; distribution-tested in CI)"
-        lines.append(f"{method_label(r['method'], r['budget']):<20} {r['temperature']:>4.1f} {r['budget']!s:>6} "
+        lines.append(f"{method_label(r['method'], r['budget']):<20} {r['temperature']:>5g} {r['budget']!s:>6} "
                      f"{r['tau']:>6.2f} {r['rounds']:>7} {r['tokens_per_s']:>8.0f}  {same}")
     return "\n".join(lines)
 
@@ -206,9 +205,10 @@ def _chosen(rows) -> str:
 def legend(engine: Engine, rows, costs: str) -> str:
     params = sum(p.numel() for p in engine.target.parameters()) / 1e6
     served = next(r for r in rows if r["method"] == SERVED)
-    where = (f"On a CPU it favours AR: this {params:.2f}M-parameter target's forward is compute-bound here, so "
-             "verifying n tree nodes costs about n one-token forwards; speculation pays where the target's "
-             "forward is memory-bound (a large model on a GPU)."
+    widest = verify_width(max(served["generate_args"]["auto_budgets"]))
+    where = (f"Each round verifies every tree node in one forward of this {params:.2f}M-parameter target (DDTree up "
+             f"to {widest} a round, the chain {engine.block_size}), whose cost on a CPU grows with the node count; "
+             "speculation pays most where the forward is memory-bound (a large model on a GPU)."
              if engine.device.type == "cpu" else "The tiny model's wall clock; docs/benchmarks has the served runs.")
     cost_src = ("the round costs the tiny pair's SGLang server measured on the H200 (the CPU's own would pick the "
                 "chain's width every round; --auto-costs here uses them)" if costs == "h200"
@@ -225,16 +225,23 @@ def legend(engine: Engine, rows, costs: str) -> str:
                 f"all prompts: AR is 1.00 by definition, the drafter's block size ({engine.block_size}) the ceiling."),
         ("rounds", "target forwards, summed over prompts. budget: tree nodes per round (the chain: the block's "
                    "draft positions, one candidate each)."),
-        ("tok/s", "wall-clock tokens per second. " + where),
+        ("tok/s", f"wall-clock tokens per second; greedy, in this run, {speed_vs_ar(rows)}. " + where),
     ]
     sampled = [r for r in rows if r["temperature"] > 0]
     paper_best = max((r["tau"] for r in sampled if r["method"] == "ddtree"), default=None)
     served_sampled = next((r["tau"] for r in sampled if r["method"] == SERVED), None)
     if paper_best and paper_best > served_sampled:
         items.append(("note", "sampled, the paper's tree accepted more than the served default in this run: at the "
-                              "same budget their keys are nearly the same under sampling (docs/DESIGN.md §3.10)."))
+                              "same budget their keys are nearly the same under sampling (docs/DESIGN.md §3.11)."))
     return "\n".join(textwrap.fill(text, 108, initial_indent=f"{name:<7}= " if name != "note" else "note:    ",
                                    subsequent_indent=" " * 9) for name, text in items)
+
+
+def speed_vs_ar(rows) -> str:
+    """The served default's and the chain's greedy tokens/s over AR's, as measured in these rows."""
+    speed = {r["method"]: r["tokens_per_s"] for r in rows if r["temperature"] == 0}
+    ddtree, chain = (speed[m] / speed["ar"] for m in (SERVED, "chain"))
+    return f"DDTree {ddtree:.2f}× and the chain {chain:.2f}× AR's speed"
 
 
 def _loop_share(text: str) -> float:
@@ -302,10 +309,10 @@ def parse_args(argv):
                          f"{','.join(map(str, FULL['budgets']))})")
     ap.add_argument("--prompts", type=_cli.positive_int, default=None,
                     help=f"held-out prompts to decode (default {QUICK['prompts']}; --full: {FULL['prompts']})")
-    ap.add_argument("--max-new-tokens", type=_cli.int_at_most(MAX_NEW_TOKENS, "the demo compares short "
-                    "continuations; the shipped target was trained on 256-token windows"), default=64,
+    ap.add_argument("--max-new-tokens", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=64,
                     help=f"tokens to generate per prompt (default 64, at most {MAX_NEW_TOKENS})")
-    ap.add_argument("--budgets", type=_cli.positive_int_list, default=None,
+    ap.add_argument("--budgets", type=_cli.int_list_at_most(MAX_CUDA_BUDGET, "the largest budget SGLang serves"),
+                    default=None,
                     help=f"the paper's tree's node budgets, comma-separated, at most {MAX_CUDA_BUDGET} (default "
                          f"{','.join(map(str, QUICK['budgets']))}; --full: {','.join(map(str, FULL['budgets']))})")
     ap.add_argument("--auto-costs", choices=("h200", "here"), default=None,
@@ -313,7 +320,8 @@ def parse_args(argv):
                          "(default on a CPU) or measured here (default on a GPU)")
     ap.add_argument("--batch-size", type=_cli.positive_int, default=None, help="requests per batch (default: all)")
     ap.add_argument("--device", type=_cli.device, default=None, help="cpu / cuda (default: cuda when present)")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                    help="the models' compute dtype (default float32)")
     ap.add_argument("--target-dir", default=None, help="a target model directory (default: the shipped tiny one)")
     ap.add_argument("--draft-dir", default=None, help="its DFlash drafter's directory (needed with --target-dir)")
     ap.add_argument("--threads", type=_cli.positive_int, default=None,
@@ -327,9 +335,6 @@ def parse_args(argv):
     grid = FULL if a.full else QUICK
     a.prompts = a.prompts or grid["prompts"]
     a.budgets = a.budgets or grid["budgets"]
-    if max(a.budgets) > MAX_CUDA_BUDGET:
-        ap.error(f"argument --budgets: at most {MAX_CUDA_BUDGET} (the largest budget SGLang serves), "
-                 f"got {max(a.budgets)}")
     available = len(heldout_prompts())
     if a.prompts > available:
         ap.error(f"argument --prompts: at most {available} held-out prompts are shipped, got {a.prompts}")

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import time
+from collections.abc import Iterable
 
 import torch
 
+from .. import _checks as C
 from ..budget import AutoWidth
 from ..keys import Calibration, DraftKeys
 from ..round import Round, RoundHost, RoundOps, verify_attention
 from ..sampling import NodeLaw, node_tokens
-from ..sizes import verify_width
+from ..sizes import MAX_BUDGET, verify_width
 from ..stage_clock import StageClock
 from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
@@ -121,80 +124,101 @@ class Engine:
         file's sampling entry, raw without one; keys.py); greedy requests rank by the draft either way.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if method != "ar" and self.drafter is None:
-            raise ValueError(f"method {method!r} needs a drafter (draft_dir)")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        if isinstance(prompts, (str, bytes)) or not len(prompts):
-            raise TypeError("prompts must be a non-empty list of strings or token-id lists")
+        ids, seeds, stops, temps, law, budget, auto, calibration = self._checked_args(
+            prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size, on_round, anchor,
+            draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature)
         L = self.block_size - 1
-        auto = None
-        if method == "ddtree":
-            budget = 32 if budget is None else budget
-            if budget == "auto":
-                cands = sorted({int(b) for b in auto_budgets}) if auto_budgets else []
-                if not cands or cands[0] < 1:
-                    raise ValueError(f"auto_budgets must be positive ints, got {auto_budgets!r}")
-                if round_cost is not None and (len(round_cost) != len(cands) or min(round_cost) <= 0):
-                    raise ValueError(f"round_cost must hold one positive time per auto budget {cands}, got "
-                                     f"{round_cost!r}")
-                auto, budget = (cands, None if round_cost is None else [float(c) for c in round_cost]), cands[-1]
-            elif not isinstance(budget, int) or budget < 1:
-                raise ValueError(f"budget must be a positive int or 'auto', got {budget!r}")
-        chain_pops(anchor, L)  # a bad anchor is refused before any work
-        if anchor is not None and method != "ddtree":
-            raise ValueError(f"anchor applies to method 'ddtree' only, got method {method!r}")
-        if keys not in KEYS:
-            raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
-        if keys == "law" and method != "ddtree":
-            raise ValueError(f"keys='law' applies to method 'ddtree' only, got method {method!r}")
-        calibration = Calibration(self._depth_temperatures("draft_temperature", draft_temperature, method, L),
-                                  self._depth_temperatures("sampling_temperature", sampling_temperature, method, L))
         draft_keys = DraftKeys(L, calibration, self.device) if method == "ddtree" else None
-        ids = [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        if any(len(x) == 0 for x in ids):
-            raise ValueError("every prompt must have at least one token")
-        seeds = [seed + i for i in range(len(ids))] if isinstance(seed, int) else [int(s) for s in seed]
-        if len(seeds) != len(ids):
-            raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
-        temps = [temperature] * len(ids) if isinstance(temperature, (int, float)) else list(temperature)
-        if len(temps) != len(ids) or not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in temps):
-            raise ValueError(f"temperature must be a float >= 0 or one per prompt, got {temperature!r}")
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
-            raise ValueError(f"top_k must be an int (<= 0: off), got {top_k!r}")
-        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        if not (isinstance(min_p, (int, float)) and 0 <= min_p <= 1):
-            raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
-        law = (float(top_k), float(top_p), float(min_p))
-        stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else list(stop_token_ids)
         tree_args = {"ddtree": (budget, None, anchor, draft_keys, keys == "law", auto),
                      "chain": (L, 1, None, None, False, None), "ar": (0, 1, None, None, False, None)}[method]
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
             out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, tree_args,
-                                [float(t) for t in temps[i:i + bs]], law, stops, on_round)
+                                temps[i:i + bs], law, stops, on_round)
         return out
 
+    def _checked_args(self, prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size,
+                      on_round, anchor, draft_temperature, auto_budgets, round_cost, top_k=0, top_p=1.0, min_p=0.0,
+                      keys="draft", sampling_temperature=None):
+        """generate's arguments checked, every one, before any work (a bad one raises ValueError / TypeError in
+        one line naming it), and normalised: (token ids per prompt, seed per prompt, stop ids, temperature per
+        prompt, the filters (top_k, top_p, min_p) as floats, budget, auto budget (candidates, costs) or None,
+        keys.Calibration)."""
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method != "ar" and self.drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter (draft_dir)")
+        max_new_tokens = _int("max_new_tokens", max_new_tokens, 1)
+        if batch_size is not None:
+            _int("batch_size", batch_size, 1)
+        if on_round is not None and not callable(on_round):
+            raise TypeError(f"on_round must be callable or None, got {type(on_round).__name__}")
+        V, L = self.target.config.vocab_size, self.block_size - 1
+        ids = _token_ids(prompts, self.tokenizer, V)
+        temps = _temperatures(temperature, len(ids))
+        law = _filters(top_k, top_p, min_p)
+        context, longest = self.target.config.max_position_embeddings, max(map(len, ids))
+        if longest + max_new_tokens > context:
+            raise ValueError(f"max_new_tokens must be <= {context - longest} (the target's {context} positions less "
+                             f"the longest prompt's {longest}), got {max_new_tokens}")
+        if isinstance(seed, numbers.Integral):
+            seeds = [_int("seed", seed, C.INT64_MIN, C.INT64_MAX - len(ids) + 1) + i for i in range(len(ids))]
+        elif isinstance(seed, (str, bytes)) or not isinstance(seed, Iterable):
+            raise TypeError(f"seed must be an int or one int per prompt, got {type(seed).__name__}")
+        else:
+            seeds = [_int("seed", s, C.INT64_MIN, C.INT64_MAX) for s in seed]
+            if len(seeds) != len(ids):
+                raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
+        stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else \
+            _id_list("stop_token_ids", stop_token_ids, V)
+        auto = None
+        if budget == "auto":
+            if isinstance(auto_budgets, (str, bytes)) or not isinstance(auto_budgets, Iterable) or not auto_budgets:
+                raise ValueError(f"auto_budgets must be positive ints, got {auto_budgets!r}")
+            cands = sorted({_int("auto_budgets", b, 1, MAX_BUDGET) for b in auto_budgets})
+            costs = None
+            if round_cost is not None:
+                costs = _reals("round_cost", round_cost)
+                if len(costs) != len(cands) or not all(math.isfinite(c) and c > 0 for c in costs):
+                    raise ValueError(f"round_cost must hold one positive time per auto budget {cands}, got "
+                                     f"{round_cost!r}")
+            auto, budget = (cands, costs), cands[-1]
+        elif budget is not None:
+            if isinstance(budget, str):
+                raise ValueError(f"budget must be a positive int or 'auto', got {budget!r}")
+            budget = _int("budget", budget, 1, MAX_BUDGET)
+        budget = 32 if budget is None else budget
+        chain_pops(anchor, L)
+        if anchor is not None and method != "ddtree":
+            raise ValueError(f"anchor applies to method 'ddtree' only, got method {method!r}")
+        if not isinstance(keys, str) or keys not in KEYS:
+            raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
+        if keys == "law" and method != "ddtree":
+            raise ValueError(f"keys='law' applies to method 'ddtree' only, got method {method!r}")
+        calibration = Calibration(self._depth_temperatures("draft_temperature", draft_temperature, method, L),
+                                  self._depth_temperatures("sampling_temperature", sampling_temperature, method, L))
+        return ids, seeds, stops, temps, law, budget, auto, calibration
+
     def _depth_temperatures(self, name: str, value, method: str, L: int):
-        """A calibration argument as L floats or None: 'drafter' reads the drafter directory's file (its
-        sampling entry may be absent: None)."""
+        """A calibration argument (draft_temperature, sampling_temperature) as L floats or None: 'drafter' reads
+        the drafter directory's file (its sampling entry may be absent: None, the raw draft)."""
         if value is None:
             return None
         if isinstance(value, str):
-            if value != "drafter" or self.draft_dir is None:
-                raise ValueError(f"{name}='drafter' needs an engine from from_pretrained with a drafter directory, "
-                                 f"got {value!r}")
+            if value != "drafter":
+                raise ValueError(f"{name} must be None, 'drafter' or one positive float per draft depth, got "
+                                 f"{value!r}")
+            if self.draft_dir is None:
+                raise ValueError(f"{name}='drafter' needs an engine from from_pretrained with a drafter directory "
+                                 "(this engine has none)")
             from ..calibration import load_calibration
 
             cal = load_calibration(self.draft_dir, L)
             value = cal.greedy if name == "draft_temperature" else cal.sampling
             if value is None:
                 return None
-        temps = [float(t) for t in value]
+        temps = _reals(name, value)
         if method != "ddtree" or len(temps) != L or not all(math.isfinite(t) and t > 0 for t in temps):
             raise ValueError(f"{name} must be {L} positive finite floats (one per draft depth) with method 'ddtree', "
                              f"got {value!r} with method {method!r}")
@@ -247,6 +271,78 @@ class Engine:
     def _op_attention(self, seq_lens, tree, cap):
         """The target's verify attention through the project's op (its `op_attention`), for this tree."""
         return self.target.op_attention(seq_lens, tree.mask_bits, cap)
+
+
+def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+    """An int argument (numpy integers too, bools not) within [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return C.integer(name, int(value), minimum=minimum, maximum=maximum)
+
+
+def _temperatures(temperature, count: int) -> list[float]:
+    """The temperature of each of `count` prompts: one real for all, or one per prompt; each finite and >= 0
+    (0: greedy)."""
+    if isinstance(temperature, torch.Tensor) and temperature.dim() == 0:
+        temperature = temperature.item()
+    if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
+        return [C.finite_nonnegative("temperature", temperature)] * count
+    if isinstance(temperature, (str, bytes, bool)) or not isinstance(temperature, Iterable):
+        raise TypeError(f"temperature must be a float or one float per prompt, got {type(temperature).__name__}")
+    temps = [C.finite_nonnegative("temperature", t) for t in
+             (temperature.tolist() if isinstance(temperature, torch.Tensor) else temperature)]
+    if len(temps) != count:
+        raise ValueError(f"temperature must be a float >= 0 or one per prompt, got {len(temps)} for {count} prompts")
+    return temps
+
+
+def _filters(top_k, top_p, min_p) -> tuple[float, float, float]:
+    """The requests' top_k (an int, <= 0: off), top_p in (0, 1] and min_p in [0, 1], as a plain server takes them
+    (sampling.py), as floats."""
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral):
+        raise ValueError(f"top_k must be an int (<= 0: off), got {top_k!r}")
+    if isinstance(top_p, bool) or not (isinstance(top_p, numbers.Real) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    if isinstance(min_p, bool) or not (isinstance(min_p, numbers.Real) and 0 <= min_p <= 1):
+        raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
+    return float(top_k), float(top_p), float(min_p)
+
+
+def _reals(name: str, values) -> list[float]:
+    """A sequence of real numbers as floats (checked one by one, so a string or a scalar is named, not iterated)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a sequence of floats, got {type(values).__name__}")
+    values = values.tolist() if isinstance(values, torch.Tensor) else list(values)
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+        raise TypeError(f"{name} must be a sequence of floats, got {values!r}")
+    return [float(v) for v in values]
+
+
+def _id_list(name: str, ids, vocab: int) -> list[int]:
+    """Token ids (a sequence or a 1-D integer tensor) of a vocabulary of `vocab`."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise TypeError(f"{name} must be a 1-D integer tensor or a sequence of ints, got {ids.dtype} of shape "
+                            f"{tuple(ids.shape)}")
+        ids = ids.tolist()  # an argument read once per call, not per round
+    elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise TypeError(f"{name} must be a sequence of token ids, got {type(ids).__name__}")
+    out = [_int(name, t, 0) for t in ids]
+    if out and max(out) >= vocab:
+        raise ValueError(f"{name} must be token ids in [0, {vocab}) (the target's vocabulary), got {max(out)}")
+    return out
+
+
+def _token_ids(prompts, tokenizer, vocab: int) -> list[list[int]]:
+    """Each prompt's token ids: strings through the tokenizer, id sequences checked against the vocabulary."""
+    if isinstance(prompts, (str, bytes, torch.Tensor)) or not isinstance(prompts, Iterable):
+        raise TypeError(f"prompts must be a non-empty list of strings or token-id lists, got {type(prompts).__name__}")
+    ids = [_id_list("prompts", tokenizer.encode(p) if isinstance(p, str) else p, vocab) for p in prompts]
+    if not ids:
+        raise TypeError("prompts must be a non-empty list of strings or token-id lists, got an empty one")
+    if any(len(x) == 0 for x in ids):
+        raise ValueError("prompts: every prompt must have at least one token")
+    return ids
 
 
 def summarize(results: list[GenerationResult]) -> dict:

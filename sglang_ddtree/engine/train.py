@@ -205,14 +205,15 @@ ARCHS = {
 
 
 def main(argv=None):
-    ap = _cli.Parser(prog="python -m sglang_ddtree.engine.train", description=__doc__.split("\n\n")[0].replace("\n", " "))
-    ap.add_argument("--arch", default="qwen3", choices=sorted(ARCHS))
+    ap = _cli.Parser(prog=_cli.prog("train"), description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--arch", default="qwen3", choices=sorted(ARCHS), help="which pair: the Qwen3 target or the "
+                    "DeepSeek-V3 (MLA) one, each with its DFlash drafter (default qwen3)")
     ap.add_argument("--out", default=data.MODELS_DIR, help="folder for the two model directories (default: the shipped ones)")
     ap.add_argument("--threads", type=_cli.positive_int, default=2, help="torch CPU threads (results are bit-stable per count)")
     ap.add_argument("--stage", default="all", choices=("all", "target", "drafter"),
                     help="drafter: reuse the target already saved in --out")
     ap.add_argument("--target-steps", type=_cli.positive_int, default=None, help="default: the architecture's (ARCHS)")
-    ap.add_argument("--drafter-steps", type=_cli.positive_int, default=800)
+    ap.add_argument("--drafter-steps", type=_cli.positive_int, default=800, help="drafter training steps (default 800)")
     ap.add_argument("--gen-seqs", type=_cli.positive_int, default=384, help="target continuations the drafter learns from")
     a = ap.parse_args(argv)
     arch = ARCHS[a.arch]

@@ -289,6 +289,8 @@ def choose_attention_backend(view) -> str | None:
         return None
     if getattr(view, "prefill_attention_backend", None) and getattr(view, "decode_attention_backend", None):
         return None
+    if str(getattr(view, "device", None) or "") == "cpu":
+        return CPU_ATTENTION_BACKEND
     return DEFAULT_ATTENTION_BACKEND  # MLA targets too: the tree kernel verifies, triton runs the other modes
 
 
@@ -296,13 +298,39 @@ def _reject(what: str, fix: str) -> None:
     raise ValueError(f"DDTREE speculative decoding does not support {what}. Fix: {fix}")
 
 
+CPU_ATTENTION_BACKEND = "torch_native"  # SGLang's one attention backend on the CPU; DDTree verifies trees inside it
+
+
+def _check_cpu_serving(view, settings: Settings) -> None:
+    """--device cpu: SGLang's CPU engine with its torch_native backend, the tree verified by the project's torch path
+    (no CUDA kernel), and what this SGLang install lacks for speculative decoding on the CPU, named with the fix
+    before any model loads (adapters/registration.cpu_serving_gaps)."""
+    for field in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
+        backend = getattr(view, field, None)
+        if backend not in (None, CPU_ATTENTION_BACKEND):
+            flag = f"--{field.replace('_', '-')}"
+            _reject(f"{flag} {backend} on the CPU", f"pass {flag} {CPU_ATTENTION_BACKEND} (or leave it unset)")
+    if mla_dims(view) is not None:
+        _reject("an MLA target on the CPU (its tree verify runs in the CUDA kernel only)", "serve it with --device cuda")
+    if settings.prefix not in ("auto", "tree"):
+        _reject(f"{env('prefix')}={settings.prefix} on the CPU (the prefix libraries are CUDA kernels)",
+                f"unset {env('prefix')}")
+    gaps = sgl.cpu_serving_gaps()
+    if gaps:
+        _reject("--device cpu here, which lacks " + "; ".join(gaps),
+                "start with SGLANG_USE_CPU_ENGINE=1 and this repository's CPU site first on PYTHONPATH (`make "
+                "sglang-deps` builds it as .deps/cpu-site: sgl_kernel's CPU ops in torch), as `make serve-cpu` does")
+
+
 def validate_server_args(server_args) -> None:
     """SGLang's validate_server_args hook (runs after the attention backend and page size are settled)."""
     view = sgl.read_view(server_args)
     settings = Settings.from_env()
     device = str(getattr(view, "device", None) or "cuda")
-    if not device.startswith("cuda"):
-        _reject(f"device {device!r}", "run on an NVIDIA GPU (--device cuda)")
+    if device == "cpu":
+        _check_cpu_serving(view, settings)
+    elif not device.startswith("cuda"):
+        _reject(f"device {device!r}", "run on an NVIDIA GPU (--device cuda), or on the CPU (--device cpu)")
     if getattr(view, "speculative_draft_model_path", None) is None:
         _reject("running without a drafter", "pass --speculative-draft-model-path <a DFlash drafter>, "
                 "e.g. z-lab/Qwen3-8B-DFlash-b16 for Qwen/Qwen3-8B")
@@ -313,9 +341,9 @@ def validate_server_args(server_args) -> None:
         _reject("--speculative-use-block-verification", "drop the flag (it is a DFLASH chain verifier)")
     if int(getattr(view, "pp_size", 1) or 1) != 1:
         _reject(f"pipeline parallelism (--pp-size {view.pp_size})", "use --pp-size 1")
-    if int(getattr(view, "tp_size", 1) or 1) != 1:
-        _reject(f"tensor parallelism (--tp-size {view.tp_size}) in this release",
-                "use --tp-size 1 (one GPU per server; scale out with --dp-size)")
+    if int(getattr(view, "tp_size", 1) or 1) > 1 and device != "cpu":
+        logger.warning("DDTREE: --tp-size %s: tensor parallelism has been proven on the CPU server only (tests/served, "
+                       "gloo); the multi-GPU run is pending (docs/SERVING.md)", view.tp_size)
     if getattr(view, "enable_dp_attention", False):
         _reject("DP attention", "drop --enable-dp-attention")
     if getattr(view, "speculative_draft_window_size", None) is not None:
@@ -331,6 +359,8 @@ def validate_server_args(server_args) -> None:
     for field in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
         backend = getattr(view, field, None)
         flag = f"--{field.replace('_', '-')}"
+        if device == "cpu":
+            continue  # _check_cpu_serving: torch_native only
         if mla:
             if backend is not None and backend not in backends.MLA:
                 _reject(f"{flag} {backend} for an MLA target (the tree kernel verifies MLA trees inside "
@@ -402,6 +432,12 @@ def apply_ddtree_defaults(server_args) -> None:
     server_args.speculative_num_draft_tokens = verify_width(budget)
     server_args.speculative_dflash_block_size = block
     sgl.resolve_draft_attention_backend(server_args)
+    if str(getattr(view, "device", None) or "") == "cpu":  # SGLang's DFlash picks a CUDA backend for the drafter
+        server_args.speculative_draft_attention_backend = CPU_ATTENTION_BACKEND
+        if not sgl.cpu_overlap_supported() and not getattr(view, "disable_overlap_schedule", False):
+            logger.warning("DDTREE: the overlap scheduler is off on the CPU with this SGLang (its overlap path records "
+                           "CUDA streams)")
+            server_args.disable_overlap_schedule = True
     if getattr(view, "max_running_requests", None) is None:
         server_args.max_running_requests = DEFAULT_MAX_RUNNING_REQUESTS
     if getattr(view, "enable_mixed_chunk", False):

@@ -13,3 +13,5 @@ MLA = tuple(BY_POOL["MLATokenToKVPool"])
 # SGLang's fa3 backend verifies a tree only in its topk > 1 cascade mode, which DDTree does not enable: on fa3 its
 # FULL_MASK verify is no fallback for the tree kernel (triton and flashinfer apply the mask)
 NO_FULL_MASK = ("fa3",)
+# On the CPU: SGLang's torch_native backend, whose TARGET_VERIFY the project's torch path serves (MHA/GQA targets)
+CPU = {"MHATokenToKVPool": {"torch_native": "TorchNativeAttnBackend"}}

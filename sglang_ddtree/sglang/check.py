@@ -9,7 +9,9 @@ import importlib.metadata
 import os
 import sys
 
-PROG = "python -m sglang_ddtree.check"
+from .. import _cli
+
+PROG = _cli.prog("check")
 
 
 def _entry_point():
@@ -91,9 +93,7 @@ def diagnose() -> tuple[bool, list[str]]:
 
 
 def main(argv=None) -> int:
-    from .._cli import Parser
-
-    Parser(prog=PROG, description=__doc__.split("\n\n")[1].replace("\n", " ")).parse_args(
+    _cli.Parser(prog=PROG, description=__doc__.split("\n\n")[1].replace("\n", " ")).parse_args(
         sys.argv[1:] if argv is None else argv)
     ok, lines = diagnose()
     print("\n".join(lines))

@@ -32,6 +32,7 @@ from .adapters import registration
 from .args import auto_budgets, drafter_calibration
 from .draft_head import DraftTreeHead
 from .settings import Settings, env
+from .tp import TpAgreement
 from .verify_input import full_tree_mask, host_mask_bound
 
 logger = logging.getLogger("sglang_ddtree")
@@ -45,6 +46,7 @@ class DecodeRound:
     def __init__(self, sgl, server_args, knobs: Settings):
         self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
         self.knobs = knobs
+        server_args = registration.read_view(server_args)  # 0.5.23 keeps resolved values off the record
         self.verify_width = int(server_args.speculative_num_draft_tokens)  # n = budget + 1
         self.budget = budget_of(self.verify_width)
         self.block_size = int(server_args.speculative_dflash_block_size)
@@ -58,6 +60,9 @@ class DecodeRound:
         self._max_bs = registration.max_batch_size(server_args)
         self._calibration = drafter_calibration(knobs, server_args.speculative_draft_model_path, self.block_size - 1)
         self.core = Round(self.round, self.verify_width)  # the round; .auto: budget.AutoWidth with budget auto
+        tp = int(getattr(server_args, "tp_size", 1) or 1)
+        self.tp = TpAgreement(sgl.tp_group(), check=knobs.tp_check) if tp > 1 else None  # tp.py
+        self._tp_size = 1 if self.tp is None else self.tp.size
         if knobs.auto:
             widths = [verify_width(b) for b in auto_budgets(knobs, self.block_size)]
             if widths[-1] != self.verify_width:
@@ -87,7 +92,9 @@ class DecodeRound:
             raise RuntimeError("DDTREE needs the target's lm_head weight (unquantized) for the draft head")
         shard = getattr(lm_head, "shard_indices", None)
         num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
-        return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size,
+        tp = {} if self.tp is None else dict(tp=self.tp, vocab=int(lm_head.org_vocab_size),
+                                             vocab_start=int(shard.org_vocab_start_index))
+        return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size, **tp,
                              budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
                              tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
                              calibration=self._calibration,
@@ -122,7 +129,7 @@ class DecodeRound:
         verify-attention path is chosen (tree kernel, or SGLang's FULL_MASK fallback)."""
         self.sgl.check_serving()
         runner = self.sgl.target_runner()
-        why = tree_attention.unsupported(runner) if self.round.backend == "cuda" else "the CUDA ops are unavailable"
+        why = tree_attention.unsupported(runner) if self._tree_ops(runner) else "the CUDA ops are unavailable"
         choice = self.knobs.verify_attention
         if not verify_attention({"full_mask": "mask"}.get(choice, choice), why, f"{env('verify_attention')}={choice}"):
             page = int(getattr(runner, "page_size", 1) or 1)
@@ -149,27 +156,35 @@ class DecodeRound:
             return
         self.tree_attn = tree_attention.TreeVerifyAttention(runner, n=self.verify_width, max_bs=self._max_bs,
                                                             widths=() if self.auto is None else self.auto.widths,
-                                                            prefix=self.knobs.prefix)
+                                                            prefix=self.knobs.prefix, tp=self._tp_size)
         if self.head.static_tree is not None:  # the draft graph writes the bitsets straight where verify reads
             self.tree_attn.mask_bits = self.head.static_tree["mask_bits"]
         self.tree_attn.install()
+
+    def _tree_ops(self, runner) -> bool:
+        """Whether the tree verify can run on this runner: the CUDA ops, or SGLang's CPU backend (whose verify is
+        the project's torch path); a CUDA server on the CPU fallback ops has neither."""
+        return self.round.backend == "cuda" or tree_attention.on_cpu_backend(runner)
 
     def choose_draft_attention(self) -> None:
         """Before any graph capture: the drafter's block attention through the verify's cascade
         (draft_attention.py) with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree (refused at start-up where it cannot serve)
         or =auto (wherever it can serve; elsewhere the draft backend's own kernel, said once in the log)."""
         choice = self.knobs.draft_attention
+        runner = self.sgl.draft_runner()
+        if tree_attention.on_cpu_backend(runner):  # SGLang's CPU backend has no TARGET_VERIFY of its own
+            choice = "ddtree"
         if choice == "sglang":
             return
-        runner = self.sgl.draft_runner()
-        why = "the CUDA ops are unavailable" if self.round.backend != "cuda" else \
-            draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported())
+        why = draft_attention.unsupported(runner, self.sgl.draft_layers_unsupported()) if self._tree_ops(runner) \
+            else "the CUDA ops are unavailable"
         if why is not None:
             if choice == "auto":
                 logger.info("sglang-ddtree: the drafter's attention stays on its backend's kernel: %s", why)
                 return
             raise ValueError(f"DDTREE: {env('draft_attention')}=ddtree, but {why}. Fix: unset {env('draft_attention')}")
-        self.draft_attn = draft_attention.DraftBlockAttention(runner, block=self.block_size, max_bs=self._max_bs)
+        self.draft_attn = draft_attention.DraftBlockAttention(runner, block=self.block_size, max_bs=self._max_bs,
+                                                              tp=self._tp_size)
         self.draft_attn.install()
 
     def capture_widths(self) -> None:
@@ -256,10 +271,16 @@ class _ServerRound(RoundHost):
         self.bs = len(batch.seq_lens)
         self.host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else \
             self.sgl.draft_kv_lens(self.draft_input)[0]
-        self.window = self.target_out = self.gtree = self.counts = self.rows = None
+        self.window = self.target_out = self.gtree = self.counts = self.rows = self.tree = None
 
     def batch_size(self) -> int:
         return self.bs
+
+    def agree_width(self, n):
+        return n if self.dr.tp is None else self.dr.tp.width(n)
+
+    def agree_targets(self, targets):
+        return targets if self.dr.tp is None else self.dr.tp.targets(targets)
 
     def context(self) -> float:
         return float(self.host_lens.float().mean()) if self.host_lens is not None and self.bs else 1.0
@@ -294,6 +315,7 @@ class _ServerRound(RoundHost):
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """n slots per request at req_to_token[row, prefix : prefix + n], through width n's graphs."""
         sgl, batch, dr = self.sgl, self.batch, self.dr
+        self.tree = tree
         self.gtree = sgl.grammar_tree(tree) if getattr(batch, "has_grammar", False) else None
         host_bound = host_mask_bound(batch.seq_lens_cpu, None if batch.seq_lens_cpu is not None else self.host_lens,
                                      n)
@@ -324,22 +346,25 @@ class _ServerRound(RoundHost):
         sgl.apply_bias_and_processors(batch, flat, logits.shape[1])
 
     def node_law(self, round_no: int):
-        """The request's law (sampling.py), from the request's own stream: its seed and position under
-        deterministic inference (reproducible whatever the batch), else the server's seed with the request's
-        pool row and the round counter."""
+        """The request's law (sampling.py), from the request's own stream: its sampling seed and position where it
+        gave a seed (reproducible whatever the batch), else the server's seed with the request's pool row and the
+        round counter."""
         batch = self.batch
         law = self.sgl.node_law(batch)
         if law is None:
             return None, None, None
-        seed = self.sgl.request_seeds(batch)
-        if seed is not None:
-            step = batch.seq_lens.to(torch.int64)
-        else:
-            seed = request_seeds(self.dr._seed, batch.req_pool_indices)
-            step = torch.full_like(seed, round_no)
+        seed = request_seeds(self.dr._seed, batch.req_pool_indices)
+        step = torch.full_like(seed, round_no)
+        own = self.sgl.request_seeds(batch)
+        if own is not None:
+            given_seed, given = own
+            seed = torch.where(given, given_seed, seed)
+            step = torch.where(given, batch.seq_lens.to(torch.int64), step)
         return law, seed.view(-1).to(torch.int64), step
 
     def committed(self, plan, targets) -> None:
+        if self.dr.tp is not None:
+            self.dr.tp.check(self.dr.core.count, self.tree, plan)
         if self.on_publish is not None:
             self.on_publish(plan.new_seq_lens)
         if self.counts is not None:  # the accepted tokens below the bonus (the next round's root)

@@ -35,8 +35,8 @@ def unsupported(draft_runner, layers_why: str | None) -> str | None:
 class DraftBlockAttention(tree_attention.TreeVerifyAttention):
     """The draft backend's TARGET_VERIFY: the tree cascade at width `block`, its mask all ones (module docstring)."""
 
-    def __init__(self, draft_runner, *, block: int, max_bs: int):
-        super().__init__(draft_runner, n=block, max_bs=max_bs, prefix="auto")
+    def __init__(self, draft_runner, *, block: int, max_bs: int, tp: int = 1):
+        super().__init__(draft_runner, n=block, max_bs=max_bs, prefix="auto", tp=tp)
         self._fill()
 
     def _fill(self) -> None:

@@ -24,13 +24,18 @@ from sglang_ddtree.tree import TreeBatch
 
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
-                 ops: RoundOps, tree_in_graph: bool, anchor=None, calibration=None, predict=None):
+                 ops: RoundOps, tree_in_graph: bool, anchor=None, calibration=None, predict=None,
+                 vocab: int | None = None, vocab_start: int = 0, tp=None):
         self.weight, self.num_org = weight, int(num_org)
+        # tensor parallelism (sglang/tp.py): this rank's lm_head holds vocabulary rows vocab_start .. + num_org of
+        # `vocab`; stage 1 merges every rank's shard
+        self.tp, self.vocab_start = tp, int(vocab_start)
+        vocab = self.num_org if vocab is None else int(vocab)
         self.anchor = anchor  # tree.build_tree_from_topk's anchor: None (the paper's tree) or 'chain'
         self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
         # stage 1 under each request's law, with the drafter's calibration (keys.Calibration or None)
         self.keys = DraftKeys(self.L, calibration, weight.device)
-        self.k = min(topk or budget, self.num_org)
+        self.k = min(topk or budget, vocab)
         self.ops = ops
         self.stage1 = "cuda" if ops.backend == "cuda" else "cpu"
         self.tree_in_graph = tree_in_graph and ops.backend == "cuda"
@@ -65,9 +70,14 @@ class DraftTreeHead:
 
     def build(self, hidden, bs: int, roots, prefix, law: NodeLaw | None = None) -> TreeBatch:
         """The round's tree; law: the requests' sampling.NodeLaw (None: all greedy)."""
-        lp, ids = self.keys(self.logits(hidden, bs), self.k, self.stage1, law)
+        lp, ids = self.keys(self.logits(hidden, bs), self.k, self.stage1, law,
+                            None if self.tp is None else self._tp_stage1)
         return self.ops.build(lp, ids, self.budget, roots, prefix, anchor=self.anchor,
                               anchored=None if self.anchor is None else self.keys.anchored(law))
+
+    def _tp_stage1(self, logits, k: int, backend: str, scale):
+        """Stage 1 over this rank's vocabulary shard, merged across the ranks under the rows' law scale (tp.py)."""
+        return self.tp.stage1(logits, k, self.vocab_start, backend, scale)
 
     def load_law(self, law: NodeLaw | None, bs: int) -> None:
         """Before a draft-graph replay: the batch's laws into the static buffers the graph reads (device copies;

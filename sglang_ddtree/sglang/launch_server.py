@@ -11,10 +11,11 @@ import argparse
 import runpy
 import sys
 
-from .._cli import Parser, fail, positive_int
+from .._cli import Parser, fail, positive_int, prog
+from .args import ALGORITHM
 from .settings import AUTO, TABLE, Var
 
-PROG = "python -m sglang_ddtree.launch_server"
+PROG = prog("launch_server")
 
 
 def budget_arg(text: str):
@@ -95,7 +96,12 @@ def main(argv=None) -> None:
         if var.flag and given(ours, var) is not None:
             os.environ[var.name] = str(given(ours, var))
     sys.argv = [sys.argv[0], *rest]
-    runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
+    except ValueError as e:  # DDTree's start-up refusals (args.py) are one line each, before any model loads
+        if not str(e).startswith(ALGORITHM):
+            raise
+        fail(PROG, str(e), 2)
 
 
 if __name__ == "__main__":

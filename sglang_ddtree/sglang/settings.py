@@ -134,6 +134,9 @@ TABLE = (
         help="the auto budget's candidates"),
     Var("SGLANG_DDTREE_CALIBRATION", "calibration", "text", "auto", values="`auto` / `off` / path",
         help="the drafter's per-depth temperatures"),
+    Var("SGLANG_DDTREE_TP_CHECK", "tp_check", "bit", False, values="`0` / `1`",
+        help="with --tp-size > 1: every round, all-gather a hash of each rank's tree and commit plan and stop the "
+             "server at the first round where two ranks disagree (a debugging aid: one device read a round)"),
     Var("SGLANG_DDTREE_STAGE_TIMES", "stage_times", "int", None, values="rounds N",
         help="log, every N decode rounds, the device time a round spends in each stage (draft, verify, sample, "
              "accept, commit, and between rounds) from CUDA events, one event wait a log, and the host's time "
@@ -164,6 +167,7 @@ class Settings:
     prefix: str = "auto"
     draft_attention: str = "sglang"  # the drafter's context attention: SGLang's backend, or DDTree's cascade
     mla_kv_move: str = "layers"
+    tp_check: bool = False        # all-gather a hash of each round's tree and plan across TP ranks
     stage_times: int | None = None  # log per-stage round times every N rounds; None: off
 
     @property

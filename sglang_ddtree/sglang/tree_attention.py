@@ -93,6 +93,8 @@ def unsupported(model_runner) -> str | None:
     """Why the tree kernel cannot serve this target runner's TARGET_VERIFY (None: it can)."""
     pool = model_runner.token_to_kv_pool
     pool_name = type(pool).__name__
+    if on_cpu_backend(model_runner):
+        return cpu_unsupported(model_runner)
     if pool_name not in BACKENDS or getattr(pool, "use_hnd", False):
         return (f"KV pool {pool_name} (plain {', '.join(BACKENDS)} only: no SWA, hybrid, quantized-latent or "
                 f"head-major pools)")
@@ -117,6 +119,24 @@ def unsupported(model_runner) -> str | None:
         return "decode context parallelism"
     if k.device.type != "cuda":
         return f"a KV cache on {k.device} (the kernel runs on CUDA)"
+    return None
+
+
+def on_cpu_backend(model_runner) -> bool:
+    """Whether TARGET_VERIFY is served by SGLang's CPU backend (torch_native): the project's torch path verifies."""
+    if getattr(model_runner, "attn_backend", None) is None:  # a runner without a backend yet (tools, doubles)
+        return False
+    return verify_backend_name(model_runner) in {c for by_name in backends.CPU.values() for c in by_name.values()}
+
+
+def cpu_unsupported(model_runner) -> str | None:
+    """Why the torch path (native.attend_ragged on CPU tensors: any float dtype and head dims) cannot serve this CPU
+    runner's TARGET_VERIFY (None: it can)."""
+    pool_name = type(model_runner.token_to_kv_pool).__name__
+    if pool_name not in backends.CPU or getattr(model_runner.token_to_kv_pool, "use_hnd", False):
+        return f"KV pool {pool_name} on the CPU (plain {', '.join(backends.CPU)} only)"
+    if getattr(model_runner, "sliding_window_size", None):
+        return "sliding-window attention"
     return None
 
 
@@ -194,17 +214,19 @@ def _sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _q_heads(model_runner) -> int:
-    """Query heads of every layer (tensor parallelism is refused, so the model's own count)."""
+def _q_heads(model_runner, tp: int = 1) -> int:
+    """Query heads of every layer on this rank: the model's own count split over its tp tensor-parallel ranks, as
+    SGLang splits them."""
     mc = model_runner.model_config
-    return int(mc.get_num_attention_heads(1) if hasattr(mc, "get_num_attention_heads") else mc.num_attention_heads)
+    return int(mc.get_num_attention_heads(tp) if hasattr(mc, "get_num_attention_heads") else mc.num_attention_heads // tp)
 
 
 class TreeVerifyAttention:
     """The static buffers and the patched methods of one target backend (module docstring)."""
 
-    def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "auto"):
+    def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "auto", tp: int = 1):
         self.runner = model_runner
+        self.tp = int(tp)  # tensor-parallel ranks: this rank serves its share of the query heads
         self.backend = backend_override.verify_backend(model_runner.attn_backend)  # a hybrid's TARGET_VERIFY one
         self.pool = model_runner.token_to_kv_pool
         self.req_to_token = model_runner.req_to_token_pool.req_to_token
@@ -226,7 +248,11 @@ class TreeVerifyAttention:
         if prefix not in PREFIXES:
             raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
         asked = prefix
-        if prefix == "auto":
+        if on_cpu_backend(model_runner) and prefix in ("auto", "tree"):  # the torch path over prefix and tree
+            prefix = "tree"
+        elif on_cpu_backend(model_runner):
+            raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix} on the CPU (the prefix libraries are CUDA kernels)")
+        elif prefix == "auto":
             prefix = auto_prefix(model_runner, self.mla)
         elif prefix in UNSUPPORTED:
             why = UNSUPPORTED[prefix](model_runner, self.mla)
@@ -264,12 +290,12 @@ class TreeVerifyAttention:
         try:
             if self.mla:
                 self.fi = flashinfer_graphs.FlashInferMLAPrefix(
-                    self.device, heads=_q_heads(self.runner), dtype=k.dtype, context=self.context, max_bs=max_bs,
+                    self.device, heads=_q_heads(self.runner, self.tp), dtype=k.dtype, context=self.context, max_bs=max_bs,
                     widths=self.widths, sms=self.sms, workspace=workspace)
                 self.fi.plan(self.n)
                 return None
             self.fi = flashinfer_graphs.FlashInferPrefix(
-                self.device, q_heads=_q_heads(self.runner), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
+                self.device, q_heads=_q_heads(self.runner, self.tp), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
                 dtype=k.dtype, context=self.context, max_bs=max_bs, widths=self.widths, sms=self.sms,
                 workspace=workspace)
             self.fi.plan(self.n, 1)
@@ -332,7 +358,7 @@ class TreeVerifyAttention:
         span = prefix + n
         rt[:bs, :span] = ((torch.arange(bs * span, device=dev) % (kc.shape[0] - 1)) + 1).view(bs, span).to(rt.dtype)
         rows = torch.arange(bs, device=dev)
-        hq = _q_heads(self.runner)
+        hq = _q_heads(self.runner, self.tp)
         hkv, d, dv = (1, kc.shape[-1], MLA_LATENT) if self.mla else (int(kc.shape[1]), int(kc.shape[-1]), int(vc.shape[-1]))
         layer = types.SimpleNamespace(layer_id=0, tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=dv,
                                       scaling=d ** -0.5, logit_cap=0)

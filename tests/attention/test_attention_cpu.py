@@ -293,15 +293,47 @@ def test_page_size_zero_and_short_max_prefix_len_are_rejected():
 
 
 def test_attend_ragged_refuses_head_dims_without_a_kernel_instance():
-    """Checked in Python before the op is reached (no CUDA needed to refuse), naming the arguments."""
+    """The CUDA kernel's head dims are checked in Python before the op is reached (no CUDA needed to refuse),
+    naming the arguments; the CPU path (torch) takes any head dims."""
     from sglang_ddtree.attention import native
 
     q, k = torch.zeros(4, 8, 96), torch.zeros(10, 2, 96)
     with pytest.raises(ValueError, match=r"q / k_cache / v_cache head dims .* got 96 / 96 / 96"):
-        native.attend_ragged(q, None, k, k, None, None, None, None, None, 1.0, 1)
+        native._check_ragged_dims(q, None, k, k)
     with pytest.raises(ValueError, match=r"got 128 / 128 / 64"):
-        native.attend_ragged(torch.zeros(4, 8, 128), None, torch.zeros(10, 2, 128), torch.zeros(10, 2, 64),
-                             None, None, None, None, None, 1.0, 1)
+        native._check_ragged_dims(torch.zeros(4, 8, 128), None, torch.zeros(10, 2, 128), torch.zeros(10, 2, 64))
     q, pe, kc = torch.zeros(4, 16, 512), torch.zeros(4, 16, 64), torch.zeros(10, 1, 576)
     with pytest.raises(ValueError, match=r"\(MLA\).* got 512 / 32 / 576 / 512"):
-        native.attend_ragged(q, pe[..., :32], kc, kc[..., :512], None, None, None, None, None, 1.0, 1)
+        native._check_ragged_dims(q, pe[..., :32], kc, kc[..., :512])
+
+
+def _ragged_from_case(args, layout):
+    """The problem of a tree_verify_attention case in SGLang's ragged addressing (page size 1): kv_indptr,
+    kv_indices listing each request's prefix slots, caches [slots, Hkv, D]."""
+    q, cache, table, lens, tree_kv, bits, scale = args
+    lens64 = lens.to(torch.int64)
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(lens64, 0).to(torch.int32)
+    indices = torch.cat([table[b, :int(L)] for b, L in enumerate(lens64.tolist())]).to(torch.int32)
+    if layout == "mla":
+        kc = cache.reshape(-1, 1, cache.shape[-1])
+        return (q[0], q[1], kc, kc[..., :q[0].shape[-1]], indptr, indices, tree_kv.reshape(-1, 1, cache.shape[-1]),
+                tree_kv.reshape(-1, 1, cache.shape[-1])[..., :q[0].shape[-1]], bits, scale)
+    kc, vc = (c.reshape(-1, *c.shape[2:]) for c in cache)
+    return (q, None, kc, vc, indptr, indices, tree_kv[0], tree_kv[1], bits, scale)
+
+
+@pytest.mark.parametrize("layout", ["gqa", "mla"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("lens", [[0, 5, 37], [130]])
+def test_ragged_cpu_path_matches_reference(layout, dtype, tol, lens):
+    """native.attend_ragged on CPU tensors (the CPU server's tree verify) against the float64 oracle: every tree
+    node over its request's prefix (empty ones too) and its ancestors, GQA and the MLA latent layout."""
+    from sglang_ddtree.attention import native
+
+    args, _ = A.make_case(layout, len(lens), 7, lens, page_size=1, dtype=dtype, head_dim=64, seed=len(lens))
+    ref_o, ref_lse = reference_tree_attention(*args)
+    o, lse = native.attend_ragged(*_ragged_from_case(args, layout), 1)
+    assert o.dtype == dtype and lse.dtype == torch.float32
+    assert A.rel_err(o, ref_o) < tol
+    assert torch.allclose(lse.double(), ref_lse, atol=1e-4 if dtype == torch.float32 else 2e-2)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from sglang_ddtree import accept_tree, build_tree, build_tree_from_topk, sample_node_tokens
+from sglang_ddtree import accept_tree, build_tree, build_tree_from_topk, flags, sample_node_tokens
 
 LP = torch.log_softmax(torch.randn(2, 3, 4), -1).sort(-1, descending=True).values
 IDS = torch.arange(4).expand(2, 3, 4).contiguous()
@@ -61,6 +61,13 @@ CASES = [
     (lambda: build_tree(LOGITS, 4, root_tokens=50), ValueError, "root_tokens"),  # V = 50: ids 0..49
     (lambda: build_tree(LOGITS, 4, root_tokens=torch.tensor([-1, 3])), ValueError, "root_tokens"),
     (lambda: build_tree_from_topk(LP, IDS, 4, root_tokens=-7), ValueError, "root_tokens"),
+    # issue 42: a negative top id became a node's token, and a target id past the vocabulary the bonus, flags 0
+    (lambda: build_tree_from_topk(LP, IDS - 2, 4), ValueError, "top_ids"),
+    (lambda: build_tree_from_topk(LP, IDS - 2, 4, backend="reference"), ValueError, "top_ids"),
+    (lambda: accept_tree(tree(), torch.full((2, 6), 50), vocab_size=50), ValueError, "target_tokens"),
+    (lambda: accept_tree(tree(), torch.full((2, 6), -2)), ValueError, "target_tokens"),
+    (lambda: accept_tree(tree(), torch.zeros(2, 6, dtype=torch.long), vocab_size=0), ValueError, "vocab_size"),
+    (lambda: accept_tree(tree(), torch.zeros(2, 6, dtype=torch.long), vocab_size=2.5), TypeError, "vocab_size"),
 ]
 
 
@@ -135,6 +142,9 @@ def test_budget_0_is_the_root_alone_not_a_crash():
 def test_in_range_values_at_the_edges_are_accepted():
     t = build_tree(LOGITS, 4, root_tokens=torch.tensor([0, 49]), seq_lens=torch.tensor([0, 5]))
     assert t.tokens[:, 0].tolist() == [0, 49] and t.positions[:, 0].tolist() == [0, 5]
+    # the last id of the vocabulary is a bonus; −1 (no token) ends the walk, flagged
+    res = accept_tree(tree(), torch.tensor([[49] * 6, [-1] * 6]), vocab_size=50)
+    assert res.bonus.tolist() == [49, -1] and res.flags.tolist() == [0, flags.NONFINITE_TARGET]
 
 
 def test_topk_stage_names_a_bad_k():
@@ -143,3 +153,15 @@ def test_topk_stage_names_a_bad_k():
     for k in (0, 51, 2.0):
         with pytest.raises(ValueError, match="k must be an int in \\[1, 50\\]"):
             topk_logprobs(LOGITS, k, "cpu")
+
+
+def test_every_public_name_is_documented():
+    """docs/API.md names every export of the package (build_tree_from_topk was exported but undocumented)."""
+    from pathlib import Path
+
+    import sglang_ddtree
+
+    api = (Path(__file__).resolve().parents[2] / "docs" / "API.md").read_text()
+    missing = [name for name in sglang_ddtree.__all__ if name != "__version__" and f"`{name}" not in api
+               and f" {name}(" not in api]
+    assert missing == []

@@ -164,7 +164,8 @@ def test_under_a_requests_law_its_own_keys_predict_the_accept_length():
     def predicted_and_accepted(tree):
         depth = tree.depths.clamp(max=L - 1)  # the walk reads the target at node i (depth d) for depth d + 1
         target = torch.multinomial(probs[depth.reshape(-1)], 1, generator=g).view(draws, -1)
-        return float(expected_commit(tree)[0, -1]), float(accept_tree(tree, target, backend="cpu").accept_len.double().mean())
+        accepted = accept_tree(tree, target, backend="cpu").accept_len.double().mean()
+        return float(expected_commit(tree)[0, -1]), float(accepted)
 
     lp, ids = DraftKeys(L)(logits.expand(draws, L, V).contiguous(), V, "cpu", law)
     want, got = predicted_and_accepted(build_tree_from_topk(lp, ids, budget, backend="cpu"))

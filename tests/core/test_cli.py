@@ -3,6 +3,7 @@ default run completes with a verdict, and the entry points say what is missing i
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,24 +59,54 @@ def test_version_is_the_package_version(capsys):
     assert capsys.readouterr().out.strip() == f"sglang-ddtree {declared}"
 
 
-@pytest.mark.parametrize("argv,prog", [
-    (["calibration", "--help"], "python -m sglang_ddtree calibration"),
-    (["budget", "--help"], "python -m sglang_ddtree budget"),
-    (["train", "--help"], "python -m sglang_ddtree.engine.train"),
-    (["bench", "tree_gpu", "--help"], "python -m sglang_ddtree.bench tree_gpu"),
-    (["bench", "attention", "--help"], "python -m sglang_ddtree.bench attention"),
-    (["bench", "engine", "--help"], "python -m sglang_ddtree.bench engine"),
-])
-def test_help_names_the_command_and_ends_its_description(capsys, argv, prog):
-    """The usage line names how the command is run, and the description is whole sentences (it was cut
-    mid-sentence where a docstring's first line was taken)."""
+# every command the top-level help lists, each benchmark as `bench NAME` (launch_server: its own flags' parser)
+COMMANDS = [[name] for name in top.COMMANDS if name not in ("bench", "launch_server")] + [
+    ["bench", name] for name in bench.names()]
+
+
+def _help(capsys, argv) -> str:
     with pytest.raises(SystemExit) as info:
-        top.main(argv)
+        top.main([*argv, "--help"])
     assert info.value.code == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"usage: {prog} ")
+    return capsys.readouterr().out
+
+
+def _options_without_help(text: str) -> list[str]:
+    """The option lines of an argparse help text that carry no help after their flags."""
+    entries = re.split(r"\n(?=  -)", text.split("\noptions:\n", 1)[1].split("\n\n")[0])
+    bad = []
+    for entry in entries:
+        first, *rest = entry.strip("\n").split("\n")
+        if len(re.split(r"\s{2,}", first.strip(), maxsplit=1)) < 2 and not any(line.strip() for line in rest):
+            bad.append(first.strip())
+    return bad
+
+
+def test_option_help_check_catches_a_bare_option():
+    text = "usage: x\n\noptions:\n  -h, --help  show this\n  --bare BARE\n  --long-one LONG_ONE\n" \
+           "                        wrapped help\n  --flag      said\n"
+    assert _options_without_help(text) == ["--bare BARE"]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_help_names_the_command_one_way_and_every_option_has_help(capsys, argv):
+    """The usage line names the command as the top-level help lists it (`python -m sglang_ddtree NAME`, never the
+    module's dotted path), the description is whole sentences (it was cut mid-sentence where a docstring's first
+    line was taken), and every option says what it does."""
+    out = _help(capsys, argv)
+    assert out.startswith(f"usage: python -m sglang_ddtree {' '.join(argv)} "), out.splitlines()[0]
+    assert "sglang_ddtree." not in out
     description = " ".join(out.split("\n\n")[1].split())
-    assert description.endswith((".", ".`")), description
+    assert description.endswith((".", ".`", ")")), description
+    assert _options_without_help(out) == []
+
+
+def test_launch_server_flags_name_the_command_one_way_and_have_help():
+    from sglang_ddtree.sglang import launch_server
+
+    text = launch_server.parser().format_help()
+    assert text.startswith("usage: python -m sglang_ddtree launch_server ")
+    assert _options_without_help(text) == []
 
 
 def test_top_level_help_exits_0_as_a_module():
@@ -85,7 +116,7 @@ def test_top_level_help_exits_0_as_a_module():
 
 
 def test_bench_lists_only_benchmarks(capsys):
-    assert bench.names() == ["attention", "engine", "tree", "tree_gpu", "verify_splits"]
+    assert bench.names() == ["attention", "engine", "sampled", "tree", "tree_gpu", "verify_splits"]
     assert bench.main(["__main__"]) == 2
     err = capsys.readouterr().err
     assert "unknown benchmark '__main__'" in err and "Traceback" not in err
@@ -100,12 +131,46 @@ def test_bench_tree_rejects_bad_values(capsys):
     one_line_error(capsys, lambda: tree.main(["--repeats", "0"]), "--repeats")
 
 
-def test_budget_cli_rejects_bad_values(capsys):
+def _no_work(*args, **kwargs):
+    raise AssertionError("the command started work before refusing its arguments")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--batches", "1,x"], "--batches"), (["--prompts", "0"], "--prompts"), (["--prompts", "100000"], "--prompts"),
+    (["--device", "gpu"], "--device"), (["--max-new", "100000"], "--max-new"),
+    (["--out", "/nonexistent/dir/b.json"], "--out"),
+])
+def test_budget_cli_rejects_bad_values_before_any_work(capsys, monkeypatch, argv, needle):
     from sglang_ddtree.engine import budget_sweep as budget
 
-    one_line_error(capsys, lambda: budget.main(["--batches", "1,x"]), "--batches")
-    one_line_error(capsys, lambda: budget.main(["--prompts", "0"]), "--prompts")
-    one_line_error(capsys, lambda: budget.main(["--device", "gpu"]), "--device")
+    monkeypatch.setattr(budget.Engine, "from_pretrained", _no_work)
+    one_line_error(capsys, lambda: budget.main(argv), needle)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--budgets", "abc"], "--budgets"), (["--budgets", "8,0"], "--budgets"), (["--budgets", "5000"], "--budgets"),
+    (["--max-new", "-5"], "--max-new"), (["--max-new", "0"], "--max-new"), (["--max-new", "100000"], "--max-new"),
+    (["--fit-prompts", "100000"], "--fit-prompts"), (["--fit-prompts", "0"], "--fit-prompts"),
+    (["--fit-prompts", "x"], "--fit-prompts"), (["--out", "/nonexistent/dir/c.json"], "--out"),
+    (["--bogus"], "--bogus"),
+])
+def test_calibration_user_errors_are_one_line_before_any_work(capsys, monkeypatch, argv, needle):
+    """`--budgets abc` used to fail with a traceback after the fit's minutes of work, `--max-new -5` was a
+    traceback and `--fit-prompts 100000` left nothing to test on: each is one line, before the models load."""
+    from sglang_ddtree.engine import calibrate
+
+    monkeypatch.setattr(calibrate.Engine, "from_pretrained", _no_work)
+    one_line_error(capsys, lambda: calibrate.main(argv), needle)
+
+
+def test_calibration_accepts_the_edges():
+    from sglang_ddtree.engine import calibrate
+    from sglang_ddtree.engine.data import heldout_prompts
+
+    last = len(heldout_prompts()) - 1  # every prompt but one fits, and that one tests
+    a = calibrate.parse_args(["--fit-prompts", str(last), "--budgets", "8, 63", "--max-new", "1"])
+    assert (a.fit_prompts, a.budgets, a.max_new) == (last, [8, 63], 1)
+    assert calibrate.parse_args([]).budgets == [8, 16, 32, 64]
 
 
 def test_bench_verify_splits_rejects_bad_values_and_a_missing_gpu(capsys):
@@ -133,10 +198,7 @@ def test_bench_verify_splits_rejects_bad_values_and_a_missing_gpu(capsys):
 ])
 def test_demo_user_errors_are_one_line(capsys, monkeypatch, argv, needle):
     """One line naming the argument, before any work: the models are never loaded."""
-    def no_work(*args, **kwargs):
-        raise AssertionError("the demo started work before refusing its arguments")
-
-    monkeypatch.setattr(demo.Engine, "from_pretrained", no_work)
+    monkeypatch.setattr(demo.Engine, "from_pretrained", _no_work)
     one_line_error(capsys, lambda: demo.main(argv), needle)
 
 
@@ -188,9 +250,13 @@ def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
     assert "vs chain" in lines[-1] and "vs AR 1.00" in lines[-1] and "sampled T=1 " in lines[-1]
     assert "sampled T=0.6 top-p 0.95 " in lines[-1] and "greedy continuations are loops)" in lines[-1]
     assert "(paper's tree B=4 " in lines[-1] and ", B=8 " in lines[-1]
-    assert "tau    = tokens committed per target forward" in text and "favours AR" in text
+    assert "tau    = tokens committed per target forward" in text
     assert "DDTree = the SGLang plugin's default" in text and "the three texts are identical" in text
     data = json.loads(out.read_text())
+    speed = {r["method"]: r["tokens_per_s"] for r in data["rows"] if r["temperature"] == 0}
+    said = (f"DDTree {speed['served'] / speed['ar']:.2f}× and the chain {speed['chain'] / speed['ar']:.2f}× AR's "
+            "speed")
+    assert said in " ".join(text.split()) and "favours AR" not in text  # what this run measured, not a verdict
     assert data["prompts"] == 3 and data["verdict"] == lines[-1] and data["threads"] == 1
     assert [(r["method"], r["budget"], r["temperature"], r["top_p"]) for r in data["rows"]] == [
         (m, b, t, p) for t, p in ((0.0, 1.0), (1.0, 1.0), (0.6, 0.95))
@@ -204,6 +270,21 @@ def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
         assert (args["keys"], args["sampling_temperature"]) == ("law", "drafter")
         assert tuple(args["auto_budgets"]) == (7, 15, 31, 63) and len(args["round_cost"]) == 4
         assert sum(r["budgets_chosen"].values()) == r["rounds"] and {int(b) for b in r["budgets_chosen"]} <= {7, 15, 31, 63}
+
+
+def test_table_prints_a_tiny_temperature_as_given():
+    """`--sampled-temperature 1e-9` was printed as T 0.0, which reads as greedy."""
+    row = {"method": "ar", "budget": 0, "temperature": 1e-9, "tau": 1.0, "rounds": 3, "tokens_per_s": 10.0,
+           "identical_to_ar": None, "requests_identical": 0}
+    assert demo.table([row, {**row, "temperature": 0.0}]).splitlines()[-2].split()[1] == "1e-09"
+    assert demo.table([row, {**row, "temperature": 0.0}]).splitlines()[-1].split()[1] == "0"
+
+
+def test_legend_states_the_measured_speeds_not_a_verdict():
+    """The legend said "On a CPU it favours AR" while the chain ran faster than AR: it now says what the rows hold."""
+    rows = [{"method": m, "temperature": 0.0, "tokens_per_s": v} for m, v in (("ar", 3787.0), ("chain", 4362.0),
+                                                                               ("served", 2919.0))]
+    assert demo.speed_vs_ar(rows) == "DDTree 0.77× and the chain 1.15× AR's speed"
 
 
 def test_demo_h200_costs_match_the_committed_log():
@@ -267,18 +348,6 @@ def test_progress_reports_an_eta_and_ends_at_100():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and all("ETA" in line for line in lines)
     assert "50%" in lines[0] and "100%" in lines[1]
-
-
-def test_first_native_build_is_announced(tmp_path, monkeypatch, capsys):
-    from sglang_ddtree import _build
-
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    _build._announce_first_build("h11_never_built", "a test library")
-    assert "building a test library" in capsys.readouterr().err
-    (tmp_path / "h11_built").mkdir()
-    (tmp_path / "h11_built" / "h11_built.so").write_bytes(b"")
-    _build._announce_first_build("h11_built", "a test library")
-    assert capsys.readouterr().err == ""
 
 
 def _without_sglang(*args):

@@ -76,3 +76,16 @@ def test_stale_kernels_package_is_named_before_the_suite(tmp_path):
                        text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
 
+
+
+def test_try_it_makes_a_virtual_environment_first():
+    """`make demo` installs torch and the package into whatever `python3` is, which a distribution's own Python
+    refuses ("externally-managed-environment"): Try it says to make and enter a virtual environment before the two
+    commands, one git ignores, and the Makefile installs into the `python3` it puts first on PATH."""
+    readme = (ROOT / "README.md").read_text()
+    before_commands = readme.split("## Try it", 1)[1].split("```bash", 1)[0]
+    m = re.search(r"`python3 -m venv (\S+) && \. (\S+)/bin/activate`", " ".join(before_commands.split()))
+    assert m and m.group(1) == m.group(2), before_commands
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"{m.group(1)}/bin/python3"], cwd=ROOT)
+    assert ignored.returncode == 0, f"{m.group(1)} is not ignored by git"
+    assert re.search(r"^PY \?= python3$", MAKEFILE, flags=re.M)

@@ -1,4 +1,4 @@
-"""The tree's keys under each request's law (sglang_ddtree/keys.py, docs/DESIGN.md §3.10) against the definition
+"""The tree's keys under each request's law (sglang_ddtree/keys.py, docs/DESIGN.md §3.11) against the definition
 (reference.law_keys_reference), and the definition against what it claims: the tempered draft's log-probabilities,
 the filtered law's own mass where its kept set ends inside the candidates, greedy rows untouched."""
 import math

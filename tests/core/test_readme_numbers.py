@@ -73,3 +73,36 @@ def test_tolerance_is_the_printed_precision():
     assert not crn._close("348", 348.6, None) and not crn._close("0.35", 0.356, None)
     assert crn._close("10,000", 10000, None) and crn._close("5", 5.1, None)
     assert crn._close("100", 101, 0.01) and not crn._close("100", 102, 0.01)
+
+
+def test_every_ranking_against_ar_is_a_checked_claim():
+    """A README sentence that ranks a method against AR (faster, slower, beat) is a claim read from its file: "On a
+    CPU every speculative method is slower than AR in tokens/s" stood while the committed demo run had the greedy
+    chain faster than AR."""
+    flat = crn._flat(re.sub(r"```.*?```", " ", README, flags=re.S))
+    claims = [crn.NUMBER.join(re.escape(p) for p in crn._flat(fragment).split("{}")) for fragment, *_ in crn.CLAIMS]
+    ranking = [s for s in re.split(r"(?<=[.;])\s+", flat)
+               if re.search(r"\bAR\b", s) and re.search(r"\b(faster|slower|beat|beats|beaten)\b", s)]
+    assert ranking, "no sentence ranks a method against AR: this test has nothing to hold"
+    assert [s for s in ranking if not any(re.search(c, s) for c in claims)] == []
+
+
+@pytest.mark.parametrize("change", ["chain as slow as ar", "sampled chain as fast as ar"])
+def test_the_demo_speed_claims_fail_when_a_run_contradicts_their_words(change):
+    """The demo's tok/s claims check the words too: one run where the chain did not beat AR greedy, or a
+    speculative method was not slower than AR sampled, is refused, whatever the numbers."""
+    import copy
+    import json
+
+    docs = [json.loads((ROOT / path).read_text()) for path in crn.DEMO_RUNS]
+    assert crn._demo_greedy_vs_ar(*docs) and crn._demo_sampled_below_ar(*docs) == ()  # the committed runs hold
+    bad = copy.deepcopy(docs[-1])
+    rows = {(r["method"], r["temperature"]): r for r in bad["rows"]}
+    if change == "chain as slow as ar":
+        rows["chain", 0.0]["tokens_per_s"] = rows["ar", 0.0]["tokens_per_s"]
+        reader = crn._demo_greedy_vs_ar
+    else:
+        rows["chain", 1.0]["tokens_per_s"] = rows["ar", 1.0]["tokens_per_s"]
+        reader = crn._demo_sampled_below_ar
+    with pytest.raises(LookupError):
+        reader(*docs[:-1], bad)

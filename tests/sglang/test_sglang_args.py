@@ -146,7 +146,7 @@ def test_dflash_is_untouched_by_the_plugin(resolve, monkeypatch):
 REJECTIONS = [
     (["--speculative-use-rejection-sampling"], "rejection-sampling"),
     (["--pp-size", "2"], "pipeline parallelism"),
-    (["--tp-size", "2"], "tensor parallelism"),
+    (["--device", "cpu", "--attention-backend", "triton"], "pass --attention-backend torch_native"),
     (["--attention-backend", "fa4"], "not wired into fa4"),
     (["--attention-backend", "flashmla"], "cannot apply a tree mask"),
     (["--decode-attention-backend", "fa4"], "decode-attention-backend"),
@@ -165,6 +165,26 @@ def test_rejections_name_the_fix(resolve, extra, needle):
     assert needle in msg
     if "DDTREE speculative decoding does not support" in msg:
         assert "Fix:" in msg
+
+
+def test_tensor_parallelism_resolves_and_says_where_it_was_proven(resolve, monkeypatch):
+    """--tp-size > 1 is served (sglang/tp.py); on a GPU the log says it has been proven on the CPU server only."""
+    from sglang_ddtree.sglang import args
+
+    said = []
+    monkeypatch.setattr(args.logger, "warning", lambda msg, *a: said.append(msg % a))
+    assert resolve("--tp-size", "2").tp_size == 2
+    assert any("proven on the CPU server only" in m for m in said), said
+
+
+def test_the_cpu_device_names_what_its_install_lacks(resolve, monkeypatch):
+    """--device cpu without SGLang's CPU engine and sgl_kernel's CPU ops (this test process has neither): one
+    message naming both, before any model loads."""
+    monkeypatch.delenv("SGLANG_USE_CPU_ENGINE", raising=False)
+    with pytest.raises(ValueError) as info:
+        resolve("--device", "cpu", "--attention-backend", "torch_native")
+    msg = str(info.value)
+    assert "SGLANG_USE_CPU_ENGINE=1" in msg and "sgl_kernel" in msg and "make serve-cpu" in msg
 
 
 @pytest.mark.parametrize("page", ["16", "64"])

@@ -512,7 +512,7 @@ def test_default_verify_path_builds_no_full_mask(release, monkeypatch):
     made = []
 
     class RecordingTreeAttention(FakeTreeAttention):
-        def __init__(self, runner, *, n, max_bs, widths=(), prefix="auto"):
+        def __init__(self, runner, *, n, max_bs, widths=(), prefix="auto", tp=1):
             super().__init__()
             made.append((runner, n, max_bs, prefix))
 

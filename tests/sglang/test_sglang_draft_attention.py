@@ -124,7 +124,7 @@ def test_auto_installs_the_cascade_where_it_can_serve(adapter_module, monkeypatc
     made = []
 
     class Fake:
-        def __init__(self, runner, *, block, max_bs):
+        def __init__(self, runner, *, block, max_bs, tp=1):
             made.append((runner, block, max_bs))
 
         def install(self):

@@ -95,6 +95,67 @@ def test_head_ranks_each_request_under_its_own_law(plugins_loaded):
     assert not torch.equal(got.tokens, head.build(hidden, bs, roots, prefix).tokens)  # the laws change the trees
 
 
+class _Gather:
+    """A TP group of `size` ranks run one after another in one process: the first pass records what each rank
+    contributes to each all-gather (in call order), the second hands every rank the whole gathered tensor."""
+
+    def __init__(self, size):
+        self.size, self.sent, self.replay = size, {}, False
+
+    def rank(self, r):
+        box = self
+
+        class Group:
+            world_size, rank_in_group, calls = box.size, r, 0
+
+            def all_gather_into_tensor(self, out, t):
+                i, self.calls = self.calls, self.calls + 1
+                box.sent.setdefault(i, {})[r] = t.clone()
+                parts = [box.sent[i][q] if box.replay else t for q in range(box.size)]  # first pass: own copies
+                out.copy_(torch.cat(parts))
+        return Group()
+
+
+@pytest.mark.parametrize("tp", [2, 3])
+def test_tp_heads_merge_each_request_under_its_own_law(plugins_loaded, tp):
+    """Tensor parallelism (sglang/tp.py) with a mixed greedy / sampled batch: each rank's head holds its
+    vocabulary shard of the lm_head and ranks by the requests' laws (keys.py, docs/DESIGN.md §3.11); every rank
+    builds the same tree, bit for bit, from the merged stage 1, whose candidates are the unsharded head's and whose
+    keys are within the shards' log-sum-exp rounding, so the trees have the unsharded head's nodes."""
+    from sglang_ddtree.keys import Calibration
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+    from sglang_ddtree.sglang.tp import TpAgreement
+
+    g = torch.Generator().manual_seed(8 + tp)
+    V, H, block, budget, bs = 61 * tp + 2, 8, 5, 14, 8
+    weight = torch.randn(V, H, generator=g)
+    cal = Calibration((0.5, 0.6, 0.7, 0.8), (1.1, 1.2, 1.0, 0.9))
+    kw = dict(block_size=block, budget=budget, topk=None, max_bs=bs, ops=RoundOps("cpu"), tree_in_graph=False,
+              anchor="chain", calibration=cal)
+    hidden = torch.randn(bs * block, H, generator=g)
+    roots, prefix, law = torch.arange(bs), torch.arange(bs) * 3, mixed_law(bs)
+    bounds = [round(V * r / tp) for r in range(tp + 1)]
+    gather = _Gather(tp)
+    heads = lambda: [DraftTreeHead(weight=weight[a:b], num_org=b - a, vocab=V, vocab_start=a,  # noqa: E731
+                                   tp=TpAgreement(gather.rank(r)), **kw)
+                     for r, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    for head in heads():  # records every rank's contribution
+        head.build(hidden, bs, roots, prefix, law)
+    gather.replay = True
+    trees = [head.build(hidden, bs, roots, prefix, law) for head in heads()]
+    whole = DraftTreeHead(weight=weight, num_org=V, **kw)
+    want = whole.build(hidden, bs, roots, prefix, law)
+    for tree in trees:
+        for name, t in trees[0].tensors().items():
+            assert torch.equal(getattr(tree, name), t), name
+    for name in ("num_nodes", "tokens", "parents", "depths", "ranks"):
+        assert torch.equal(getattr(trees[0], name), getattr(want, name)), name
+    assert torch.allclose(trees[0].logw, want.logw, atol=1e-4, rtol=0)
+    # the shards' merge under the laws, not the draft's: the greedy-key merge builds other trees
+    plain = DraftTreeHead(weight=weight, num_org=V, **kw).build(hidden, bs, roots, prefix)
+    assert not torch.equal(plain.tokens, trees[0].tokens)
+
+
 def test_head_caps_k_at_vocab(plugins_loaded):
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
 

@@ -26,7 +26,11 @@ def make_reqs(world, prompt_lens, **params):
         sp = SamplingParams(max_new_tokens=64, **params)
         sp.normalize(tokenizer)
         r = Req(f"r{b}", "", toks[: prompt_lens[b]], sp, vocab_size=V)
-        r.req_pool_idx, r.tokenizer = b, tokenizer
+        r.tokenizer = tokenizer
+        if r.kv is not None:  # 0.5.23 keeps the pool row with the request's KV state
+            r.kv.req_pool_idx = b
+        else:
+            r.req_pool_idx = b
         r.output_ids.extend(toks[prompt_lens[b]:])
         reqs.append(r)
     return reqs
@@ -248,10 +252,12 @@ def test_each_requests_tree_is_ranked_under_its_own_law(release, monkeypatch):
         own = NodeLaw(torch.tensor([sp.temperature]), torch.tensor([sp.top_k]), torch.tensor([sp.top_p]),
                       torch.tensor([sp.min_p]))
         lp, ids = DraftKeys(head.L)(logits[b:b + 1], head.k, "cpu", own)
-        trees.append(build_tree_from_topk(lp, ids, head.budget, backend="reference").tokens[0])
+        trees.append(build_tree_from_topk(lp, ids, head.budget, root_tokens=world.roots[b:b + 1],
+                                          backend="reference").tokens[0])
         assert captured["tokens"][b].tolist() == trees[-1].tolist(), b
     greedy_lp, greedy_ids = DraftKeys(head.L)(logits, head.k, "cpu", None)
-    greedy = build_tree_from_topk(greedy_lp, greedy_ids, head.budget, backend="reference").tokens
+    greedy = build_tree_from_topk(greedy_lp, greedy_ids, head.budget, root_tokens=world.roots,
+                                  backend="reference").tokens
     assert torch.equal(greedy[0], trees[0]) and not torch.equal(greedy[1], trees[1])  # the laws matter here
 
 
@@ -350,3 +356,25 @@ def test_a_prefill_with_logprobs_is_served(release):
     assert seen["append"]["target_hidden"].view(-1).tolist() == list(range(7))
     assert out.logits_output.hidden_states is None and out.next_draft_input.bonus_tokens.tolist() == [11, 12]
     assert torch.equal(published[0], batch.seq_lens) and torch.equal(out.new_seq_lens, batch.seq_lens)
+
+
+def test_a_request_sampling_seed_gives_its_nodes_their_own_stream(release):
+    """A request that sends `sampling_seed` draws from its own stream (its seed, its position), whatever the round
+    counter; the others from the server's seed, their pool row and the round: the seeded request's sample is
+    reproducible without deterministic inference."""
+    rnd, world, host, captured, batch = rig(release)
+    reqs = make_reqs(world, [4, 12, 2], temperature=1.0)
+    reqs[1].sampling_params.sampling_seed = 1234
+    batch.reqs = reqs
+    batch.sampling_info = sampling_info(reqs)
+    from sglang_ddtree.sglang.decode_round import _ServerRound
+
+    host_round = _ServerRound(rnd, batch, None, None)
+    _, seed_a, step_a = host_round.node_law(round_no=3)
+    _, seed_b, step_b = host_round.node_law(round_no=9)
+    assert int(seed_a[1]) == int(seed_b[1]) == 1234 and int(step_a[1]) == int(step_b[1]) == int(batch.seq_lens[1])
+    assert int(step_a[0]) == 3 and int(step_b[0]) == 9 and int(seed_a[0]) != 1234
+    for r in reqs:
+        r.sampling_params.sampling_seed = None
+    _, _, step = host_round.node_law(round_no=3)
+    assert step.tolist() == [3, 3, 3]  # no request gave a seed: the round counter for all

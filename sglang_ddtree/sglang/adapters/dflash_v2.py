@@ -49,6 +49,11 @@ def need_copy_all_layers(need):
                 ("data_ptrs", "strides", "tgt_loc", "src_loc", "num_locs", "num_locs_upper", "kv_copy_config"))
 
 
+def need_tp_group(need):
+    """SGLang's tensor-parallel group coordinator getter, through a release's `need`. Both releases name it alike."""
+    return need("sglang.srt.distributed.parallel_state", "get_tp_group")
+
+
 ROWS_PER_LAUNCH = 256  # the copy kernel's row count (one compiled shape), as SGLang's MHA pool sizes its chunks
 
 
@@ -107,6 +112,7 @@ class DFlashV2Adapter:
     # SPEC_LOGPROBS: the release's spec-worker log-probs of committed tokens; each release module defines
     # `spec_logprobs(batch, logits_output, node_tokens [bs·n], accept_rows [bs, W])` around it (return_logprob)
     SPEC_LOGPROBS = None
+    TP_GROUP = None  # parallel_state.get_tp_group (the round's agreement across ranks, sglang/tp.py)
     _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
 
     def __init__(self, host):
@@ -143,6 +149,10 @@ class DFlashV2Adapter:
 
     def lm_head(self):
         return getattr(self.host.target_worker.model_runner.model, "lm_head", None)
+
+    def tp_group(self):
+        """SGLang's group coordinator of this worker's tensor-parallel ranks (asked for at --tp-size > 1 only)."""
+        return self.TP_GROUP()
 
     def use_block_size(self, block: int) -> None:
         """DFlash sized its draft block from --speculative-num-draft-tokens (DDTree's verify width n); the
@@ -305,9 +315,20 @@ class DFlashV2Adapter:
                        filtered=bool(info.need_top_p_sampling or info.need_top_k_sampling or info.need_min_p_sampling))
 
     def request_seeds(self, batch):
-        """int64 [bs] the requests' own seeds where SGLang carries them (deterministic inference), else None."""
+        """(int64 [bs] seeds, bool [bs] which requests gave one) of the requests' own sampling seeds, or None where
+        none did: all of them under deterministic inference (SGLang's tensor), else each request's `sampling_seed`
+        where it sent one (the plain server honours it only under deterministic inference; DDTree always does, so
+        such a request's sample is reproducible). Read only in a round with a sampled request."""
         info = batch.sampling_info
-        return None if info is None else getattr(info, "sampling_seed", None)
+        seeds = None if info is None else getattr(info, "sampling_seed", None)
+        if seeds is not None:
+            return seeds.view(-1).to(torch.int64), torch.ones_like(seeds.view(-1), dtype=torch.bool)
+        given = [req.sampling_params.sampling_seed for req in batch.reqs]
+        if all(s is None for s in given):
+            return None
+        dev = batch.seq_lens.device
+        return (torch.tensor([0 if s is None else int(s) for s in given], dtype=torch.int64).to(dev, non_blocking=True),
+                torch.tensor([s is not None for s in given]).to(dev, non_blocking=True))
 
     def penalized(self, batch) -> bool:
         """Whether any request of the batch has a penalty or min_new_tokens (SGLang prepared its penalizers)."""
@@ -315,16 +336,28 @@ class DFlashV2Adapter:
         return info is not None and (getattr(info, "acc_additive_penalties", None) is not None
                                      or getattr(info, "acc_scaling_penalties", None) is not None)
 
+    @staticmethod
+    def req_row(req) -> int:
+        """The request's row of req_to_token (0.5.23 keeps it under req.kv)."""
+        return int(req.req_pool_idx)
+
+    @staticmethod
+    def held_back_tokens(req) -> set:
+        """The tokens SGLang's min_new_tokens penalizer holds back: the request's stop token ids, the tokenizer's
+        extra stop ids and its eos (0.5.23 adds the request's eos_token_ids)."""
+        sp, tok = req.sampling_params, req.tokenizer
+        stop = set(sp.stop_token_ids or ()) | set(getattr(tok, "additional_stop_token_ids", None) or ())
+        if getattr(tok, "eos_token_id", None) is not None:
+            stop.add(tok.eos_token_id)
+        return stop
+
     def penalty_requests(self, batch) -> list:
         """penalties.PenaltyRequest per request of a penalised batch (host), the held-back tokens as SGLang's
-        min_new_tokens penalizer lists them (stop token ids, the tokenizer's extra stop ids, its eos)."""
+        min_new_tokens penalizer lists them (held_back_tokens)."""
         out = []
         for req in batch.reqs:
-            sp, tok = req.sampling_params, req.tokenizer
-            stop = set(sp.stop_token_ids or ()) | set(getattr(tok, "additional_stop_token_ids", None) or ())
-            if getattr(tok, "eos_token_id", None) is not None:
-                stop.add(tok.eos_token_id)
-            out.append(PenaltyRequest(req, int(req.req_pool_idx), float(sp.frequency_penalty),
+            sp, stop = req.sampling_params, self.held_back_tokens(req)
+            out.append(PenaltyRequest(req, self.req_row(req), float(sp.frequency_penalty),
                                       float(sp.presence_penalty), float(sp.repetition_penalty),
                                       int(sp.min_new_tokens or 0), tuple(sorted(stop)), list(req.output_ids),
                                       len(req.origin_input_ids)))

@@ -135,6 +135,40 @@ def resolve_draft_attention_backend(server_args) -> None:
     need("sglang.srt.arg_groups.speculative_hook", "_resolve_dflash_draft_attention_backend")(server_args)
 
 
+# --- the CPU engine --------------------------------------------------------------------------------------------
+# sgl_kernel's CPU ops SGLang's CPU path calls for a DFlash-family server (KV row copies, req_to_token writes and
+# reads, draft cache locations, bonus tokens, accepted cache locations); no PyPI wheel carries them
+CPU_KERNEL_OPS = ("copy_all_layer_kv_cache_cpu", "assign_req_to_token_pool_cpu", "assign_extend_cache_locs_cpu",
+                  "assign_draft_cache_locs_contiguous_cpu", "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu")
+
+
+def cpu_overlap_supported() -> bool:
+    """Whether this release's overlap scheduler runs on the CPU: 0.5.17's records CUDA streams on the speculative
+    inputs it resolves (`Tensor.record_stream` fails on a CPU tensor); 0.5.23's does not."""
+    return releases.check_version() != "0.5.17"
+
+
+def cpu_serving_gaps(environ=None) -> list[str]:
+    """What this process lacks for SGLang's CPU engine to serve a DFlash-family algorithm ([]: nothing), each in
+    words a user can act on. Checked at argument validation, before any model loads."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    gaps = []
+    if environ.get("SGLANG_USE_CPU_ENGINE", "0") != "1":
+        gaps.append("SGLANG_USE_CPU_ENGINE=1 in the environment (SGLang's CPU engine)")
+    try:
+        kernel = _needs().module("sgl_kernel")
+    except Exception as e:  # noqa: BLE001 — absent, or a CUDA build that cannot load here
+        cause = e.__cause__ or e
+        gaps.append(f"an importable sgl_kernel with its CPU ops ({type(cause).__name__}: {cause})")
+    else:
+        missing = [name for name in CPU_KERNEL_OPS if not callable(getattr(kernel, name, None))]
+        if missing:
+            gaps.append(f"sgl_kernel's CPU ops {', '.join(missing)}")
+    return gaps
+
+
 # --- hooks -----------------------------------------------------------------------------------------------------
 def install_backend_default_hook(choose) -> None:
     """Run `choose(view) -> backend | None` right before SGLang fills the attention-backend default, and

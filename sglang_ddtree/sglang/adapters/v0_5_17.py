@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
+    need_tp_group
 from .need import Needs
 
 need = Needs("0.5.17")
@@ -53,6 +54,7 @@ class Adapter(DFlashV2Adapter):
     BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
     COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
+    TP_GROUP = staticmethod(need_tp_group(need))
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     COMPUTE_POSITION = staticmethod(need(_FB, "compute_position", ("attn_backend", "extend_prefix_lens",
@@ -72,6 +74,11 @@ class WorkerBase(DFlashWorkerV2):
     ADAPTER = Adapter
 
     def __init__(self, server_args, gpu_id, nccl_port, target_worker, ps=None, **kwargs):
+        common = need.module(_COMMON)
+        if str(target_worker.model_runner.device) == "cpu" and "torch_native" not in common._SUPPORTED_DRAFT_BACKENDS:
+            # DFlash's draft worker builds only a listed backend (else FlashInfer, CUDA-only); on the CPU the
+            # drafter runs on torch_native, its TARGET_VERIFY served by DDTree's cascade (decode_round.py)
+            common._SUPPORTED_DRAFT_BACKENDS = (*common._SUPPORTED_DRAFT_BACKENDS, "torch_native")
         super().__init__(server_args=server_args, gpu_id=gpu_id, ps=ps, nccl_port=nccl_port,
                          target_worker=target_worker, **kwargs)
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features
+from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
+    need_tp_group
 from .need import Needs
 
 need = Needs("0.5.23")
@@ -34,6 +35,9 @@ need(_WORKER, "DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc",
 need(_WORKER, "DFlashWorkerV2._make_next_draft_input_decode", ("self", "bonus_tokens", "new_seq_lens"))
 need(_WORKER, "DFlashWorkerV2._ensure_draft_block_buffers", ("self", "bs"))
 need(_WORKER, "DFlashWorkerV2.prewarm_sampling", ("self",))
+_CHOICES = "sglang.srt.arg_groups.choices"
+DRAFT_BACKENDS = need(_CHOICES, "DRAFT_ATTENTION_BACKEND_CHOICES")
+ADD_DRAFT_BACKENDS = need(_CHOICES, "add_draft_attention_backend_choices")
 _FB = "sglang.srt.model_executor.forward_batch_info"
 _UTILS = "sglang.srt.speculative.dflash_utils"
 _COMMON = "sglang.srt.speculative.draft_worker_common"
@@ -84,6 +88,7 @@ class Adapter(DFlashV2Adapter):
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.finish_deferred_gather", ("self", "logits"))
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
     COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
+    TP_GROUP = staticmethod(need_tp_group(need))
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
@@ -114,6 +119,14 @@ class Adapter(DFlashV2Adapter):
                                  f"fused-draft pool), which the tree kernel's prefix gather and the KV move do not")
 
     # --- the round's verbs ---------------------------------------------------------------------------
+    @staticmethod
+    def req_row(req) -> int:
+        return int(req.kv.req_pool_idx)
+
+    @staticmethod
+    def held_back_tokens(req) -> set:
+        return DFlashV2Adapter.held_back_tokens(req) | set(req.eos_token_ids or ())
+
     def draft_kv_lens(self, draft_input):
         cpu, total = super().draft_kv_lens(draft_input)
         if cpu is None:
@@ -181,6 +194,10 @@ class WorkerBase(DFlashWorkerV2):
 
     def __init__(self, server_args, gpu_id, nccl_port, target_worker, ps=None, **kwargs):
         del ps  # 0.5.23 reads the parallel state from its runtime context
+        if str(target_worker.model_runner.device) == "cpu" and "torch_native" not in DRAFT_BACKENDS:
+            # DFlash's draft worker builds only a listed backend (else FlashInfer, CUDA-only); on the CPU the
+            # drafter runs on torch_native, its TARGET_VERIFY served by DDTree's cascade (decode_round.py)
+            ADD_DRAFT_BACKENDS(["torch_native"])
         super().__init__(server_args=server_args, gpu_id=gpu_id, nccl_port=nccl_port, target_worker=target_worker,
                          **kwargs)
 
