@@ -43,6 +43,9 @@ def parse_args(argv):
                     default=[8, 16, 32, 64], help="tree budgets the test tau is measured at, comma-separated "
                     "(default 8,16,32,64)")
     ap.add_argument("--ship", action="store_true", help=f"also write {FILE} into the shipped drafter's directory")
+    ap.add_argument("--ship-sampling", action="store_true",
+                    help=f"only fit the sampling calibration on the fit prompts and write it into the shipped "
+                         f"{FILE}, keeping its greedy entries as they are (no held-out evaluation, no --out)")
     return ap.parse_args(argv)
 
 
@@ -52,6 +55,8 @@ def main(argv=None) -> int:
     eng = Engine.from_pretrained(device="cpu")
     prompts = heldout_prompts()
     fit_p, test_p = prompts[:a.fit_prompts], prompts[a.fit_prompts:]
+    if a.ship_sampling:
+        return ship_sampling(eng, fit_p, a.max_new)
     pairs = collect(eng, fit_p, a.max_new)
     temps = [fit_temperature(x, y) for x, y in pairs]
     test_pairs = collect(eng, test_p, a.max_new)
@@ -82,11 +87,44 @@ def main(argv=None) -> int:
                        "fitted_by": "python -m sglang_ddtree calibration",
                        "fit": f"greedy DDTree (budget 16, chain-anchored) on the first {len(fit_p)} held-out "
                               f"prompts, {a.max_new} tokens each; per-depth temperature scaling (NLL)",
-                       "sampling_fit": f"sampled rounds ({', '.join(map(_law_name, SAMPLED_LAWS))}) on the same "
-                                       "prompts; per-depth temperature minimising the cross-entropy of the target's "
-                                       "distribution (calibration.fit_sampling_temperatures)"}, f, indent=1)
+                       "sampling_fit": _sampling_fit_note(len(fit_p), a.max_new)}, f, indent=1)
         print(f"wrote {dst}")
     return 0
+
+
+def _sampling_fit_note(prompts: int, max_new: int) -> str:
+    return (f"sampled rounds ({'; '.join(map(_law_name, SAMPLED_LAWS))}; DDTree budget {SAMPLED_BUDGETS[0]}, "
+            f"seed 11) on the first {prompts} held-out prompts (the greedy fit's), {max_new} tokens each; per-depth temperature minimising "
+            "the cross-entropy of the target's distribution (calibration.fit_sampling_temperatures)")
+
+
+def ship_sampling(eng, fit_p, max_new: int) -> int:
+    """Fit only the sampling calibration (fit_sampling) and add it to the shipped file, its greedy entries and
+    their metadata left as they are."""
+    dst = os.path.join(MODELS_DIR, "tiny-dflash", FILE)
+    with open(dst) as f:
+        shipped = json.load(f)
+    temps = fit_sampling(eng, fit_p, max_new)
+    shipped[SAMPLING_KEY] = temps
+    shipped["sampling_fitted_by"] = (f"python -m sglang_ddtree calibration --ship-sampling --fit-prompts "
+                                     f"{len(fit_p)} --max-new {max_new}")
+    shipped["sampling_fit"] = _sampling_fit_note(len(fit_p), max_new)
+    with open(dst, "w") as f:
+        json.dump(shipped, f, indent=1)
+    print(f"wrote {dst}")
+    return 0
+
+
+def fit_sampling(eng, fit_p, max_new: int) -> list[float]:
+    """The sampling calibration's temperatures, fitted on sampled rounds of fit_p under each of SAMPLED_LAWS."""
+    fit = [round_contexts.collect(eng, fit_p, max_new, **_seeded(law, 11)) for law in SAMPLED_LAWS]
+    temps = fit_sampling_temperatures(torch.cat([r.draft for r in fit]), torch.cat([r.target for r in fit]))
+    print("sampling depth temperatures:", ", ".join(f"{t:.3f}" for t in temps), flush=True)
+    return temps
+
+
+def _seeded(law: dict, seed: int) -> dict:
+    return {**law, "method": "ddtree", "budget": SAMPLED_BUDGETS[0], "seed": seed}
 
 
 def _law_name(law: dict) -> str:
@@ -98,10 +136,7 @@ def sampled_fit(eng, fit_p, test_p, max_new: int, greedy, out: dict) -> list[flo
     (the drafter's top-1 under the target's law, raw and calibrated) and every scored tree's mean exact expected
     commit per round. Writes both into out; returns the temperatures."""
     L = eng.block_size - 1
-    seeded = lambda law, seed: {**law, "method": "ddtree", "budget": SAMPLED_BUDGETS[0], "seed": seed}  # noqa: E731
-    fit = [round_contexts.collect(eng, fit_p, max_new, **seeded(law, 11)) for law in SAMPLED_LAWS]
-    temps = fit_sampling_temperatures(torch.cat([r.draft for r in fit]), torch.cat([r.target for r in fit]))
-    print("sampling depth temperatures:", ", ".join(f"{t:.3f}" for t in temps), flush=True)
+    temps = fit_sampling(eng, fit_p, max_new)
     out[SAMPLING_KEY] = temps
     out["sampling_test"] = []
     trees = {"paper": (Calibration(), False, None), "today's default (greedy keys, anchored)":
@@ -109,7 +144,7 @@ def sampled_fit(eng, fit_p, test_p, max_new: int, greedy, out: dict) -> list[flo
              "law, calibrated": (Calibration(sampling=tuple(temps)), True, None),
              "law, calibrated, anchored": (Calibration(sampling=tuple(temps)), True, "chain")}
     for law in SAMPLED_LAWS:
-        rounds = round_contexts.collect(eng, test_p, max_new, **seeded(law, 12))
+        rounds = round_contexts.collect(eng, test_p, max_new, **_seeded(law, 12))
         N, T = rounds.tokens.shape[0], law["temperature"]
         node_law = NodeLaw(torch.full((N,), T), torch.zeros(N, dtype=torch.int64),
                            torch.full((N,), law.get("top_p", 1.0)),
