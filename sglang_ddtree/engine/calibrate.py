@@ -94,8 +94,9 @@ def main(argv=None) -> int:
 
 def _sampling_fit_note(prompts: int, max_new: int) -> str:
     return (f"sampled rounds ({'; '.join(map(_law_name, SAMPLED_LAWS))}; DDTree budget {SAMPLED_BUDGETS[0]}, "
-            f"seed 11) on the first {prompts} held-out prompts (the greedy fit's), {max_new} tokens each; per-depth temperature minimising "
-            "the cross-entropy of the target's distribution (calibration.fit_sampling_temperatures)")
+            f"seed 11) on the first {prompts} held-out prompts (the greedy fit's), {max_new} tokens each; "
+            "per-depth temperature minimising the cross-entropy of the target's distribution "
+            "(calibration.fit_sampling_temperatures)")
 
 
 def ship_sampling(eng, fit_p, max_new: int) -> int:
