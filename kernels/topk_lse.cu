@@ -23,6 +23,9 @@
 // rank 0, sorted there and written with lp = value - (M + log S).
 // NaN anywhere in a row makes S (so every lp) NaN, and so does +inf (inf - inf): the builder flags both. The
 // fast reject ignores NaN elements, so a NaN row's ids are deterministic but not canonical.
+// A row's scale c > 0 (a request's temperature and the drafter's calibration, sglang_ddtree/keys.py; 1 without
+// a scale array) leaves the keys and so the candidates those of the raw logits x, and makes lp = c*x - lse(c*x):
+// the online sum runs on 2^((x - m) * c * log2e) and lse = c*M + log S.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -151,11 +154,12 @@ __device__ __forceinline__ int cluster_rank(int csize) {
   return 0;
 }
 
-// (m, s) <- the pair for the union: sum exp(x - m) over both sets, NaN when either sum is NaN.
-__device__ __forceinline__ void merge_ms(float& m, float& s, float om, float os) {
+// (m, s) <- the pair for the union: sum exp(c * (x - m)) over both sets (c: the row's scale), NaN when either
+// sum is NaN.
+__device__ __forceinline__ void merge_ms(float& m, float& s, float om, float os, float c) {
   const float M = fmaxf(m, om);
   if (M == -INFINITY) { s += os; return; }
-  s = s * expf(m - M) + os * expf(om - M);
+  s = s * expf(c * (m - M)) + os * expf(c * (om - M));
   m = M;
 }
 
@@ -274,7 +278,7 @@ __device__ uint64_t select_kth(ForEach for_each, uint32_t k, KeySpace ks, Smem& 
 template <typename T, int THREADS, int U, bool VEC>
 __global__ void __launch_bounds__(THREADS, THREADS <= 256 ? 3 : 1)
     topk_lse_kernel(const T* __restrict__ logits, int64_t V, int k, int csize, int64_t chunk,
-                    float* __restrict__ out_lp, int64_t* __restrict__ out_ids) {
+                    const float* __restrict__ scale, float* __restrict__ out_lp, int64_t* __restrict__ out_ids) {
   using D = Dtype<T>;
   constexpr int E = D::E;
   constexpr int64_t kTile = static_cast<int64_t>(THREADS) * U * E;
@@ -287,6 +291,7 @@ __global__ void __launch_bounds__(THREADS, THREADS <= 256 ? 3 : 1)
   const int rank = cluster_rank(csize);
   const int64_t row = blockIdx.x / csize;
   const T* x = logits + row * V;
+  const float sc = scale != nullptr ? scale[row] : 1.f, c2 = sc * kLog2e;  // the row's scale (header)
   const int64_t c0 = rank * chunk, c1 = c0 + chunk < V ? c0 + chunk : V;
   const int ntiles = c1 > c0 ? static_cast<int>((c1 - c0 + kTile - 1) / kTile) : 0;
   const KeySpace ks{D::kZeroBits, V > 1 ? 64 - __clzll(V - 1) : 0};
@@ -361,16 +366,16 @@ __global__ void __launch_bounds__(THREADS, THREADS <= 256 ? 3 : 1)
       tmax = fmaxf(tmax, vmax[u]);
     }
     if (tmax > m) {
-      if (m != -INFINITY) s *= ex2((m - tmax) * kLog2e);
+      if (m != -INFINITY) s *= ex2((m - tmax) * c2);
       m = tmax;
     }
-    const float nml = m == -INFINITY ? 0.f : -m * kLog2e;
+    const float nml = m == -INFINITY ? 0.f : -m * c2;
     float ts = 0.f;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float a[E];
 #pragma unroll
-      for (int e = 0; e < E; ++e) a[e] = ex2(fmaf(D::get(cur[u], e), kLog2e, nml));
+      for (int e = 0; e < E; ++e) a[e] = ex2(fmaf(D::get(cur[u], e), c2, nml));
 #pragma unroll
       for (int w = 1; w < E; w *= 2)
 #pragma unroll
@@ -454,12 +459,12 @@ __global__ void __launch_bounds__(THREADS, THREADS <= 256 ? 3 : 1)
   // ---- publish the CTA's (T, max, sum) to the cluster
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1)
-    merge_ms(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
+    merge_ms(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off), sc);
   if (lane == 0) { sh.red_m[warp] = m; sh.red_s[warp] = s; }
   __syncthreads();
   if (tid == 0) {
     float bm = -INFINITY, bs = 0.f;
-    for (int w = 0; w < THREADS / 32; ++w) merge_ms(bm, bs, sh.red_m[w], sh.red_s[w]);
+    for (int w = 0; w < THREADS / 32; ++w) merge_ms(bm, bs, sh.red_m[w], sh.red_s[w], sc);
     sh.pub_t = thr;
     sh.pub_m = bm;
     sh.pub_s = bs;
@@ -470,9 +475,9 @@ __global__ void __launch_bounds__(THREADS, THREADS <= 256 ? 3 : 1)
   for (int r = 0; r < csize; ++r) {  // rank order: every CTA gets the same lse
     const Smem* o = at_rank(&sh, r, csize);
     tg = o->pub_t > tg ? o->pub_t : tg;
-    merge_ms(M, S, o->pub_m, o->pub_s);
+    merge_ms(M, S, o->pub_m, o->pub_s, sc);
   }
-  const float lse = M + logf(S);
+  const float lse = sc * M + logf(S);
 
   // ---- the row's k-th key over the cluster's candidates >= Tg; the winners go to rank 0
   const uint32_t nb = base;
@@ -496,7 +501,7 @@ __global__ void __launch_bounds__(THREADS, THREADS <= 256 ? 3 : 1)
   int64_t* oid = out_ids + row * k;
   auto emit = [&](int pos, uint64_t key) {
     if (pos < k) {
-      olp[pos] = key_value<T>(static_cast<uint32_t>(key >> 32)) - lse;
+      olp[pos] = sc * key_value<T>(static_cast<uint32_t>(key >> 32)) - lse;
       oid[pos] = 0xffffffffu - static_cast<uint32_t>(key);
     }
   };
@@ -527,8 +532,8 @@ __global__ void __launch_bounds__(THREADS, THREADS <= 256 ? 3 : 1)
 }
 
 template <typename T, int THREADS, int U>
-cudaError_t launch_cfg(const T* logits, int64_t R, int64_t V, int k, int C, float* lp, int64_t* ids,
-                       cudaStream_t stream, int* max_clusters = nullptr) {
+cudaError_t launch_cfg(const T* logits, int64_t R, int64_t V, int k, int C, const float* scale, float* lp,
+                       int64_t* ids, cudaStream_t stream, int* max_clusters = nullptr) {
   constexpr int E = Dtype<T>::E;
   const int64_t chunk = ((V + C - 1) / C + E - 1) / E * E;  // multiple of E: vector-aligned chunks
   const bool vec = V % E == 0 && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
@@ -545,7 +550,7 @@ cudaError_t launch_cfg(const T* logits, int64_t R, int64_t V, int k, int C, floa
   cfg.attrs = attr;
   cfg.numAttrs = C > 1 ? 1 : 0;
   if (max_clusters) return cudaOccupancyMaxActiveClusters(max_clusters, kern, &cfg);
-  return cudaLaunchKernelEx(&cfg, kern, logits, V, k, C, chunk, lp, ids);
+  return cudaLaunchKernelEx(&cfg, kern, logits, V, k, C, chunk, scale, lp, ids);
 }
 
 // Occupancy answers are fixed per device and kernel: cached (as value + 1; 0 = not yet asked) so that
@@ -560,7 +565,8 @@ cudaError_t cached_query(std::atomic<int>* cache, int dev, int* out, Query query
 }
 
 template <typename T>
-cudaError_t launch_t(const T* logits, int64_t R, int64_t V, int k, float* lp, int64_t* ids, cudaStream_t stream) {
+cudaError_t launch_t(const T* logits, int64_t R, int64_t V, int k, const float* scale, float* lp, int64_t* ids,
+                     cudaStream_t stream) {
   constexpr int64_t kStreamTile = 256 * 4 * Dtype<T>::E;
   static std::atomic<int> sm_cache[kMaxDevices], major_cache[kMaxDevices], occ_cache[kMaxDevices],
       fit_cache[4][kMaxDevices];
@@ -583,12 +589,12 @@ cudaError_t launch_t(const T* logits, int64_t R, int64_t V, int k, float* lp, in
     while (C < max_cluster && V >= 2 * C * 2048) C *= 2;
     for (int fit = 0; C > 1; C /= 2) {
       err = cached_query(fit_cache[__builtin_ctz(C)], dev, &fit, [&](int* o) {
-        return launch_cfg<T, 512, 5>(logits, R, V, k, C, lp, ids, stream, o);
+        return launch_cfg<T, 512, 5>(logits, R, V, k, C, scale, lp, ids, stream, o);
       });
       if (err != cudaSuccess) return err;
       if (fit >= R) break;
     }
-    return launch_cfg<T, 512, 5>(logits, R, V, k, C, lp, ids, stream);
+    return launch_cfg<T, 512, 5>(logits, R, V, k, C, scale, lp, ids, stream);
   }
   // Streaming: 256 threads x 4 vectors. HBM is shared, so what matters is enough CTAs per SM to keep bytes
   // in flight, also in the last (partial) wave: rows are split over the fewest CTAs (chunks >= 2 tiles) that
@@ -604,19 +610,19 @@ cudaError_t launch_t(const T* logits, int64_t R, int64_t V, int k, float* lp, in
     const int64_t n = R * C, tail = n % slots == 0 ? slots : n % slots;
     if (n >= 4 * slots || 2 * tail >= 3 * static_cast<int64_t>(sms)) break;
   }
-  return launch_cfg<T, 256, 4>(logits, R, V, k, C, lp, ids, stream);
+  return launch_cfg<T, 256, 4>(logits, R, V, k, C, scale, lp, ids, stream);
 }
 
 }  // namespace
 
-cudaError_t launch_topk_lse(const void* logits, LogitDtype dtype, int64_t R, int64_t V, int k, float* lp,
-                            int64_t* ids, cudaStream_t stream) {
+cudaError_t launch_topk_lse(const void* logits, LogitDtype dtype, int64_t R, int64_t V, int k, const float* scale,
+                            float* lp, int64_t* ids, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (k < 1 || k > kMaxTopK || k > V || V >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   switch (dtype) {
-    case LogitDtype::kFloat32: return launch_t(static_cast<const float*>(logits), R, V, k, lp, ids, stream);
-    case LogitDtype::kFloat16: return launch_t(static_cast<const __half*>(logits), R, V, k, lp, ids, stream);
-    default: return launch_t(static_cast<const __nv_bfloat16*>(logits), R, V, k, lp, ids, stream);
+    case LogitDtype::kFloat32: return launch_t(static_cast<const float*>(logits), R, V, k, scale, lp, ids, stream);
+    case LogitDtype::kFloat16: return launch_t(static_cast<const __half*>(logits), R, V, k, scale, lp, ids, stream);
+    default: return launch_t(static_cast<const __nv_bfloat16*>(logits), R, V, k, scale, lp, ids, stream);
   }
 }
 

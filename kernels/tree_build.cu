@@ -14,9 +14,10 @@
 // child = logw + lp[d][0] (kernels/tree_rows.h: explicit _rn intrinsics, so no contraction can change them).
 // Chain-anchored (chain_pops > 0): pop c < min(chain_pops, budget, L) takes slot c (the rank-0 child of chain
 // node c, which nothing has popped yet) instead of the argmax; everything after the choice is the same code.
+// With `anchored` (bool [B], nullable) only the requests it marks are anchored, the others get the paper's tree.
 // The lattice (LAT, docs/DESIGN.md §3.10; rows as kernels/tree_rows.h defines them): R = K rows per depth, a
 // node's children read from the row of its own candidate index (s_row); the top-k instantiations (LAT false)
-// compile to the code they were before the lattice existed.
+// do none of the lattice's work.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -102,7 +103,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
                                                          const int64_t* __restrict__ ids,
                                                          const int64_t* __restrict__ root_tokens,
                                                          const int64_t* __restrict__ seq_lens, int L, int k,
-                                                         int budget, int kc, int forced, TreeOutputs out) {
+                                                         int budget, int kc, int forced,
+                                                         const bool* __restrict__ anchored, TreeOutputs out) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = budget + 1;
   const int R = LAT ? k : 1;
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
     };
     rescan();
     int count = 0;
-    int chain = forced;
+    int chain = anchored == nullptr || anchored[b] ? forced : 0;
     while (count < budget) {
       uint32_t mhi = 0, mlo = 0, wm = 0, p = 0;
       if (count < chain) {  // warp-uniform: the chain node of depth count + 1 sits in slot `count`
@@ -334,8 +336,8 @@ __global__ void __launch_bounds__(256) tree_build_kernel(const float* __restrict
 
 template <int S, bool LAT>
 cudaError_t launch_s(const float* lp, const int32_t* order, const int64_t* ids, const int64_t* roots,
-                     const int64_t* seqs, int B, int L, int k, int budget, int forced, const TreeOutputs& out,
-                     cudaStream_t stream) {
+                     const int64_t* seqs, int B, int L, int k, int budget, int forced, const bool* anchored,
+                     const TreeOutputs& out, cudaStream_t stream) {
   const int n = budget + 1;
   const int kc = k < n ? k : n;
   const int64_t rows = static_cast<int64_t>(L) * (LAT ? k : 1);
@@ -348,14 +350,14 @@ cudaError_t launch_s(const float* lp, const int32_t* order, const int64_t* ids, 
     if (e != cudaSuccess) return e;
   }
   const int threads = n > 256 ? 256 : 128;
-  kern<<<B, threads, bytes, stream>>>(lp, order, ids, roots, seqs, L, k, budget, kc, forced, out);
+  kern<<<B, threads, bytes, stream>>>(lp, order, ids, roots, seqs, L, k, budget, kc, forced, anchored, out);
   return cudaGetLastError();
 }
 
 template <bool LAT>
 cudaError_t launch_build(const float* lp, const int32_t* order, const int64_t* ids, const int64_t* root_tokens,
                          const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
-                         const TreeOutputs& out, cudaStream_t stream) {
+                         const bool* anchored, const TreeOutputs& out, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
   if (budget < 0 || budget + 1 > kMaxTreeSlots || L < 0 || L > kMaxDepth || k < 0 || chain_pops < 0 ||
       (LAT && k > kMaxTopK)) {
@@ -366,8 +368,8 @@ cudaError_t launch_build(const float* lp, const int32_t* order, const int64_t* i
   if (forced > L) forced = L;
   const int slots = (budget + 1 + 31) / 32;
   auto go = [&](auto s) {
-    return launch_s<decltype(s)::value, LAT>(lp, order, ids, root_tokens, seq_lens, B, L, k, budget, forced, out,
-                                             stream);
+    return launch_s<decltype(s)::value, LAT>(lp, order, ids, root_tokens, seq_lens, B, L, k, budget, forced,
+                                             anchored, out, stream);
   };
   if (slots <= 1) return go(std::integral_constant<int, 1>());
   if (slots <= 2) return go(std::integral_constant<int, 2>());
@@ -382,14 +384,16 @@ cudaError_t launch_build(const float* lp, const int32_t* order, const int64_t* i
 
 cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
                               const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
-                              const TreeOutputs& out, cudaStream_t stream) {
-  return launch_build<false>(lp, nullptr, ids, root_tokens, seq_lens, B, L, k, budget, chain_pops, out, stream);
+                              const bool* anchored, const TreeOutputs& out, cudaStream_t stream) {
+  return launch_build<false>(lp, nullptr, ids, root_tokens, seq_lens, B, L, k, budget, chain_pops, anchored, out,
+                             stream);
 }
 
 cudaError_t launch_lattice_build(const float* lp, const int32_t* order, const int64_t* cand,
                                  const int64_t* root_tokens, const int64_t* seq_lens, int B, int L, int K, int budget,
-                                 int chain_pops, const TreeOutputs& out, cudaStream_t stream) {
-  return launch_build<true>(lp, order, cand, root_tokens, seq_lens, B, L, K, budget, chain_pops, out, stream);
+                                 int chain_pops, const bool* anchored, const TreeOutputs& out, cudaStream_t stream) {
+  return launch_build<true>(lp, order, cand, root_tokens, seq_lens, B, L, K, budget, chain_pops, anchored, out,
+                            stream);
 }
 
 }  // namespace ddtree

@@ -36,17 +36,18 @@ struct TreeOutputs {
 };
 
 // docs/DESIGN.md §3 for B requests in one launch: lp f32 [B, L, k], ids i64 [B, L, k]; the first
-// min(chain_pops, budget, L) pops forced to the greedy chain (0: the paper's tree).
+// min(chain_pops, budget, L) pops forced to the greedy chain (0: the paper's tree), in the requests
+// anchored[b] marks (every request when anchored is null).
 cudaError_t launch_tree_build(const float* lp, const int64_t* ids, const int64_t* root_tokens,
                               const int64_t* seq_lens, int B, int L, int k, int budget, int chain_pops,
-                              const TreeOutputs& out, cudaStream_t stream);
+                              const bool* anchored, const TreeOutputs& out, cudaStream_t stream);
 
 // The lattice tree (docs/DESIGN.md §3.10, rows as kernels/tree_rows.h) for B requests in one launch: lp f32
 // [B, L, K, K] (each row sorted descending), order i32 [B, L, K, K] (the candidate index of each rank), cand i64
-// [B, L, K]; K <= kMaxTopK; chain_pops as launch_tree_build's (the chain: the lattice's argmax walk).
+// [B, L, K]; K <= kMaxTopK; chain_pops and anchored as launch_tree_build's (the chain: the lattice's argmax walk).
 cudaError_t launch_lattice_build(const float* lp, const int32_t* order, const int64_t* cand,
                                  const int64_t* root_tokens, const int64_t* seq_lens, int B, int L, int K, int budget,
-                                 int chain_pops, const TreeOutputs& out, cudaStream_t stream);
+                                 int chain_pops, const bool* anchored, const TreeOutputs& out, cudaStream_t stream);
 
 // reference.walk_reference for B requests: tokens/next_token/next_sibling/target i64 [B, n],
 // num_nodes i32 [B] -> accept_index i32 [B, L+1], accept_len i32 [B], bonus i64 [B], flags i32 [B].
@@ -64,9 +65,10 @@ cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, 
                                const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
                                cudaStream_t stream);
 
-// Exact top-k (value desc, id asc) and lp = top - logsumexp(row) over logits [R, V]. One launch, no
-// workspace: the CTAs that share a row merge through distributed shared memory (thread-block clusters).
-cudaError_t launch_topk_lse(const void* logits, LogitDtype dtype, int64_t R, int64_t V, int k, float* lp,
-                            int64_t* ids, cudaStream_t stream);
+// Exact top-k (value desc, id asc) and lp = c*top - logsumexp(c*row) over logits [R, V], c = scale[row] (> 0;
+// 1 when scale is null). One launch, no workspace: the CTAs that share a row merge through distributed shared
+// memory (thread-block clusters).
+cudaError_t launch_topk_lse(const void* logits, LogitDtype dtype, int64_t R, int64_t V, int k, const float* scale,
+                            float* lp, int64_t* ids, cudaStream_t stream);
 
 }  // namespace ddtree

@@ -134,17 +134,15 @@ def uniform_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, vo
     word v mod 4 of counter (v / 4, node, step low, step high): u = (x + 0.5)·2⁻³² rounded to float32 and clamped
     below 1 (the top words would round to 1.0)."""
     dev = seed.device
-    v = torch.arange(vocab, device=dev, dtype=torch.int64)
-    R = seed.shape[0]
-    c0 = (v >> 2).unsqueeze(0).expand(R, -1) & _MASK32
-    c1 = (node.unsqueeze(1) & _MASK32).expand(-1, vocab)
-    c2 = (step.unsqueeze(1) & _MASK32).expand(-1, vocab)
-    c3 = ((step.unsqueeze(1) >> 32) & _MASK32).expand(-1, vocab)
-    k0 = (seed.unsqueeze(1) & _MASK32).expand(-1, vocab)
-    k1 = ((seed.unsqueeze(1) >> 32) & _MASK32).expand(-1, vocab)
-    words = philox4x32((c0, c1, c2, c3), (k0, k1))
-    lane = (v & 3).unsqueeze(0).expand(R, -1)
-    x = torch.where(lane == 0, words[0], torch.where(lane == 1, words[1], torch.where(lane == 2, words[2], words[3])))
+    R, blocks = seed.shape[0], (vocab + 3) // 4  # one Philox call gives the words of 4 vocabulary entries
+    c0 = torch.arange(blocks, device=dev, dtype=torch.int64).unsqueeze(0).expand(R, -1)
+    c1 = (node.unsqueeze(1) & _MASK32).expand(-1, blocks)
+    c2 = (step.unsqueeze(1) & _MASK32).expand(-1, blocks)
+    c3 = ((step.unsqueeze(1) >> 32) & _MASK32).expand(-1, blocks)
+    k0 = (seed.unsqueeze(1) & _MASK32).expand(-1, blocks)
+    k1 = ((seed.unsqueeze(1) >> 32) & _MASK32).expand(-1, blocks)
+    # entry v: word v % 4 of call v // 4
+    x = torch.stack(philox4x32((c0, c1, c2, c3), (k0, k1)), dim=-1).reshape(R, blocks * 4)[:, :vocab]
     u = (x.to(torch.float64) + 0.5) * (2.0 ** -32)
     return u.to(torch.float32).clamp(max=1.0 - 2.0 ** -24)
 

@@ -4,7 +4,8 @@ Two facts make this cheap. (1) The builders pop in one fixed order, whatever the
 is exactly the first b pops of any larger tree built from the same (lp, ids) (for the paper's tree and the
 chain-anchored one; tests/core/test_budget.py checks it on every backend), so one build at the largest
 candidate budget answers for every smaller one. (2) Node i's path weight exp(logw_i) is the drafter's
-probability that the target's greedy walk reaches it, so the expected tokens a round commits with budget b
+probability that the target's walk reaches it — greedy, or sampled under the request's own law, since a sampled
+request's keys are the draft under that law (keys.py) — so the expected tokens a round commits with budget b
 is 1 + Σ_{i ≤ b} exp(logw_i) (the bonus token plus every node reached) — exact if the drafter is calibrated
 (sglang_ddtree/calibration.py), which is why the calibrated keys are the ones to rank and predict by.
 The budget that maximises predicted tokens per unit time is argmax_b E_b / cost(batch, b + 1): `AutoWidth`,

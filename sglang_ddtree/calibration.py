@@ -13,9 +13,11 @@ is lossless; what calibration can change is acceptance, so it is kept only where
                                                        # tiny pair), reliability and τ on the other 131
                                                        # (engine/calibrate.py)
 
-The fitted temperatures ship with a drafter as `ddtree_calibration.json` in its directory
-(`load_depth_temperatures`): the engine uses them with `draft_temperature="drafter"`, the SGLang plugin
-whenever the drafter directory has the file (`SGLANG_DDTREE_CALIBRATION`: auto / off / a path).
+The fitted temperatures ship with a drafter as `ddtree_calibration.json` in its directory (`load_calibration`):
+the engine uses them with `draft_temperature="drafter"` (and the sampling entry with `sampling_temperature=
+"drafter"`), the SGLang plugin whenever the drafter directory has the file (`SGLANG_DDTREE_CALIBRATION`: auto /
+off / a path). Sampled requests rank by their own law over the draft (keys.py), calibrated by the sampling entry
+(`fit_sampling_temperatures`); a file without one leaves their draft raw.
 """
 from __future__ import annotations
 
@@ -27,23 +29,32 @@ import torch
 
 GRID = [math.exp(x / 40.0) for x in range(-64, 41)]  # T from e^-1.6 ≈ 0.20 to e^1 ≈ 2.72
 FILE = "ddtree_calibration.json"
+SAMPLING_KEY = "sampling_depth_temperature"  # the file's entry for sampled requests (keys.py)
 
 
-def load_depth_temperatures(path: str, depth_limit: int) -> list[float]:
-    """The per-depth temperatures of a calibration file (or of FILE inside a drafter directory); raises
-    ValueError naming the file when it is malformed or fitted for another number of draft depths."""
+def load_calibration(path: str, depth_limit: int):
+    """keys.Calibration of a calibration file (or of FILE inside a drafter directory): `depth_temperature` for
+    greedy requests and, where the file has one, `sampling_depth_temperature` for sampled requests (None
+    without: a sampled request's keys are then its law over the raw draft, keys.py). Raises ValueError naming
+    the file when it is malformed or fitted for another number of draft depths."""
+    from .keys import Calibration
+
     if os.path.isdir(path):
         path = os.path.join(path, FILE)
     try:
         with open(path) as f:
-            temps = json.load(f)["depth_temperature"]
-        temps = [float(t) for t in temps]
+            data = json.load(f)
+        entries = {key: data[key] for key in ("depth_temperature", SAMPLING_KEY) if key in data}
+        entries["depth_temperature"]  # noqa: B018 (the greedy entry is required)
+        entries = {key: [float(t) for t in temps] for key, temps in entries.items()}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"calibration file {path}: cannot read depth_temperature ({e})") from None
-    if len(temps) != depth_limit or not all(math.isfinite(t) and t > 0 for t in temps):
-        raise ValueError(f"calibration file {path}: depth_temperature must be {depth_limit} positive floats (one "
-                         f"per draft depth), got {temps}")
-    return temps
+    for key, temps in entries.items():
+        if len(temps) != depth_limit or not all(math.isfinite(t) and t > 0 for t in temps):
+            raise ValueError(f"calibration file {path}: {key} must be {depth_limit} positive floats (one per draft "
+                             f"depth), got {temps}")
+    sampling = entries.get(SAMPLING_KEY)
+    return Calibration(tuple(entries["depth_temperature"]), None if sampling is None else tuple(sampling))
 
 
 def collect(engine, prompts, max_new: int = 48, budget: int = 16, anchor="chain", batch_size: int = 100):
@@ -73,27 +84,57 @@ def nll(logits: torch.Tensor, target: torch.Tensor, temperature: float) -> float
     return float((torch.logsumexp(z, -1) - z.gather(1, target[:, None])[:, 0]).mean())
 
 
-def fit_temperature(logits: torch.Tensor, target: torch.Tensor) -> float:
-    """The T of GRID with the lowest NLL (temperature scaling), refined by a golden-section search between
-    its neighbours."""
-    losses = [nll(logits, target, t) for t in GRID]
+def cross_entropy(logits: torch.Tensor, probs: torch.Tensor, temperature: float) -> float:
+    """Mean cross-entropy −Σ_v q_v log softmax(logits / T)_v of distributions probs q [N, V] (rows of q that
+    are zero where the logits are −inf add nothing), in float64."""
+    z = logits.double() / temperature
+    logp = z - torch.logsumexp(z, -1, keepdim=True)
+    q = probs.double()
+    return float(-(torch.where(q > 0, q * logp, torch.zeros_like(q))).sum(-1).mean())
+
+
+def fit_temperature(logits: torch.Tensor, target: torch.Tensor, loss=nll) -> float:
+    """The T of GRID with the lowest loss(logits, target, T) (temperature scaling; nll: target tokens,
+    cross_entropy: target distributions), refined by a golden-section search between its neighbours."""
+    losses = [loss(logits, target, t) for t in GRID]
     j = min(range(len(GRID)), key=losses.__getitem__)
     lo, hi = GRID[max(j - 1, 0)], GRID[min(j + 1, len(GRID) - 1)]
     g = (math.sqrt(5) - 1) / 2
     for _ in range(30):
         a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-        if nll(logits, target, a) < nll(logits, target, b):
+        if loss(logits, target, a) < loss(logits, target, b):
             hi = b
         else:
             lo = a
     return (lo + hi) / 2
 
 
+def fit_sampling_temperatures(draft: torch.Tensor, target: torch.Tensor) -> list[float]:
+    """The sampling calibration: per depth d, the T_d minimising the cross-entropy of the target's distribution
+    softmax(y) against the drafter's softmax(x_d / T_d) over the drafted positions (draft, target: [N, L, V]
+    draft and target logits, engine/round_contexts.py; rows with a NaN target — past the output — are left out).
+
+    Why this objective: sampled, the walk takes the drafter's token t at depth d with probability q(t), the
+    target's law there (§3.5), so the keys should estimate q; the cross-entropy −Σ_t q(t) log p̂(t) is the proper
+    score of a whole distribution p̂ against q (its minimum is p̂ = q). It is fitted at temperature 1 without
+    filters, where both laws cover the vocabulary: if x_d / T_d ≈ y + const, then x_d / (T_d · T) ≈ y / T, so
+    a request's own temperature and filters are applied afterwards exactly as the target's sampler applies them
+    (keys.py)."""
+    out = []
+    for d in range(draft.shape[1]):
+        y = target[:, d]
+        ok = ~torch.isnan(y).any(-1)
+        out.append(fit_temperature(draft[ok, d], torch.softmax(y[ok].double(), -1), cross_entropy))
+    return out
+
+
 def reliability(logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0, bins: int = 10) -> dict:
-    """Top-1 confidence vs hit rate: mean confidence, hit rate, expected calibration error and the bins."""
+    """Top-1 confidence vs hit rate: mean confidence, hit rate, expected calibration error and the bins. target:
+    the tokens [N] (a hit: the drafter's top-1 is the token), or distributions [N, V] (sampled: the hit rate is the
+    probability the target's law gives the drafter's top-1, what the walk accepts it with)."""
     p = torch.softmax(logits.double() / temperature, -1)
     conf, top = p.max(-1)
-    hit = (top == target).double()
+    hit = (top == target).double() if target.dim() == 1 else target.double().gather(1, top[:, None])[:, 0]
     edges = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
     table, ece = [], 0.0
     for i in range(bins):

@@ -20,15 +20,17 @@ _TREE_OUT = ("num_nodes", "tokens", "parents", "depths", "ranks", "logw", "posit
 
 SCHEMAS = {
     # lp f32 [B,L,k], ids i64 [B,L,k], root_tokens i64 [B], seq_lens i64 [B] -> the TreeBatch fields;
-    #   chain_pops: the first min(chain_pops, budget, L) pops forced to the greedy chain (reference.py)
+    #   chain_pops: the first min(chain_pops, budget, L) pops forced to the greedy chain (reference.py), in the
+    #   requests anchored (bool [B]) marks, every request without it
     "build_tree_from_topk": "(Tensor lp, Tensor ids, Tensor root_tokens, Tensor seq_lens, int budget, "
-                            "int chain_pops=0) -> ("
+                            "int chain_pops=0, Tensor? anchored=None) -> ("
                             + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
     # the lattice tree (docs/DESIGN.md §3.10): lp f32 [B,L,K,K] (row (e, p) sorted descending), order i32
     #   [B,L,K,K] (the candidate index of each rank), cand i64 [B,L,K], root_tokens/seq_lens i64 [B] -> the
-    #   TreeBatch fields; chain_pops as above (the chain: the lattice's argmax walk)
+    #   TreeBatch fields; chain_pops and anchored as above (the chain: the lattice's argmax walk)
     "build_tree_from_lattice": "(Tensor lp, Tensor order, Tensor cand, Tensor root_tokens, Tensor seq_lens, "
-                               "int budget, int chain_pops=0) -> (" + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
+                               "int budget, int chain_pops=0, Tensor? anchored=None) -> ("
+                               + ", ".join("Tensor" for _ in _TREE_OUT) + ")",
     # the TreeBatch fields of a tree with n_big slots (all but retrive_index) -> the tree of a smaller budget
     #   (budget.truncate's definition, kernels/tree_truncate.h), every field in TreeBatch order, contiguous
     "truncate_tree": "(Tensor num_nodes, Tensor tokens, Tensor parents, Tensor depths, Tensor ranks, Tensor logw, "
@@ -44,8 +46,9 @@ SCHEMAS = {
     #   i64 [B,W], new_seq_lens [B] (prefix_lens' dtype)
     "commit_tree": "(Tensor tokens, Tensor next_token, Tensor next_sibling, Tensor num_nodes, Tensor target, "
                    "Tensor prefix_lens, Tensor slots, int depth_limit) -> Tensor[]",
-    # logits [R, V] (bf16/fp16/fp32) -> lp f32 [R, k], ids i64 [R, k] in canonical order (value desc, id asc)
-    "topk_lse": "(Tensor logits, int k) -> (Tensor, Tensor)",
+    # logits [R, V] (bf16/fp16/fp32), scale f32 [R] or None (each row's multiplier c > 0, topk.py) -> lp f32 [R, k]
+    #   = c*top - logsumexp(c*row), ids i64 [R, k] in canonical order of the raw logits (value desc, id asc)
+    "topk_lse": "(Tensor logits, int k, Tensor? scale=None) -> (Tensor, Tensor)",
     # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample (argmax when temperature == 0) -> i64 [R]
     "sample_rows": "(Tensor logits, float temperature, Tensor seed, Tensor step, Tensor node) -> Tensor",
 }
@@ -71,12 +74,12 @@ def _tree_fake(like, B: int, n: int) -> tuple:
 
 
 @torch.library.register_fake(f"{NS}::build_tree_from_topk")
-def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget, chain_pops=0):
+def _build_tree_fake(lp, ids, root_tokens, seq_lens, budget, chain_pops=0, anchored=None):
     return _tree_fake(lp, lp.shape[0], verify_width(budget))
 
 
 @torch.library.register_fake(f"{NS}::build_tree_from_lattice")
-def _build_lattice_fake(lp, order, cand, root_tokens, seq_lens, budget, chain_pops=0):
+def _build_lattice_fake(lp, order, cand, root_tokens, seq_lens, budget, chain_pops=0, anchored=None):
     return _tree_fake(lp, lp.shape[0], verify_width(budget))
 
 
@@ -103,7 +106,7 @@ def _commit_fake(tokens, next_token, next_sibling, num_nodes, target, prefix_len
 
 
 @torch.library.register_fake(f"{NS}::topk_lse")
-def _topk_lse_fake(logits, k):
+def _topk_lse_fake(logits, k, scale=None):
     R = logits.shape[0]
     return logits.new_empty((R, k), dtype=torch.float32), logits.new_empty((R, k), dtype=torch.int64)
 

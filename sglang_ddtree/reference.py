@@ -285,13 +285,22 @@ def chain_rejection_reference(p, q, drafted, u, noise) -> tuple[int, int]:
         return a, int(np.argmax(np.log(r) + noise[a]))
 
 
+def kept_ranks(ps, top_k: int, top_p: float, min_p: float) -> np.ndarray:
+    """bool per rank of probabilities ps sorted descending (ties by lower token id): the ranks the plain server's
+    sampler keeps — rank r < top_k (top_k <= 0 keeps every rank), the mass ranked before r <= top_p, p_r >=
+    min_p · p_0, and p_r > 0. Every condition holds on a prefix of the ranks, so the kept set is one too."""
+    ps = np.asarray(ps, dtype=np.float64)
+    rank = np.arange(len(ps))
+    return ((ps > 0) & ((rank < top_k) if top_k > 0 else True) & (np.cumsum(ps) - ps <= top_p)
+            & (ps >= ps[0] * min_p))
+
+
 def filtered_law(logits, temperature: float, top_k: int, top_p: float, min_p: float) -> np.ndarray:
     """The distribution the plain server samples one next token from (SGLang's pytorch sampler), float64.
 
-    p = softmax(logits / T); tokens ranked by p descending, ties by lower token id; rank r is kept when
-    r < top_k, when the mass ranked before it is <= top_p, and when p >= min_p · max p; the kept tokens'
-    p renormalised. top_k <= 0 keeps every rank. Every tree node is sampled from this law of its own
-    (penalised) logits, so the walk stays exact ancestral sampling of the filtered target.
+    p = softmax(logits / T); tokens ranked by p descending, ties by lower token id; the ranks `kept_ranks`
+    keeps, their p renormalised. Every tree node is sampled from this law of its own (penalised) logits, so
+    the walk stays exact ancestral sampling of the filtered target.
     """
     z = np.asarray(logits, dtype=np.float64) / float(temperature)
     z = z - z.max()
@@ -299,11 +308,42 @@ def filtered_law(logits, temperature: float, top_k: int, top_p: float, min_p: fl
     p /= p.sum()
     order = np.argsort(-p, kind="stable")
     ps = p[order]
-    rank = np.arange(len(ps))
-    keep = (ps > 0) & ((rank < top_k) if top_k > 0 else True) & (np.cumsum(ps) - ps <= top_p) & (ps >= ps[0] * min_p)
+    keep = kept_ranks(ps, top_k, top_p, min_p)
     out = np.zeros_like(p)
     out[order[keep]] = ps[keep]
     return out / out.sum()
+
+
+def law_keys_reference(logits, k: int, scale: float, law=None) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 1 of one request's draft row under the request's law (docs/DESIGN.md §3.11): (lp float64 [k], ids
+    int64 [k]), the keys the tree ranks and predicts by.
+
+    logits: the drafter's row [V] (upcast to float32). scale: the row's positive multiplier — 1 / (T · c_d) for a
+    sampled request (its temperature T, the sampling calibration c_d of the row's depth), 1 / c_d for a greedy one
+    (the greedy calibration; 1 uncalibrated). law: None (a greedy request: the scaled draft as it is) or
+    (top_k, top_p, min_p), the request's filters.
+    - Candidates: the k largest logits x in the canonical order (value desc, id asc, §3.1). A positive scale
+      never reorders them; where it rounds two of them to one value, x's order stands.
+    - z = scale ⊗ x (a float32 product per logit); lp_r = z_r − logsumexp(z), the normaliser over the whole row.
+    - Under a law, p_r = exp(lp_r) over the candidates and kept = kept_ranks(p, top_k, top_p, min_p), rank 0
+      always kept. If the kept set ends inside the candidates (rank k − 1 dropped), it is the whole kept set:
+      N = Σ_kept p_r, the filtered law's exact mass, and the keys are lp_r − log N, −inf where dropped. Otherwise
+      the kept set may reach past the k candidates, whose mass stage 1 does not read: N = 1, the keys are lp_r
+      (the filtered law's mass is then in [Σ_{r<k} p_r, 1], and above top_p under top-p alone).
+    """
+    x = np.asarray(logits, dtype=np.float32)
+    ids = np.lexsort((np.arange(len(x)), -x))[:k]
+    z = (x * np.float32(scale)).astype(np.float64)
+    m = z.max()
+    lp = z[ids] - (m + np.log(np.exp(z - m).sum()))
+    if law is None:
+        return lp, ids.astype(np.int64)
+    p = np.exp(lp)
+    keep = kept_ranks(p, *law)
+    keep[0] = True
+    if keep[-1]:
+        return lp, ids.astype(np.int64)
+    return np.where(keep, lp - np.log(p[keep].sum()), -np.inf), ids.astype(np.int64)
 
 
 def penalized_logits(logits, outputs, *, frequency: float = 0.0, presence: float = 0.0, repetition: float = 1.0,

@@ -96,11 +96,14 @@ class RoundOps:
     def _back(self, tensors):
         return [t.to(self.device, non_blocking=True) for t in tensors] if self.fallback else list(tensors)
 
-    def build(self, lp, ids, budget: int, roots, prefix_lens, anchor=None) -> TreeBatch:
-        """Best-first tree from top-k log-probs (tree.build_tree_from_topk) on this decoder's backend."""
+    def build(self, lp, ids, budget: int, roots, prefix_lens, anchor=None, anchored=None) -> TreeBatch:
+        """Best-first tree from top-k log-probs (tree.build_tree_from_topk) on this decoder's backend; anchored:
+        bool [B], the requests the anchor applies to (None: all)."""
         lp, ids, roots, lens = self._host(lp, ids, roots, prefix_lens.to(torch.int64))
+        if anchored is not None:
+            anchored = self._host(anchored)[0]
         tree = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend=self.backend,
-                                    anchor=anchor)
+                                    anchor=anchor, anchored=anchored)
         return tree.to(self.device, non_blocking=True) if self.fallback else tree
 
     def truncate(self, tree: TreeBatch, budget: int) -> TreeBatch:

@@ -29,19 +29,27 @@ class NodeLaw:
         return (self.top_ks == 1) | (self.temperatures <= 0)
 
 
+def kept_ranks(ps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor) -> torch.Tensor:
+    """bool [R, m]: the ranks the law keeps, for probabilities ps [R, m] sorted descending per row (ties by lower
+    token id) and per-row top_ks / top_ps / min_ps [R] (reference.kept_ranks is the definition: a prefix of the
+    ranks). m may be the whole vocabulary (a target node's draw) or the tree's k candidates (keys.py): the rule
+    only reads the ranks up to the one it judges."""
+    rank = torch.arange(ps.shape[-1], device=ps.device).unsqueeze(0)
+    k = top_ks.to(torch.int64).unsqueeze(1)
+    keep = ((rank < k) | (k <= 0)) & (ps > 0)
+    keep &= (torch.cumsum(ps, dim=-1) - ps) <= top_ps.to(ps.dtype).unsqueeze(1)
+    keep &= ps >= ps[:, :1] * min_ps.to(ps.dtype).unsqueeze(1)
+    keep[:, 0] = True  # the most likely token always stays (rounding cannot empty a row)
+    return keep
+
+
 def filter_logits(scaled: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor):
     """scaled float32 [R, V] (logits / T) with the tokens the law drops set to −inf, in place; per-row
     top_ks / top_ps / min_ps [R]. One stable descending sort per row (ties by lower token id), as the
     reference ranks them; the kept set is a function of the probabilities, so it is computed from them."""
     probs = torch.softmax(scaled, dim=-1)
     ps, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    rank = torch.arange(ps.shape[-1], device=ps.device).unsqueeze(0)
-    k = top_ks.to(torch.int64).unsqueeze(1)
-    keep = (rank < k) | (k <= 0)
-    keep &= (torch.cumsum(ps, dim=-1) - ps) <= top_ps.to(ps.dtype).unsqueeze(1)
-    keep &= ps >= ps[:, :1] * min_ps.to(ps.dtype).unsqueeze(1)
-    keep[:, 0] = True  # the most likely token always stays (rounding cannot empty a row)
-    drop = torch.empty_like(keep).scatter_(1, order, ~keep)
+    drop = torch.empty_like(ps, dtype=torch.bool).scatter_(1, order, ~kept_ranks(ps, top_ks, top_ps, min_ps))
     return scaled.masked_fill_(drop, float("-inf"))
 
 

@@ -75,14 +75,16 @@ def chain_pops(anchor, depth_limit: int) -> int:
     return depth_limit if anchor == "chain" else 0
 
 
-def _build_reference(build, inputs, budget, root_tokens, seq_lens, forced: int = 0) -> tuple:
+def _build_reference(build, inputs, budget, root_tokens, seq_lens, forced: int = 0, anchored=None) -> tuple:
     """Loop a numpy oracle (`build`: reference.build_tree_reference or build_lattice_tree_reference) over the
-    requests of `inputs` (tensors, batch first) (tests and tools; never a hot path)."""
+    requests of `inputs` (tensors, batch first), `forced` chain pops in the requests `anchored` (bool [B]) marks,
+    every request without it (tests and tools; never a hot path)."""
     B, n = inputs[0].shape[0], verify_width(budget)
     arrays = [x.detach().cpu().numpy() for x in inputs]
     roots, lens = root_tokens.cpu().tolist(), seq_lens.cpu().tolist()
+    rows = [True] * B if anchored is None else anchored.cpu().tolist()
     per = [build(*(a[b] for a in arrays), budget, root_token=roots[b], seq_len=lens[b], request_index=b,
-                 chain_pops=forced) for b in range(B)]
+                 chain_pops=forced if rows[b] else 0) for b in range(B)]
     words = ops.mask_words(n)
     stack = lambda key, dt: torch.from_numpy(np.stack([p[key] for p in per]) if per else np.zeros((0, n), dt))
     mask = torch.from_numpy(np.stack([p["tree_mask"] for p in per]) if per else np.zeros((0, n, n), bool))
@@ -115,16 +117,26 @@ def _request_vectors(root_tokens, seq_lens, batch: int, device) -> tuple[torch.T
     return roots, lens
 
 
+def _check_anchored(anchored, batch: int, device) -> None:
+    """anchored: None or bool [batch] on `device` (the requests the anchor applies to)."""
+    if anchored is not None:
+        C.tensor("anchored", anchored, ndim=1, dtypes=(torch.bool,), device=device)
+        C.shape("anchored", anchored, (batch,))
+
+
 def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budget: int, *,
-                         root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
+                         root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None,
+                         anchored=None) -> TreeBatch:
     """Best-first DDTree build (docs/DESIGN.md §3) from per-depth top-k log-probs, for a batch of requests.
 
     top_logprobs: float32 [B, L, k], rows sorted descending (ties by id); top_ids: int64 [B, L, k].
     root_tokens / seq_lens: None, an int, or int [B] (root token at node 0; positions = seq_len + depth); a
     negative token, top id or seq_len is refused (for CPU tensors and ints; CUDA tensors are not read on the host).
     budget 0 is the root alone (an autoregressive step). backend: 'auto' (the tensors' device), 'cuda', 'cpu'
-    or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or 'chain' (the drafter's greedy chain is
-    popped first, so it is always a path of the tree: docs/DESIGN.md §3.7).
+    or 'reference' (the numpy oracle); all agree exactly on the same inputs. anchor: None (the paper's tree) or
+    'chain' (the drafter's greedy chain is popped first, so it is always a path of the tree: docs/DESIGN.md §3.7).
+    anchored: None (the anchor applies to every request) or bool [B] on the tensors' device, the requests it
+    applies to (the others get the paper's tree: the served default anchors greedy requests only, §3.11).
     """
     C.tensor("top_logprobs", top_logprobs, ndim=3, dtypes=(torch.float32,))
     device = top_logprobs.device
@@ -135,13 +147,16 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     forced = chain_pops(anchor, L)
     C.in_range("top_ids", top_ids, 0)  # a negative id would become a node's token, unflagged
     roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    _check_anchored(anchored, B, device)
     backend = ops.resolve_backend(backend, device)
     lp, ids = top_logprobs.contiguous(), top_ids.to(torch.int64).contiguous()
     if backend == "reference":
         from .reference import build_tree_reference
-        outs = [t.to(device) for t in _build_reference(build_tree_reference, (lp, ids), budget, roots, lens, forced)]
+        outs = [t.to(device) for t in _build_reference(build_tree_reference, (lp, ids), budget, roots, lens, forced,
+                                                       anchored)]
     else:
-        outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget, forced)
+        outs = ops.op("build_tree_from_topk")(lp, ids, roots, lens, budget, forced,
+                                              None if anchored is None else anchored.contiguous())
     return _tree_from_outputs(outs, budget, L, k)
 
 
@@ -174,7 +189,7 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
 
 def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Tensor, candidate_ids: torch.Tensor,
                                  budget: int, *, root_tokens=None, seq_lens=None, backend: str = "auto",
-                                 anchor=None) -> TreeBatch:
+                                 anchor=None, anchored=None) -> TreeBatch:
     """Best-first tree over a selector's lattice (docs/DESIGN.md §3.10) from its sorted rows (stage 1's output,
     `lattice.lattice_logprobs`), for a batch of requests.
 
@@ -182,8 +197,8 @@ def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Te
     candidate p of slot e − 1 (slot 0: after the anchor; its row 0 is read), sorted descending; row_order: int
     [B, L, K, K], the candidate index of each rank (each row a permutation of 0..K−1: checked for CPU tensors);
     candidate_ids: int [B, L, K], slot e's candidate tokens. A node's token is its candidate's id, its rank its
-    position in its parent's row. root_tokens, seq_lens, backend and anchor as in build_tree_from_topk (the chain
-    is the lattice's argmax walk: the selector's greedy path). The TreeBatch's topk is K.
+    position in its parent's row. root_tokens, seq_lens, backend, anchor and anchored as in build_tree_from_topk
+    (the chain is the lattice's argmax walk: the selector's greedy path). The TreeBatch's topk is K.
     """
     C.tensor("row_logprobs", row_logprobs, ndim=4, dtypes=(torch.float32,))
     device = row_logprobs.device
@@ -201,24 +216,28 @@ def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Te
         if not torch.equal(row_order.sort(-1).values, torch.arange(K, dtype=row_order.dtype).expand_as(row_order)):
             raise ValueError("row_order must list every candidate index 0..K-1 once in each row")
     roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    _check_anchored(anchored, B, device)
     backend = ops.resolve_backend(backend, device)
-    return _build_from_rows(row_logprobs, row_order, candidate_ids, budget, roots, lens, backend, forced)
+    return _build_from_rows(row_logprobs, row_order, candidate_ids, budget, roots, lens, backend, forced, anchored)
 
 
-def _build_from_rows(lp, order, cand, budget: int, roots, lens, backend: str, forced: int) -> TreeBatch:
+def _build_from_rows(lp, order, cand, budget: int, roots, lens, backend: str, forced: int,
+                     anchored=None) -> TreeBatch:
     """The lattice build on checked arguments (backend resolved, roots and lens int64 [B])."""
     lp, order, cand = lp.contiguous(), order.to(torch.int32).contiguous(), cand.to(torch.int64).contiguous()
     if backend == "reference":
         from .reference import build_lattice_tree_reference
         outs = [t.to(lp.device) for t in _build_reference(build_lattice_tree_reference, (lp, order, cand), budget,
-                                                          roots, lens, forced)]
+                                                          roots, lens, forced, anchored)]
     else:
-        outs = ops.op("build_tree_from_lattice")(lp, order, cand, roots, lens, budget, forced)
+        outs = ops.op("build_tree_from_lattice")(lp, order, cand, roots, lens, budget, forced,
+                                                 None if anchored is None else anchored.contiguous())
     return _tree_from_outputs(outs, budget, lp.shape[1], lp.shape[2])
 
 
 def build_tree_from_lattice(candidate_ids: torch.Tensor, scores: torch.Tensor, budget: int, *, temperature=0.0,
-                            root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None) -> TreeBatch:
+                            root_tokens=None, seq_lens=None, backend: str = "auto", anchor=None,
+                            anchored=None) -> TreeBatch:
     """The tree over a DFlash2 selector's lattice (docs/DESIGN.md §3.10): stage 1 (each row's law and sort,
     `lattice.lattice_logprobs`) then build_tree_from_lattice_rows.
 
@@ -242,6 +261,7 @@ def build_tree_from_lattice(candidate_ids: torch.Tensor, scores: torch.Tensor, b
     forced = chain_pops(anchor, L)
     temps = key_temperatures(temperature, B, device)
     roots, lens = _request_vectors(root_tokens, seq_lens, B, device)
+    _check_anchored(anchored, B, device)
     backend = ops.resolve_backend(backend, device)
     lp, order = lattice_logprobs(scores, temps)
-    return _build_from_rows(lp, order, candidate_ids, budget, roots, lens, backend, forced)
+    return _build_from_rows(lp, order, candidate_ids, budget, roots, lens, backend, forced, anchored)

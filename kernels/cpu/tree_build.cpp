@@ -6,7 +6,8 @@
 // sibling = (logw - lp[d-1][r]) + lp[d-1][r+1], child = logw + lp[d][0]. Compiled without fast-math.
 // Chain-anchored (chain_pops > 0): the first min(chain_pops, budget, L) pops take the rank-0 child of the
 // previous chain node wherever it sits in the heap (removed there, the heap restored around it), then the
-// pops are best-first again; the heap's shape never changes which entry is the maximum.
+// pops are best-first again; the heap's shape never changes which entry is the maximum. With `anchored`
+// (bool [B]) only the requests it marks are anchored, the others get the paper's tree.
 // One builder serves both inputs (kernels/tree_rows.h): a DFlash drafter's top-k, one row per depth, and a
 // selector's lattice (docs/DESIGN.md §3.10), K rows per depth, a node's children read from its own row; the
 // lattice is a template flag, so the top-k instantiation does none of the lattice's work.
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -87,7 +89,7 @@ class Builder {
   // candidate ids [L][K]; order [L][K][K]: the candidate index of each rank of a lattice row (null for the top-k).
   using Work = std::conditional_t<kLattice, LatticeScratch, Scratch>;
   void build(const float* lp, const int64_t* ids, const int32_t* order, int64_t root_token, int64_t seq_len,
-             int64_t b, Work& s, int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths,
+             int64_t b, bool anchor, Work& s, int32_t* num_nodes, int64_t* tokens, int32_t* parents, int32_t* depths,
              int32_t* ranks, double* logw, int64_t* positions, int64_t* retrive_index, int64_t* next_token,
              int64_t* next_sibling, bool* mask, int32_t* bits, int32_t* flags) const {
     const int64_t n = n_, words = (n + 31) / 32;
@@ -178,7 +180,7 @@ class Builder {
       s.row.resize(static_cast<size_t>(n));
       s.row[0] = 0;  // the root's children: slot 0's row 0 (every row there follows the anchor)
     }
-    int64_t forced = forced_;
+    int64_t forced = anchor ? forced_ : 0;
     while (!h.empty() && count < budget_) {
       size_t at = 0;
       if (count < forced) {  // the chain node of depth count + 1: rank-0 child of chain node `count`
@@ -239,17 +241,21 @@ class Builder {
 using TreeTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                              at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-// B requests of rows (lp [B, L, R, k] flat, ids [B, L, k], order [B, L, R, k] or null) -> the TreeBatch fields.
+// B requests of rows (lp [B, L, R, k] flat, ids [B, L, k], order [B, L, R, k] or null) -> the TreeBatch fields;
+// anchored (bool [B], optional): the requests chain_pops applies to (every request without it).
 template <bool kLattice>
 TreeTuple build_batch(const at::Tensor& lp, const at::Tensor& ids, const int32_t* order,
                       const at::Tensor& root_tokens_in, const at::Tensor& seq_lens_in, int64_t B, int64_t L, int64_t k,
-                      int64_t budget, int64_t chain_pops) {
+                      int64_t budget, int64_t chain_pops, const std::optional<at::Tensor>& anchored_in) {
   TORCH_CHECK(budget >= 0, "budget must be >= 0");
   TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0");
   const auto root_tokens = root_tokens_in.to(at::kLong).contiguous();
   const auto seq_lens = seq_lens_in.to(at::kLong).contiguous();
   const int64_t n = budget + 1, words = (n + 31) / 32, R = kLattice ? k : 1;
   TORCH_CHECK(root_tokens.numel() == B && seq_lens.numel() == B, "root_tokens and seq_lens must be [B]");
+  const auto anchored = anchored_in.has_value() ? anchored_in->to(at::kBool).contiguous() : at::Tensor();
+  TORCH_CHECK(!anchored.defined() || anchored.numel() == B, "anchored must be [B]");
+  const bool* anchor_rows = anchored.defined() ? anchored.data_ptr<bool>() : nullptr;
   const auto i32 = lp.options().dtype(at::kInt), i64 = lp.options().dtype(at::kLong);
   auto num_nodes = at::empty({B}, i32);
   auto tokens = at::empty({B, n}, i64);
@@ -275,7 +281,7 @@ TreeTuple build_batch(const at::Tensor& lp, const at::Tensor& ids, const int32_t
     for (int64_t b = begin; b < end; ++b) {
       builder.build(lp.data_ptr<float>() + b * L * R * k, ids.data_ptr<int64_t>() + b * L * k,
                     kLattice ? order + b * L * R * k : nullptr, root_tokens.data_ptr<int64_t>()[b],
-                    seq_lens.data_ptr<int64_t>()[b], b, s,
+                    seq_lens.data_ptr<int64_t>()[b], b, anchor_rows == nullptr || anchor_rows[b], s,
                     num_nodes.data_ptr<int32_t>() + b, tokens.data_ptr<int64_t>() + b * n,
                     parents.data_ptr<int32_t>() + b * n, depths.data_ptr<int32_t>() + b * n,
                     ranks.data_ptr<int32_t>() + b * n, logw.data_ptr<double>() + b * n,
@@ -290,18 +296,19 @@ TreeTuple build_batch(const at::Tensor& lp, const at::Tensor& ids, const int32_t
 }
 
 TreeTuple build_tree_from_topk_cpu(const at::Tensor& lp_in, const at::Tensor& ids_in, const at::Tensor& root_tokens,
-                                   const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops) {
+                                   const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops,
+                                   const std::optional<at::Tensor>& anchored) {
   TORCH_CHECK(lp_in.dim() == 3 && lp_in.scalar_type() == at::kFloat, "lp must be float32 [B, L, k]");
   TORCH_CHECK(ids_in.sizes() == lp_in.sizes() && ids_in.scalar_type() == at::kLong, "ids must be int64 [B, L, k]");
   const auto lp = lp_in.contiguous();
   const auto ids = ids_in.contiguous();
   return build_batch<false>(lp, ids, nullptr, root_tokens, seq_lens, lp.size(0), lp.size(1), lp.size(2), budget,
-                            chain_pops);
+                            chain_pops, anchored);
 }
 
 TreeTuple build_tree_from_lattice_cpu(const at::Tensor& lp_in, const at::Tensor& order_in, const at::Tensor& cand_in,
                                       const at::Tensor& root_tokens, const at::Tensor& seq_lens, int64_t budget,
-                                      int64_t chain_pops) {
+                                      int64_t chain_pops, const std::optional<at::Tensor>& anchored) {
   TORCH_CHECK(lp_in.dim() == 4 && lp_in.scalar_type() == at::kFloat && lp_in.size(2) == lp_in.size(3),
               "lp must be float32 [B, L, K, K]");
   TORCH_CHECK(order_in.sizes() == lp_in.sizes() && order_in.scalar_type() == at::kInt,
@@ -312,7 +319,7 @@ TreeTuple build_tree_from_lattice_cpu(const at::Tensor& lp_in, const at::Tensor&
   const auto order = order_in.contiguous();
   const auto cand = cand_in.contiguous();
   return build_batch<true>(lp, cand, order.data_ptr<int32_t>(), root_tokens, seq_lens, lp.size(0), lp.size(1),
-                           lp.size(2), budget, chain_pops);
+                           lp.size(2), budget, chain_pops, anchored);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "tree_kernels.cuh"
@@ -50,12 +51,16 @@ ddtree::TreeOutputs tree_views(const std::array<at::Tensor, 13>& o) {
           o[12].data_ptr<int32_t>()};
 }
 
-// The checks both builders share: per-request vectors, the budget and chain_pops, the depth limit.
-void check_build_args(const at::Tensor& root_tokens, const at::Tensor& seq_lens, int64_t B, int64_t L, int64_t budget,
+// The checks both builders share: per-request vectors (the anchored mask among them), the budget and chain_pops,
+// the depth limit.
+void check_build_args(const at::Tensor& root_tokens, const at::Tensor& seq_lens,
+                      const std::optional<at::Tensor>& anchored, int64_t B, int64_t L, int64_t budget,
                       int64_t chain_pops, const at::Device& dev) {
   check_cuda(root_tokens, "root_tokens", at::kLong, 1, dev);
   check_cuda(seq_lens, "seq_lens", at::kLong, 1, dev);
   TORCH_CHECK(root_tokens.size(0) == B && seq_lens.size(0) == B, "root_tokens and seq_lens must be [B]");
+  if (anchored.has_value()) check_cuda(*anchored, "anchored", at::kBool, 1, dev);
+  TORCH_CHECK(!anchored.has_value() || anchored->size(0) == B, "anchored must be [B]");
   TORCH_CHECK(budget >= 0 && budget + 1 <= ddtree::kMaxTreeSlots, "budget must be in [0, ",
               ddtree::kMaxTreeSlots - 1, "] on CUDA, got ", budget);
   TORCH_CHECK(chain_pops >= 0, "chain_pops must be >= 0, got ", chain_pops);
@@ -63,13 +68,14 @@ void check_build_args(const at::Tensor& root_tokens, const at::Tensor& seq_lens,
 }
 
 TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids, const at::Tensor& root_tokens,
-                                    const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops) {
+                                    const at::Tensor& seq_lens, int64_t budget, int64_t chain_pops,
+                                    const std::optional<at::Tensor>& anchored) {
   const at::Device dev = lp.device();
   check_cuda(lp, "lp", at::kFloat, 3, dev);
   check_cuda(ids, "ids", at::kLong, 3, dev);
   TORCH_CHECK(ids.sizes() == lp.sizes(), "ids must have the shape of lp [B, L, k]");
   const int64_t B = lp.size(0), L = lp.size(1), k = lp.size(2);
-  check_build_args(root_tokens, seq_lens, B, L, budget, chain_pops, dev);
+  check_build_args(root_tokens, seq_lens, anchored, B, L, budget, chain_pops, dev);
   TORCH_CHECK(k <= (int64_t{1} << 24) && B < (int64_t{1} << 31), "k or B too large");
   const c10::cuda::CUDAGuard guard(dev);
   const auto o = ddtree::truncate_outputs(lp, B, budget + 1);
@@ -77,14 +83,15 @@ TreeTuple build_tree_from_topk_cuda(const at::Tensor& lp, const at::Tensor& ids,
                                            root_tokens.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
                                            static_cast<int>(B), static_cast<int>(L), static_cast<int>(k),
                                            static_cast<int>(budget),
-                                           static_cast<int>(std::min<int64_t>(chain_pops, budget)), tree_views(o),
+                                           static_cast<int>(std::min<int64_t>(chain_pops, budget)),
+                                           anchored.has_value() ? anchored->data_ptr<bool>() : nullptr, tree_views(o),
                                            c10::cuda::getCurrentCUDAStream()));
   return ddtree::as_tuple(o);
 }
 
 TreeTuple build_tree_from_lattice_cuda(const at::Tensor& lp, const at::Tensor& order, const at::Tensor& cand,
                                        const at::Tensor& root_tokens, const at::Tensor& seq_lens, int64_t budget,
-                                       int64_t chain_pops) {
+                                       int64_t chain_pops, const std::optional<at::Tensor>& anchored) {
   const at::Device dev = lp.device();
   check_cuda(lp, "lp", at::kFloat, 4, dev);
   check_cuda(order, "order", at::kInt, 4, dev);
@@ -92,7 +99,7 @@ TreeTuple build_tree_from_lattice_cuda(const at::Tensor& lp, const at::Tensor& o
   const int64_t B = lp.size(0), L = lp.size(1), K = lp.size(2);
   TORCH_CHECK(lp.size(3) == K && order.sizes() == lp.sizes(), "lp and order must be [B, L, K, K]");
   TORCH_CHECK(cand.sizes() == lp.sizes().slice(0, 3), "cand must be [B, L, K]");
-  check_build_args(root_tokens, seq_lens, B, L, budget, chain_pops, dev);
+  check_build_args(root_tokens, seq_lens, anchored, B, L, budget, chain_pops, dev);
   TORCH_CHECK(K <= ddtree::kMaxTopK, "K must be <= ", ddtree::kMaxTopK, " on CUDA, got ", K);
   TORCH_CHECK(B < (int64_t{1} << 31), "B too large");
   const c10::cuda::CUDAGuard guard(dev);
@@ -101,8 +108,9 @@ TreeTuple build_tree_from_lattice_cuda(const at::Tensor& lp, const at::Tensor& o
                                               cand.data_ptr<int64_t>(), root_tokens.data_ptr<int64_t>(),
                                               seq_lens.data_ptr<int64_t>(), static_cast<int>(B), static_cast<int>(L),
                                               static_cast<int>(K), static_cast<int>(budget),
-                                              static_cast<int>(std::min<int64_t>(chain_pops, budget)), tree_views(o),
-                                              c10::cuda::getCurrentCUDAStream()));
+                                              static_cast<int>(std::min<int64_t>(chain_pops, budget)),
+                                              anchored.has_value() ? anchored->data_ptr<bool>() : nullptr,
+                                              tree_views(o), c10::cuda::getCurrentCUDAStream()));
   return ddtree::as_tuple(o);
 }
 
@@ -173,7 +181,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> accept_tree_cuda(
   return {accept_index, accept_len, bonus, flags};
 }
 
-std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64_t k) {
+std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64_t k,
+                                                 const std::optional<at::Tensor>& scale) {
   TORCH_CHECK(logits.is_cuda(), "logits must be a CUDA tensor");
   TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "logits must be a contiguous [R, V] tensor");
   const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
@@ -181,11 +190,14 @@ std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64
   TORCH_CHECK(k >= 1 && k <= ddtree::kMaxTopK, "k must be in [1, ", ddtree::kMaxTopK, "], got ", k);
   TORCH_CHECK(k <= V, "k must be <= V (", V, "), got ", k);
   TORCH_CHECK(V < (int64_t{1} << 31) && R < (int64_t{1} << 31), "logits too large");
+  if (scale.has_value()) check_cuda(*scale, "scale", at::kFloat, 1, logits.device());
+  TORCH_CHECK(!scale.has_value() || scale->size(0) == R, "scale must be [R] (one per logits row)");
   const c10::cuda::CUDAGuard guard(logits.device());
   auto opt = logits.options();
   at::Tensor lp = at::empty({R, k}, opt.dtype(at::kFloat)), ids = at::empty({R, k}, opt.dtype(at::kLong));
   if (R == 0) return {lp, ids};
-  C10_CUDA_CHECK(ddtree::launch_topk_lse(logits.data_ptr(), dt, R, V, static_cast<int>(k), lp.data_ptr<float>(),
+  const float* sc = scale.has_value() ? scale->data_ptr<float>() : nullptr;
+  C10_CUDA_CHECK(ddtree::launch_topk_lse(logits.data_ptr(), dt, R, V, static_cast<int>(k), sc, lp.data_ptr<float>(),
                                          ids.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
   return {lp, ids};
 }

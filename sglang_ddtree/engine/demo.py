@@ -35,6 +35,8 @@ H200_GRAPH_MS = {1: {8: 0.291, 16: 0.285, 32: 0.285, 64: 0.299}, 2: {8: 0.294, 1
                  4: {8: 0.288, 16: 0.298, 32: 0.296, 64: 0.32}, 8: {8: 0.306, 16: 0.312, 32: 0.321, 64: 0.348},
                  16: {8: 0.318, 16: 0.326, 32: 0.346, 64: 0.38}, 32: {8: 0.335, 16: 0.353, 32: 0.388, 64: 0.462}}
 SERVED = "served"
+# the second sampled law the demo runs next to --sampled-temperature: chat traffic's T 0.6 with top-p 0.95
+SAMPLED_FILTERED = (0.6, 0.95)
 
 
 class Progress:
@@ -106,22 +108,31 @@ def h200_costs(batch: int, budgets) -> list[float]:
     return [H200_GRAPH_MS[bucket][verify_width(b)] for b in budgets]
 
 
-def configs(engine: Engine, budgets, costs: str) -> list[tuple[str, object, dict]]:
-    """(method label key, budget shown, Engine.generate arguments): AR, the chain, the served default, the paper's
-    tree at each budget."""
+def served_default(engine: Engine, costs: str) -> dict:
+    """Engine.generate arguments of DDTree as the plugin serves it by default: the chain anchor for greedy requests,
+    each request's tree under its own law (keys.py) with the drafter's calibrations, the auto budget over the served
+    ladder; costs 'h200' (the tiny pair's H200 table, resolved per batch by run()) or 'here' (measured)."""
     L = engine.block_size - 1
     ladder = tuple(sorted({L, *AUTO_LADDER}))
     calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, "ddtree_calibration.json"))
-    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder,
-              "draft_temperature": "drafter" if calibrated else None}
+    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law",
+              "draft_temperature": "drafter" if calibrated else None,
+              "sampling_temperature": "drafter" if calibrated else None}
     if costs == "h200" and all(verify_width(b) in H200_GRAPH_MS[1] for b in ladder):
         served["round_cost"] = "h200"  # resolved per batch in run(); a drafter of another block size measures here
-    return ([("ar", 0, {"method": "ar"}), ("chain", L, {"method": "chain"}), (SERVED, "auto", served)]
+    return served
+
+
+def configs(engine: Engine, budgets, costs: str) -> list[tuple[str, object, dict]]:
+    """(method label key, budget shown, Engine.generate arguments): AR, the chain, the served default, the paper's
+    tree at each budget."""
+    return ([("ar", 0, {"method": "ar"}), ("chain", engine.block_size - 1, {"method": "chain"}),
+             (SERVED, "auto", served_default(engine, costs))]
             + [("ddtree", b, {"method": "ddtree", "budget": b}) for b in budgets])
 
 
 def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, seed=0, progress=None,
-        costs: str = "here"):
+        costs: str = "here", top_p: float = 1.0):
     """Rows for each method of configs() on the same prompts and batches; each row keeps its per-prompt results."""
     chunks = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
     rows, ref = [], None
@@ -137,7 +148,7 @@ def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, 
             if progress:
                 progress.start(f"{method_label(method, shown)} T={temperature:g}")
             t0 = time.perf_counter()
-            res = engine.generate(ch, max_new, temperature=temperature, seed=seed + len(results),
+            res = engine.generate(ch, max_new, temperature=temperature, top_p=top_p, seed=seed + len(results),
                                   on_round=progress.round if progress else None, **args(len(ch)))
             if engine.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -158,7 +169,7 @@ def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, 
             if method == SERVED:
                 for b in r.round_budgets:
                     chosen[b] = chosen.get(b, 0) + 1
-        rows.append({"method": method, "temperature": temperature, "budget": shown, **s,
+        rows.append({"method": method, "temperature": temperature, "top_p": top_p, "budget": shown, **s,
                      "tokens_per_s": s["tokens"] / wall, "wall_s": wall,
                      "identical_to_ar": ids == ref if temperature == 0 else None,
                      "requests_identical": sum(a == b for a, b in zip(ids, ref)),
@@ -219,10 +230,9 @@ def legend(engine: Engine, rows, costs: str) -> str:
     sampled = [r for r in rows if r["temperature"] > 0]
     paper_best = max((r["tau"] for r in sampled if r["method"] == "ddtree"), default=None)
     served_sampled = next((r["tau"] for r in sampled if r["method"] == SERVED), None)
-    if served["generate_args"].get("draft_temperature") and paper_best and paper_best > served_sampled:
-        items.append(("note", "sampled, the paper's tree accepted more than the served default in this run: the "
-                              "shipped calibration was fitted on greedy decoding (python -m sglang_ddtree calibration) "
-                              "and sharpens the draft, which costs acceptance when the target samples."))
+    if paper_best and paper_best > served_sampled:
+        items.append(("note", "sampled, the paper's tree accepted more than the served default in this run: at the "
+                              "same budget their keys are nearly the same under sampling (docs/DESIGN.md §3.11)."))
     return "\n".join(textwrap.fill(text, 108, initial_indent=f"{name:<7}= " if name != "note" else "note:    ",
                                    subsequent_indent=" " * 9) for name, text in items)
 
@@ -251,18 +261,31 @@ def example(rows) -> int:
     return order[0]
 
 
+def law_name(row) -> str:
+    """'T=1', 'T=0.6 top-p 0.95': a sampled row's law."""
+    p = row.get("top_p", 1.0)
+    return f"T={row['temperature']:g}" + (f" top-p {p:g}" if p < 1 else "")
+
+
 def verdict(rows, n_prompts: int) -> tuple[bool, str]:
     """(every greedy row identical to AR, the one-line summary: the served default against the chain and AR, the
-    paper's tree in brackets)."""
+    paper's tree in brackets, how many greedy continuations are loops; sampled, against the paper's tree at the
+    budget the served default's auto budget ran most and the chain)."""
     greedy = [r for r in rows if r["temperature"] == 0]
     lossless = all(r["identical_to_ar"] for r in greedy)
 
-    def taus(t):
-        at = [r for r in rows if r["temperature"] == t]
+    def taus(at):
         pick = {m: next(r for r in at if r["method"] == m) for m in (SERVED, "chain", "ar")}
-        paper = ", ".join(f"B={r['budget']} {r['tau']:.2f}" for r in at if r["method"] == "ddtree")
-        return (f"tau {pick[SERVED]['tau']:.2f} vs chain {pick['chain']['tau']:.2f} vs AR {pick['ar']['tau']:.2f}"
-                + (f" (paper's tree {paper})" if paper else ""))
+        paper = {r["budget"]: r["tau"] for r in at if r["method"] == "ddtree"}
+        chosen = pick[SERVED].get("budgets_chosen") or {}
+        most = max(chosen, key=chosen.get) if chosen else None
+        served = f"tau {pick[SERVED]['tau']:.2f}"
+        if at[0]["temperature"] > 0 and most in paper:
+            return (f"{served} vs paper's tree {paper[most]:.2f} at B={most}, the budget auto ran most "
+                    f"({pick[SERVED]['tau'] / paper[most]:.2f}x), vs chain {pick['chain']['tau']:.2f}")
+        listed = ", ".join(f"B={b} {t:.2f}" for b, t in paper.items())
+        return (f"{served} vs chain {pick['chain']['tau']:.2f} vs AR {pick['ar']['tau']:.2f}"
+                + (f" (paper's tree {listed})" if listed else ""))
 
     if lossless:
         same = f"identical to AR on {n_prompts}/{n_prompts} prompts, as is every greedy method"
@@ -270,9 +293,12 @@ def verdict(rows, n_prompts: int) -> tuple[bool, str]:
         worst = min((r for r in greedy if not r["identical_to_ar"]), key=lambda r: r["requests_identical"])
         same = (f"DIFFERS from AR: {method_label(worst['method'], worst['budget'])} identical on "
                 f"{worst['requests_identical']}/{n_prompts} prompts")
-    text = f"VERDICT: DDTree (served default) greedy output {same}; greedy {taus(0.0)}"
-    for t in sorted({r["temperature"] for r in rows} - {0.0}):
-        text += f"; sampled T={t:g} {taus(t)}"
+    texts = [p["text"] for p in next(r for r in greedy if r["method"] == SERVED).get("per_prompt", [])]
+    loops = f" ({sum(_loop_share(t) > 0.5 for t in texts)} of {len(texts)} greedy continuations are loops)" \
+        if texts else ""
+    text = f"VERDICT: DDTree (served default) greedy output {same}; greedy {taus(greedy)}{loops}"
+    for law in dict.fromkeys(law_name(r) for r in rows if r["temperature"] > 0):
+        text += f"; sampled {law} {taus([r for r in rows if r['temperature'] > 0 and law_name(r) == law])}"
     return lossless, text
 
 
@@ -353,11 +379,12 @@ def _demo(a, engine: Engine, t_start: float) -> int:
           f"block size {engine.block_size}, "
           f"batch {bs}{'' if a.full else '  (--full: the larger grid)'}", flush=True)
     nchunks = -(-len(prompts) // bs)
-    temps = [0.0] + ([a.sampled_temperature] if a.sampled_temperature > 0 else [])
-    progress = Progress(len(temps) * (3 + len(a.budgets)) * nchunks, max(1, a.max_new_tokens - 1))
+    laws = [(0.0, 1.0)] + ([(a.sampled_temperature, 1.0), SAMPLED_FILTERED] if a.sampled_temperature > 0 else [])
+    progress = Progress(len(laws) * (3 + len(a.budgets)) * nchunks, max(1, a.max_new_tokens - 1))
     rows = []
-    for t in temps:
-        rows += run(engine, prompts, a.max_new_tokens, a.budgets, bs, temperature=t, progress=progress, costs=costs)
+    for t, p in laws:
+        rows += run(engine, prompts, a.max_new_tokens, a.budgets, bs, temperature=t, progress=progress, costs=costs,
+                    top_p=p)
     lossless, line = verdict(rows, len(prompts))
     print(table(rows))
     print(legend(engine, rows, costs))

@@ -23,11 +23,12 @@ import torch
 
 from .. import _checks as C
 from ..budget import AutoWidth
+from ..keys import Calibration, DraftKeys
 from ..round import Round, RoundHost, RoundOps, verify_attention
 from ..sampling import NodeLaw, node_tokens
 from ..sizes import MAX_BUDGET, verify_width
 from ..stage_clock import StageClock
-from ..tree import build_tree, chain_pops
+from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
 from .dflash import DFlashDraftModel
@@ -38,6 +39,7 @@ from .tokenizer import ByteTokenizer
 STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "accept", "commit")
 METHODS = ("ddtree", "chain", "ar", "lattice", "walk")
 SELECTOR_METHODS = ("lattice", "walk")  # a DFlash2 drafter's own (engine/dflash2.py, docs/DESIGN.md §8.2)
+KEYS = ("draft", "law")
 
 
 @dataclasses.dataclass
@@ -104,9 +106,10 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
-                 temperature: float = 0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
+                 temperature=0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
                  on_round=None, anchor=None, draft_temperature=None, auto_budgets=(8, 16, 32, 64),
-                 round_cost=None) -> list[GenerationResult]:
+                 round_cost=None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, keys: str = "draft",
+                 sampling_temperature=None) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar', and with a DFlash2 drafter
         (pair='dflash2') 'lattice' (DDTree over its selector's lattice) | 'walk' (the selector's own walk, verified
         as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node budget (default
@@ -118,27 +121,36 @@ class Engine:
         positive floats (depth d's draft logits divided by the d-th before the tree is built) or 'drafter' (the
         drafter directory's calibration file, sglang_ddtree/calibration.py); the output is lossless either way.
         seed: int (request i uses seed + i) or one int per prompt.
+        temperature (a float, or one per prompt: 0 is greedy), top_k (<= 0: off), top_p, min_p: each request's
+        law, as a plain server's sampling parameters (sampling.py). keys: how DDTree ranks a sampled request's
+        tree — 'draft' (the draft over draft_temperature, whatever the law: the paper's keys) or 'law' (the draft
+        under the request's own law, over sampling_temperature: None, L floats, or 'drafter' for the calibration
+        file's sampling entry, raw without one; keys.py); greedy requests rank by the draft either way.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
-        ids, seeds, stops, temperature, budget, auto, draft_temperature = self._checked_args(
+        ids, seeds, stops, temps, law, budget, auto, calibration = self._checked_args(
             prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size, on_round, anchor,
-            draft_temperature, auto_budgets, round_cost)
+            draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature)
         L = self.block_size - 1
-        tree_args = {"ddtree": (budget, None, anchor, draft_temperature, auto), "chain": (L, 1, None, None, None),
-                     "ar": (0, 1, None, None, None), "lattice": (budget, None, anchor, None, None),
-                     "walk": (L, None, None, None, None)}[method]
+        draft_keys = DraftKeys(L, calibration, self.device) if method == "ddtree" else None
+        tree_args = {"ddtree": (budget, None, anchor, draft_keys, keys == "law", auto),
+                     "chain": (L, 1, None, None, False, None), "ar": (0, 1, None, None, False, None),
+                     "lattice": (budget, None, anchor, None, False, None),
+                     "walk": (L, None, None, None, False, None)}[method]
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
             out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, tree_args,
-                                temperature, stops, on_round)
+                                temps[i:i + bs], law, stops, on_round)
         return out
 
     def _checked_args(self, prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size,
-                      on_round, anchor, draft_temperature, auto_budgets, round_cost):
+                      on_round, anchor, draft_temperature, auto_budgets, round_cost, top_k=0, top_p=1.0, min_p=0.0,
+                      keys="draft", sampling_temperature=None):
         """generate's arguments checked, every one, before any work (a bad one raises ValueError / TypeError in
-        one line naming it), and normalised: (token ids per prompt, seed per prompt, stop ids, temperature,
-        budget, auto budget (candidates, costs) or None, draft temperatures [L, 1] or None)."""
+        one line naming it), and normalised: (token ids per prompt, seed per prompt, stop ids, temperature per
+        prompt, the filters (top_k, top_p, min_p) as floats, budget, auto budget (candidates, costs) or None,
+        keys.Calibration)."""
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if method != "ar" and self.drafter is None:
@@ -146,13 +158,14 @@ class Engine:
         if method in SELECTOR_METHODS and not hasattr(self.drafter, "candidate_selector"):
             raise ValueError(f"method {method!r} needs a DFlash2 drafter (a candidate selector; pair='dflash2')")
         max_new_tokens = _int("max_new_tokens", max_new_tokens, 1)
-        temperature = C.finite_nonnegative("temperature", temperature)
         if batch_size is not None:
             _int("batch_size", batch_size, 1)
         if on_round is not None and not callable(on_round):
             raise TypeError(f"on_round must be callable or None, got {type(on_round).__name__}")
         V, L = self.target.config.vocab_size, self.block_size - 1
         ids = _token_ids(prompts, self.tokenizer, V)
+        temps = _temperatures(temperature, len(ids))
+        law = _filters(top_k, top_p, min_p)
         context, longest = self.target.config.max_position_embeddings, max(map(len, ids))
         if longest + max_new_tokens > context:
             raise ValueError(f"max_new_tokens must be <= {context - longest} (the target's {context} positions less "
@@ -189,28 +202,42 @@ class Engine:
         chain_pops(anchor, L)
         if anchor is not None and method not in ("ddtree", "lattice"):
             raise ValueError(f"anchor applies to methods 'ddtree' and 'lattice' only, got method {method!r}")
-        if isinstance(draft_temperature, str):
-            if draft_temperature != "drafter":
-                raise ValueError("draft_temperature must be None, 'drafter' or one positive float per draft depth, "
-                                 f"got {draft_temperature!r}")
-            if self.draft_dir is None:
-                raise ValueError("draft_temperature='drafter' needs an engine from from_pretrained with a drafter "
-                                 "directory (this engine has none)")
-            from ..calibration import load_depth_temperatures
+        if not isinstance(keys, str) or keys not in KEYS:
+            raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
+        if keys == "law" and method != "ddtree":
+            raise ValueError(f"keys='law' applies to method 'ddtree' only, got method {method!r}")
+        calibration = Calibration(self._depth_temperatures("draft_temperature", draft_temperature, method, L),
+                                  self._depth_temperatures("sampling_temperature", sampling_temperature, method, L))
+        return ids, seeds, stops, temps, law, budget, auto, calibration
 
-            draft_temperature = load_depth_temperatures(self.draft_dir, L)
-        if draft_temperature is not None:
-            temps = _reals("draft_temperature", draft_temperature)
-            if method != "ddtree" or len(temps) != L or not all(math.isfinite(t) and t > 0 for t in temps):
-                raise ValueError(f"draft_temperature must be {L} positive finite floats (one per draft depth) with "
-                                 f"method 'ddtree', got {draft_temperature!r} with method {method!r}")
-            draft_temperature = torch.tensor(temps, dtype=self.dtype, device=self.device)[:, None]  # [L, 1]
-        return ids, seeds, stops, temperature, budget, auto, draft_temperature
+    def _depth_temperatures(self, name: str, value, method: str, L: int):
+        """A calibration argument (draft_temperature, sampling_temperature) as L floats or None: 'drafter' reads
+        the drafter directory's file (its sampling entry may be absent: None, the raw draft)."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            if value != "drafter":
+                raise ValueError(f"{name} must be None, 'drafter' or one positive float per draft depth, got "
+                                 f"{value!r}")
+            if self.draft_dir is None:
+                raise ValueError(f"{name}='drafter' needs an engine from from_pretrained with a drafter directory "
+                                 "(this engine has none)")
+            from ..calibration import load_calibration
+
+            cal = load_calibration(self.draft_dir, L)
+            value = cal.greedy if name == "draft_temperature" else cal.sampling
+            if value is None:
+                return None
+        temps = _reals(name, value)
+        if method != "ddtree" or len(temps) != L or not all(math.isfinite(t) and t > 0 for t in temps):
+            raise ValueError(f"{name} must be {L} positive finite floats (one per draft depth) with method 'ddtree', "
+                             f"got {value!r} with method {method!r}")
+        return tuple(temps)
 
     # ------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round=None):
-        batch = _EngineBatch(self, ids, seeds, max_new, method, tree_args, temperature, stops, on_round)
+    def _decode(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round=None):
+        batch = _EngineBatch(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round)
         rounds = Round(self.ops, batch.widest, auto=batch.auto)
         while True:
             batch.clock.mark("loop")
@@ -261,6 +288,34 @@ def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return C.integer(name, int(value), minimum=minimum, maximum=maximum)
+
+
+def _temperatures(temperature, count: int) -> list[float]:
+    """The temperature of each of `count` prompts: one real for all, or one per prompt; each finite and >= 0
+    (0: greedy)."""
+    if isinstance(temperature, torch.Tensor) and temperature.dim() == 0:
+        temperature = temperature.item()
+    if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
+        return [C.finite_nonnegative("temperature", temperature)] * count
+    if isinstance(temperature, (str, bytes, bool)) or not isinstance(temperature, Iterable):
+        raise TypeError(f"temperature must be a float or one float per prompt, got {type(temperature).__name__}")
+    temps = [C.finite_nonnegative("temperature", t) for t in
+             (temperature.tolist() if isinstance(temperature, torch.Tensor) else temperature)]
+    if len(temps) != count:
+        raise ValueError(f"temperature must be a float >= 0 or one per prompt, got {len(temps)} for {count} prompts")
+    return temps
+
+
+def _filters(top_k, top_p, min_p) -> tuple[float, float, float]:
+    """The requests' top_k (an int, <= 0: off), top_p in (0, 1] and min_p in [0, 1], as a plain server takes them
+    (sampling.py), as floats."""
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral):
+        raise ValueError(f"top_k must be an int (<= 0: off), got {top_k!r}")
+    if isinstance(top_p, bool) or not (isinstance(top_p, numbers.Real) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    if isinstance(min_p, bool) or not (isinstance(min_p, numbers.Real) and 0 <= min_p <= 1):
+        raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
+    return float(top_k), float(top_p), float(min_p)
 
 
 def _reals(name: str, values) -> list[float]:
@@ -314,9 +369,9 @@ class _EngineBatch(RoundHost):
 
     stops_on_nonfinite = True
 
-    def __init__(self, eng: Engine, ids, seeds, max_new, method, tree_args, temperature, stops, on_round):
+    def __init__(self, eng: Engine, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round):
         dev, tgt = eng.device, eng.target
-        budget, self.topk, self.anchor, self.draft_temp, auto = tree_args
+        budget, self.topk, self.anchor, self.keys, law_keys, auto = tree_args
         self.eng, self.max_new, self.on_round, self.stops = eng, max_new, on_round, stops
         self.use_draft = method != "ar"
         self.selector = method if method in SELECTOR_METHODS else None  # a DFlash2 drafter's round (draft)
@@ -338,10 +393,13 @@ class _EngineBatch(RoundHost):
         self.stop_t = torch.tensor(stops or [-1], dtype=torch.int64, device=dev)
         self.ar = torch.arange(self.cap, device=dev)
         pos = self.ar[:P].expand(B, P)
-        # T > 0: every request's law is the temperature alone (sampling.node_tokens); 0: greedy
-        self.law = None if temperature == 0.0 else NodeLaw(
-            torch.full((B,), temperature, dtype=torch.float32, device=dev), torch.zeros(B, dtype=torch.int64, device=dev),
-            torch.ones(B, device=dev), torch.zeros(B, device=dev), filtered=False)
+        # each request's law (sampling.node_tokens): None when every request is greedy (temperature 0)
+        top_k, top_p, min_p = law
+        full = lambda v, dt=torch.float32: torch.full((B,), v, dtype=dt, device=dev)  # noqa: E731
+        self.law = None if not any(temperatures) else NodeLaw(
+            torch.tensor(temperatures, dtype=torch.float32, device=dev), full(int(top_k), torch.int64), full(top_p),
+            full(min_p), filtered=top_k > 0 or top_p < 1 or min_p > 0)
+        self.key_law = self.law if law_keys else None  # the tree's keys: under each request's law, or the draft's
 
         # prefill: causal over each prompt; keys beyond a prompt's length are never visible
         self.tcache = tgt.new_cache(B, self.cap, eng.dtype, dev)
@@ -363,7 +421,7 @@ class _EngineBatch(RoundHost):
             if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
                 self.clock.mark("cost")
                 costs = eng._round_costs(cands, B, self.seq_lens, self.tcache, self.cap, lambda: self._tree(
-                    self._draft_logits(), cands[-1], None))
+                    self._draft_logits(), cands[-1]))
             # the costs are whole rounds of this batch (one bucket): nothing beyond them to learn, so no clock
             widths = [verify_width(b) for b in cands]
             self.auto = AutoWidth(widths, [B], {(B, w): c for w, c in zip(widths, costs)},
@@ -423,8 +481,15 @@ class _EngineBatch(RoundHost):
         self.walk_law = (cand, q) if self.law is not None else None
         return walk_tree(cand, path, self.root, self.seq_lens)
 
-    def _tree(self, keys, budget: int, topk):
-        return build_tree(keys, budget, topk=topk, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor)
+    def _tree(self, logits, budget: int):
+        """The round's tree: DDTree's from its keys (keys.py: each request's law, or the draft's), the chain and AR
+        from the raw draft."""
+        if self.keys is None:
+            return build_tree(logits, budget, topk=self.topk, root_tokens=self.root, seq_lens=self.seq_lens)
+        k = min(max(budget, 1), logits.shape[-1])
+        lp, ids = self.keys(logits, k, self.eng.ops.backend, self.key_law)
+        return build_tree_from_topk(lp, ids, budget, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor,
+                                    anchored=self.keys.anchored(self.key_law))
 
     def draft(self, slots):
         if self.selector is not None:
@@ -434,8 +499,7 @@ class _EngineBatch(RoundHost):
         else:
             self.draft_logits = torch.zeros(self.B, 1, 1, device=self.eng.device)
         self.clock.mark("build")
-        keys = self.draft_logits if self.draft_temp is None else self.draft_logits / self.draft_temp
-        return self._tree(keys, self.widest - 1, self.topk), None
+        return self._tree(self.draft_logits, self.widest - 1), None
 
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """One target forward over the tree: the project's tree attention op, or SDPA under a dense mask."""

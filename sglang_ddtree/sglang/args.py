@@ -67,11 +67,11 @@ def auto_budgets(settings: Settings, block: int) -> tuple:
     return tuple(sorted(check_budget(b) for b in cands))
 
 
-def depth_temperatures(settings: Settings, draft_path, depth_limit: int) -> list[float] | None:
-    """The drafter's per-depth calibration (sglang_ddtree/calibration.py) the tree ranks by, or None.
-    'auto' uses the drafter directory's file when there is one; a file that is there but wrong, or an
-    explicit path that is wrong, is refused naming the knob."""
-    from sglang_ddtree.calibration import FILE, load_depth_temperatures
+def drafter_calibration(settings: Settings, draft_path, depth_limit: int):
+    """The drafter's per-depth calibration (sglang_ddtree/calibration.py: keys.Calibration, greedy and, where the
+    file has it, sampling) the tree ranks by, or None. 'auto' uses the drafter directory's file when there is one;
+    a file that is there but wrong, or an explicit path that is wrong, is refused naming the knob."""
+    from sglang_ddtree.calibration import FILE, load_calibration
 
     choice = settings.calibration
     if choice == "off":
@@ -83,7 +83,7 @@ def depth_temperatures(settings: Settings, draft_path, depth_limit: int) -> list
     else:
         path = choice
     try:
-        return load_depth_temperatures(path, depth_limit)
+        return load_calibration(path, depth_limit)
     except ValueError as e:
         raise ValueError(f"{env('calibration')}={choice}: {e} (set {env('calibration')}=off to rank by the raw draft "
                          "probabilities)") from None
@@ -412,7 +412,7 @@ def validate_server_args(server_args) -> None:
     if topk is not None and int(topk) != 1:
         _reject(f"--speculative-eagle-topk {topk}",
                 f"drop it; cap DDTree's per-depth candidates with {env('topk')} instead")
-    depth_temperatures(settings, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here
+    drafter_calibration(settings, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here
 
 
 def apply_ddtree_defaults(server_args) -> None:

@@ -29,7 +29,7 @@ from sglang_ddtree.stage_clock import StageClock
 
 from . import draft_attention, tree_attention
 from .adapters import registration
-from .args import auto_budgets, depth_temperatures
+from .args import auto_budgets, drafter_calibration
 from .draft_head import DraftTreeHead
 from .settings import Settings, env
 from .tp import TpAgreement
@@ -58,8 +58,7 @@ class DecodeRound:
         self._node_offsets = torch.arange(self.verify_width, device=self.device, dtype=torch.int64)
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = registration.max_batch_size(server_args)
-        self._depth_temperature = depth_temperatures(knobs, server_args.speculative_draft_model_path,
-                                                     self.block_size - 1)
+        self._calibration = drafter_calibration(knobs, server_args.speculative_draft_model_path, self.block_size - 1)
         self.core = Round(self.round, self.verify_width)  # the round; .auto: budget.AutoWidth with budget auto
         tp = int(getattr(server_args, "tp_size", 1) or 1)
         self.tp = TpAgreement(sgl.tp_group(), check=knobs.tp_check) if tp > 1 else None  # tp.py
@@ -98,7 +97,7 @@ class DecodeRound:
         return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size, **tp,
                              budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
                              tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
-                             depth_temperature=self._depth_temperature,
+                             calibration=self._calibration,
                              predict=None if self.auto is None else self.auto.predict)
 
     def log_stage_times(self) -> None:
@@ -117,12 +116,13 @@ class DecodeRound:
         self._host = {k: [0.0, 0] for k in self._host}
 
     def describe(self) -> str:
-        t = self._depth_temperature
+        cal = self._calibration
+        temps = lambda t: "raw" if t is None else "T=" + ",".join(f"{x:.2f}" for x in t)  # noqa: E731
         budget = self.budget if self.auto is None else f"auto {[budget_of(w) for w in self.auto.widths]}"
         return (f"budget={budget} verify width={self.verify_width} drafter block={self.block_size} "
                 f"k={self.head.k} ops={self.round.backend} tree-in-graph={self.head.tree_in_graph} "
                 f"anchor={self.knobs.anchor or 'none'} calibration="
-                + ("off" if t is None else "T=" + ",".join(f"{x:.2f}" for x in t)))
+                + ("off" if cal is None else f"greedy {temps(cal.greedy)}, sampled {temps(cal.sampling)}"))
 
     def choose_verify_attention(self) -> None:
         """After the target's attention backend exists, before any graph capture: the one place the
@@ -300,6 +300,8 @@ class _ServerRound(RoundHost):
     def draft(self, slots):
         """The drafter's forward; the tree from the draft graph's buffers where the graph built it."""
         head, batch = self.dr.head, self.batch
+        law = self.sgl.node_law(batch)  # the tree ranks each request under its own law (keys.py)
+        head.load_law(law, self.bs)
         draft_out, ran_graph, roots = self.sgl.draft_forward(batch, self.draft_input, slots, self.window, self.bs)
         if ran_graph and head.graph_ready:
             tree, from_graph = head.from_graph(self.bs), True
@@ -307,7 +309,7 @@ class _ServerRound(RoundHost):
             hidden = draft_out.hidden_states
             if hidden is None:
                 raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
-            tree, from_graph = head.build(hidden, self.bs, roots, batch.seq_lens), False
+            tree, from_graph = head.build(hidden, self.bs, roots, batch.seq_lens, law), False
         return tree, (head.predicted(tree, from_graph) if self.dr.auto is not None else None)
 
     def verify(self, tree, slots, n: int) -> torch.Tensor:

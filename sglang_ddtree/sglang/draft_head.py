@@ -1,12 +1,14 @@
 """DraftTreeHead: the draft side of a DDTree round — lm_head, top-k log-probs and the tree, for SGLang.
 
 The DFlash drafter's hidden states for [bonus, MASK x L] go through the target's lm_head, the canonical
-top-k + log-normaliser and the best-first build. As a capture-tail hook of the draft runner it runs inside
+top-k + log-normaliser under each request's law (keys.py: its temperature and filters, the drafter's
+calibration) and the best-first build. As a capture-tail hook of the draft runner it runs inside
 the draft CUDA graph: the roots (the block's first input id) and positions (prefix + depth) come from the
 graph's own static inputs, so the replayed graph leaves the finished tree in static buffers and the round
 reads it with no extra op. Eagerly (`build`), the same functions run on the hidden states directly.
 With a `predict` function (budget.AutoWidth.predict, the served auto budget) the graph also leaves each
-request's predicted tokens at every candidate width next to the tree.
+request's predicted tokens at every candidate width next to the tree. The requests' laws reach the graph through
+static buffers that `load_law` fills before each replay.
 Nothing here reads SGLang's request tables (they may be rewritten once a graph's pre-replay read barrier
 has passed).
 """
@@ -14,14 +16,15 @@ from __future__ import annotations
 
 import torch
 
+from sglang_ddtree.keys import DraftKeys
 from sglang_ddtree.round import RoundOps
-from sglang_ddtree.topk import topk_logprobs
+from sglang_ddtree.sampling import NodeLaw
 from sglang_ddtree.tree import TreeBatch
 
 
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
-                 ops: RoundOps, tree_in_graph: bool, anchor=None, depth_temperature=None, predict=None,
+                 ops: RoundOps, tree_in_graph: bool, anchor=None, calibration=None, predict=None,
                  vocab: int | None = None, vocab_start: int = 0, tp=None):
         self.weight, self.num_org = weight, int(num_org)
         # tensor parallelism (sglang/tp.py): this rank's lm_head holds vocabulary rows vocab_start .. + num_org of
@@ -29,20 +32,23 @@ class DraftTreeHead:
         self.tp, self.vocab_start = tp, int(vocab_start)
         vocab = self.num_org if vocab is None else int(vocab)
         self.anchor = anchor  # tree.build_tree_from_topk's anchor: None (the paper's tree) or 'chain'
-        # calibration: depth d's logits times 1 / T_d before stage 1 (a static tensor, so it rides in the graph)
-        self.depth_scale = None if depth_temperature is None else \
-            torch.tensor([1.0 / float(t) for t in depth_temperature], dtype=weight.dtype,
-                         device=weight.device)[:, None]
         self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
+        # stage 1 under each request's law, with the drafter's calibration (keys.Calibration or None)
+        self.keys = DraftKeys(self.L, calibration, weight.device)
         self.k = min(topk or budget, vocab)
         self.ops = ops
         self.stage1 = "cuda" if ops.backend == "cuda" else "cpu"
         self.tree_in_graph = tree_in_graph and ops.backend == "cuda"
         self.max_bs = int(max_bs)
         self.predict = predict
-        self.static_tree = self.static_predicted = None
+        self.static_tree = self.static_predicted = self.static_law = None
+        self._greedy_rows = 0  # leading static law rows known to hold the greedy law (load_law skips them)
         if self.tree_in_graph:
             dev = weight.device
+            full = lambda v, dt: torch.full((self.max_bs,), v, dtype=dt, device=dev)  # noqa: E731
+            self.static_law = NodeLaw(full(0.0, torch.float32), full(1, torch.int64), full(1.0, torch.float32),
+                                      full(0.0, torch.float32), filtered=True)
+            self._greedy_rows = self.max_bs
             lp = torch.zeros(1, self.L, self.k, dtype=torch.float32, device=dev)
             probe = ops.build(lp, torch.zeros(1, self.L, self.k, dtype=torch.int64, device=dev), self.budget,
                               torch.zeros(1, dtype=torch.int64, device=dev), torch.zeros(1, dtype=torch.int64, device=dev))
@@ -60,16 +66,37 @@ class DraftTreeHead:
         hs = hidden.view(bs, self.block, -1)[:, 1:, :].reshape(bs * self.L, -1)  # a contiguous copy (small)
         if hs.dtype != self.weight.dtype:
             hs = hs.to(self.weight.dtype)
-        logits = torch.matmul(hs, self.weight[: self.num_org].T).view(bs, self.L, -1)
-        return logits if self.depth_scale is None else logits * self.depth_scale
+        return torch.matmul(hs, self.weight[: self.num_org].T).view(bs, self.L, -1)
 
-    def build(self, hidden, bs: int, roots, prefix) -> TreeBatch:
-        logits = self.logits(hidden, bs)
-        if self.tp is None:
-            lp, ids = topk_logprobs(logits, self.k, self.stage1)
-        else:
-            lp, ids = self.tp.stage1(logits, self.k, self.vocab_start, self.stage1)
-        return self.ops.build(lp, ids, self.budget, roots, prefix, anchor=self.anchor)
+    def build(self, hidden, bs: int, roots, prefix, law: NodeLaw | None = None) -> TreeBatch:
+        """The round's tree; law: the requests' sampling.NodeLaw (None: all greedy)."""
+        lp, ids = self.keys(self.logits(hidden, bs), self.k, self.stage1, law,
+                            None if self.tp is None else self._tp_stage1)
+        return self.ops.build(lp, ids, self.budget, roots, prefix, anchor=self.anchor,
+                              anchored=None if self.anchor is None else self.keys.anchored(law))
+
+    def _tp_stage1(self, logits, k: int, backend: str, scale):
+        """Stage 1 over this rank's vocabulary shard, merged across the ranks under the rows' law scale (tp.py)."""
+        return self.tp.stage1(logits, k, self.vocab_start, backend, scale)
+
+    def load_law(self, law: NodeLaw | None, bs: int) -> None:
+        """Before a draft-graph replay: the batch's laws into the static buffers the graph reads (device copies;
+        an all-greedy batch whose rows already hold the greedy law costs nothing)."""
+        if self.static_law is None:
+            return
+        if law is None:
+            if bs > self._greedy_rows:
+                for buf, value in zip(self._law_tensors(), (0.0, 1, 1.0, 0.0)):
+                    buf[:bs].fill_(value)
+                self._greedy_rows = bs
+            return
+        for buf, src in zip(self._law_tensors(), (law.temperatures, law.top_ks, law.top_ps, law.min_ps)):
+            buf[:bs].copy_(src.view(-1), non_blocking=True)
+        self._greedy_rows = 0
+
+    def _law_tensors(self):
+        law = self.static_law
+        return law.temperatures, law.top_ks, law.top_ps, law.min_ps
 
     def capture_hook(self, runner, out, forward_batch, num_tokens):
         """Draft-graph capture tail (DFlashWorkerV2's draft runner calls it inside the capture)."""
@@ -78,7 +105,8 @@ class DraftTreeHead:
             return
         bs = int(num_tokens) // self.block
         roots = forward_batch.input_ids.view(bs, self.block)[:, 0]
-        tree = self.build(out.hidden_states, bs, roots, forward_batch.seq_lens[:bs])
+        law = NodeLaw(*(t[:bs] for t in self._law_tensors()), filtered=True)
+        tree = self.build(out.hidden_states, bs, roots, forward_batch.seq_lens[:bs], law)
         for name, t in tree.tensors().items():
             self.static_tree[name][:bs].copy_(t)
         if self.static_predicted is not None:

@@ -4,8 +4,9 @@ What each rank holds and what crosses ranks (docs/DESIGN.md §7, Tensor parallel
 - the drafter's hidden states and the target's verify forward run sharded as SGLang runs them; the round's
   decisions are made on data every rank holds bit for bit:
 - stage 1 (the tree's top-k log-probs): each rank scores its shard of the vocabulary through its shard of the
-  lm_head, keeps its shard's top k (value, global id) and log-sum-exp; those are all-gathered and merged
-  (topk.merge_shards), so every rank merges the same bits into the same tree;
+  lm_head, keeps its shard's top k (raw logit, global id) and the log-sum-exp of its row under each request's
+  law scale (keys.py: the same on every rank); those are all-gathered and merged (topk.merge_shards), so every
+  rank merges the same bits into the same tree, and the requests' filters act on the merged keys;
 - the target's verify logits reach every rank whole (SGLang's logits processor gathers the vocabulary), and
   each node's token is broadcast from rank 0 before the walk (as SGLang's DFLASH broadcasts its accept), so a
   kernel's reduction order on one rank cannot split the commit;
@@ -47,18 +48,19 @@ class TpAgreement:
         self.size, self.rank = int(group.world_size), int(group.rank_in_group)
         self.check_rounds = bool(check)
 
-    def stage1(self, logits: torch.Tensor, k: int, vocab_start: int, backend: str):
+    def stage1(self, logits: torch.Tensor, k: int, vocab_start: int, backend: str, scale=None):
         """Stage 1 of the whole vocabulary from this rank's shard of the draft logits [..., V_shard] (module
-        docstring): shard_stage1 here, all-gathered, merge_shards on every rank alike."""
+        docstring): shard_stage1 here, all-gathered, merge_shards on every rank alike. scale: None or float32
+        [...] (logits.shape[:-1]), each row's law scale (topk.topk_logprobs), which every rank holds alike."""
         from sglang_ddtree.topk import merge_shards, shard_stage1
 
-        values, ids, lse = shard_stage1(logits, k, vocab_start, backend)
+        values, ids, lse = shard_stage1(logits, k, vocab_start, backend, scale)
         gathered = []
         for t in (values.contiguous(), ids.contiguous(), lse.contiguous()):
             out = torch.empty((self.size, *t.shape), dtype=t.dtype, device=t.device)
             self.group.all_gather_into_tensor(out.view(-1), t.view(-1))
             gathered.append(out)
-        return merge_shards(*gathered, k)
+        return merge_shards(*gathered, k, scale)
 
     def width(self, n):
         """Rank 0's verify width (None: the round waits for its own prediction; every rank does)."""

@@ -145,6 +145,35 @@ def test_expected_commit_predicts_the_accept_length_of_a_calibrated_drafter():
     assert abs(float(got) - float(want)) / float(want) < 0.03, (float(got), float(want))
 
 
+def test_under_a_requests_law_its_own_keys_predict_the_accept_length():
+    """Sampled (T 0.6, top-p 0.9): a target that draws each depth's token from the drafter's distribution under
+    that law is calibrated for the law-aware keys (keys.py) by construction, so their prediction matches the mean
+    accept length; the raw draft's keys (what the tree ranked by before) predict it wrongly — the bias the auto
+    budget would otherwise carry into its choice."""
+    from sglang_ddtree.keys import DraftKeys
+    from sglang_ddtree.reference import filtered_law
+    from sglang_ddtree.sampling import NodeLaw
+
+    g = torch.Generator().manual_seed(2)
+    V, L, budget, draws, T, top_p = 8, 5, 24, 8000, 0.6, 0.9
+    logits = torch.randn(1, L, V, generator=g) * 1.5
+    law = NodeLaw(torch.full((draws,), T), torch.zeros(draws, dtype=torch.int64), torch.full((draws,), top_p),
+                  torch.zeros(draws))
+    probs = torch.tensor(np.stack([filtered_law(logits[0, d].numpy(), T, 0, top_p, 0.0) for d in range(L)]))
+
+    def predicted_and_accepted(tree):
+        depth = tree.depths.clamp(max=L - 1)  # the walk reads the target at node i (depth d) for depth d + 1
+        target = torch.multinomial(probs[depth.reshape(-1)], 1, generator=g).view(draws, -1)
+        accepted = accept_tree(tree, target, backend="cpu").accept_len.double().mean()
+        return float(expected_commit(tree)[0, -1]), float(accepted)
+
+    lp, ids = DraftKeys(L)(logits.expand(draws, L, V).contiguous(), V, "cpu", law)
+    want, got = predicted_and_accepted(build_tree_from_topk(lp, ids, budget, backend="cpu"))
+    assert abs(got - want) / want < 0.03, (got, want)
+    want, got = predicted_and_accepted(build_tree(logits.expand(draws, L, V).contiguous(), budget, backend="cpu"))
+    assert abs(got - want) / got > 0.1, (got, want)
+
+
 def test_auto_width_maximises_tokens_per_time():
     """The engine's use of AutoWidth: whole-round costs, no clock, and the first round waits for its own tree's
     prediction (first='own')."""

@@ -116,7 +116,7 @@ def test_top_level_help_exits_0_as_a_module():
 
 
 def test_bench_lists_only_benchmarks(capsys):
-    assert bench.names() == ["attention", "dflash2", "engine", "tree", "tree_gpu", "verify_splits"]
+    assert bench.names() == ["attention", "dflash2", "engine", "sampled", "tree", "tree_gpu", "verify_splits"]
     assert bench.main(["__main__"]) == 2
     err = capsys.readouterr().err
     assert "unknown benchmark '__main__'" in err and "Traceback" not in err
@@ -247,7 +247,8 @@ def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
     assert rc == 0 and torch.get_num_threads() == threads  # the demo's 1 thread does not leak out
     lines = text.strip().splitlines()
     assert lines[-1].startswith("VERDICT: DDTree (served default) greedy output identical to AR on 3/3 prompts")
-    assert "vs chain" in lines[-1] and "vs AR 1.00" in lines[-1] and "sampled T=1" in lines[-1]
+    assert "vs chain" in lines[-1] and "vs AR 1.00" in lines[-1] and "sampled T=1 " in lines[-1]
+    assert "sampled T=0.6 top-p 0.95 " in lines[-1] and "greedy continuations are loops)" in lines[-1]
     assert "(paper's tree B=4 " in lines[-1] and ", B=8 " in lines[-1]
     assert "tau    = tokens committed per target forward" in text
     assert "DDTree = the SGLang plugin's default" in text and "the three texts are identical" in text
@@ -257,15 +258,16 @@ def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
             "speed")
     assert said in " ".join(text.split()) and "favours AR" not in text  # what this run measured, not a verdict
     assert data["prompts"] == 3 and data["verdict"] == lines[-1] and data["threads"] == 1
-    assert [(r["method"], r["budget"], r["temperature"]) for r in data["rows"]] == [
-        (m, b, t) for t in (0.0, 1.0)
+    assert [(r["method"], r["budget"], r["temperature"], r["top_p"]) for r in data["rows"]] == [
+        (m, b, t, p) for t, p in ((0.0, 1.0), (1.0, 1.0), (0.6, 0.95))
         for m, b in (("ar", 0), ("chain", 7), ("served", "auto"), ("ddtree", 4), ("ddtree", 8))]
     assert all(r["identical_to_ar"] for r in data["rows"] if r["temperature"] == 0)
-    assert all(r["identical_to_ar"] is None for r in data["rows"] if r["temperature"] == 1.0)
+    assert all(r["identical_to_ar"] is None for r in data["rows"] if r["temperature"] > 0)
     served = [r for r in data["rows"] if r["method"] == "served"]
-    for r in served:  # the served default: anchored, calibrated, auto over the served ladder, the H200's costs
-        args = r["generate_args"]
+    for r in served:  # the served default: anchored, calibrated, each request under its law, auto over the served
+        args = r["generate_args"]  # ladder, the H200's costs
         assert (args["anchor"], args["budget"], args["draft_temperature"]) == ("chain", "auto", "drafter")
+        assert (args["keys"], args["sampling_temperature"]) == ("law", "drafter")
         assert tuple(args["auto_budgets"]) == (7, 15, 31, 63) and len(args["round_cost"]) == 4
         assert sum(r["budgets_chosen"].values()) == r["rounds"] and {int(b) for b in r["budgets_chosen"]} <= {7, 15, 31, 63}
 
@@ -298,20 +300,25 @@ def test_demo_h200_costs_match_the_committed_log():
 
 
 def _rows(**greedy_tau):
-    """Minimal demo rows: AR, chain, served and one paper's tree, greedy and sampled."""
+    """Minimal demo rows: AR, chain, served and one paper's tree, greedy and sampled (T 1; T 0.6 top-p 0.95)."""
     rows = []
-    for t in (0.0, 1.0):
+    for t, p in ((0.0, 1.0), (1.0, 1.0), (0.6, 0.95)):
         for m, b, tau in (("ar", 0, 1.0), ("chain", 7, greedy_tau.get("chain", 6.0)),
                           ("served", "auto", greedy_tau.get("served", 7.0)), ("ddtree", 63, 6.5)):
-            rows.append({"method": m, "budget": b, "temperature": t, "tau": tau,
-                         "identical_to_ar": True if t == 0 else None, "requests_identical": 4})
+            rows.append({"method": m, "budget": b, "temperature": t, "top_p": p, "tau": tau,
+                         "identical_to_ar": True if t == 0 else None, "requests_identical": 4,
+                         "budgets_chosen": {63: 9, 31: 1} if m == "served" else None,
+                         "per_prompt": [{"text": "the string " * 6}, {"text": "def f(x):\n    return x"}]})
     return rows
 
 
 def test_verdict_puts_the_served_default_against_chain_and_ar():
     ok, line = demo.verdict(_rows(served=7.2, chain=6.76), 4)
     assert ok and line.startswith("VERDICT: DDTree (served default) greedy output identical to AR on 4/4 prompts")
-    assert "greedy tau 7.20 vs chain 6.76 vs AR 1.00 (paper's tree B=63 6.50)" in line
+    assert "greedy tau 7.20 vs chain 6.76 vs AR 1.00 (paper's tree B=63 6.50) (1 of 2 greedy continuations are " \
+           "loops)" in line
+    assert ("sampled T=1 tau 7.20 vs paper's tree 6.50 at B=63, the budget auto ran most (1.11x), vs chain 6.76; "
+            "sampled T=0.6 top-p 0.95 tau 7.20") in line
     rows = _rows()
     rows[3]["identical_to_ar"], rows[3]["requests_identical"] = False, 3
     ok, line = demo.verdict(rows, 4)

@@ -163,3 +163,27 @@ def test_bad_anchor_and_chain_pops_are_refused():
     with pytest.raises(RuntimeError, match="chain_pops"):
         torch.ops.sglang_ddtree.build_tree_from_topk(lp, ids, torch.zeros(1, dtype=torch.long),
                                                      torch.zeros(1, dtype=torch.long), 4, -1)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_the_anchored_mask_anchors_only_the_requests_it_marks(backend):
+    """anchored (bool [B]): each request's tree is the one it gets alone with its own anchor — the anchored tree
+    where the mask is set, the paper's tree elsewhere (how a mixed batch anchors its greedy requests only)."""
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        B, L, V = int(rng.integers(1, 9)), int(rng.integers(1, 9)), int(rng.choice([3, 17, 300]))
+        budget = int(rng.choice([1, 4, 8, 16, 31]))
+        k = min(max(budget, 1), V)
+        lp, ids = random_topk(rng, B, L, V, k, mode=MODES[trial % len(MODES)])
+        mask = torch.tensor(rng.random(B) < 0.5)
+        got = build_tree_from_topk(lp, ids, budget, backend=backend, anchor="chain", anchored=mask)
+        for b in range(B):
+            alone = build_tree_from_topk(lp[b:b + 1], ids[b:b + 1], budget, backend="reference",
+                                         anchor="chain" if bool(mask[b]) else None)
+            for name, t in alone.tensors().items():
+                if name != "retrive_index":  # b * n + i: the batch position differs
+                    assert torch.equal(getattr(got, name)[b:b + 1], t), (trial, b, name)
+    with pytest.raises(ValueError, match="anchored"):
+        build_tree_from_topk(lp, ids, budget, anchor="chain", anchored=torch.ones(B + 1, dtype=torch.bool))
+    with pytest.raises(TypeError, match="anchored"):
+        build_tree_from_topk(lp, ids, budget, anchor="chain", anchored=torch.ones(B))

@@ -151,6 +151,44 @@ def test_native_matches_oracle_hypothesis(B, L, K, budget, mode, anchor, seed):
     run_case(np.random.default_rng(seed), B, L, K, budget, mode, anchor, check=True, rows=False)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_the_anchored_mask_anchors_only_the_requests_it_marks(backend):
+    """anchored (bool [B], docs/DESIGN.md §3.11) in the lattice builder: each request's tree is the oracle's
+    (reference.build_lattice_tree_reference) for that request alone, anchored where the mask is set and the paper's
+    tree elsewhere; without a mask every request is anchored, as before."""
+    rng = np.random.default_rng(44)
+    differs = 0
+    for trial in range(60):
+        B, L, K = int(rng.integers(1, 7)), int(rng.integers(1, 7)), int(rng.choice([1, 2, 3, 5, 8]))
+        budget = int(rng.choice([1, 3, 8, 15, 31]))
+        cand, scores, temperature = random_lattice(rng, B, L, K, mode=LATTICE_MODES[trial % len(LATTICE_MODES)])
+        lp, order = lattice_logprobs(scores, temperature)
+        roots, lens = torch.tensor(rng.integers(0, 5000, B)), torch.tensor(rng.integers(0, 10_000, B))
+        mask = torch.tensor(rng.random(B) < 0.5)
+        got = build_tree_from_lattice_rows(lp, order, cand, budget, root_tokens=roots, seq_lens=lens, backend=backend,
+                                           anchor="chain", anchored=mask)
+        every = build_tree_from_lattice_rows(lp, order, cand, budget, root_tokens=roots, seq_lens=lens,
+                                             backend=backend, anchor="chain")
+        for b in range(B):
+            want = build_lattice_tree_reference(lp[b].numpy(), order[b].numpy(), cand[b].numpy(), budget,
+                                                root_token=int(roots[b]), seq_len=int(lens[b]), request_index=b,
+                                                chain_pops=L if bool(mask[b]) else 0)
+            for name in ("num_nodes", "tokens", "parents", "depths", "ranks", "logw", "positions",
+                         "retrive_next_token", "retrive_next_sibling", "tree_mask", "flags"):
+                assert np.array_equal(getattr(got, name)[b].numpy(), np.asarray(want[name])), (trial, b, name)
+            anchored_alone = build_lattice_tree_reference(lp[b].numpy(), order[b].numpy(), cand[b].numpy(), budget,
+                                                          root_token=int(roots[b]), seq_len=int(lens[b]),
+                                                          request_index=b, chain_pops=L)
+            assert np.array_equal(every.tokens[b].numpy(), anchored_alone["tokens"]), (trial, b)
+            differs += not bool(mask[b]) and not np.array_equal(got.tokens[b].numpy(), anchored_alone["tokens"])
+    assert differs > 0  # the unmarked requests did get trees other than the anchored ones
+    with pytest.raises(ValueError, match="anchored"):
+        build_tree_from_lattice_rows(lp, order, cand, budget, anchor="chain",
+                                     anchored=torch.ones(B + 1, dtype=torch.bool))
+    with pytest.raises(TypeError, match="anchored"):
+        build_tree_from_lattice(cand, scores, budget, anchor="chain", anchored=torch.ones(B))
+
+
 def test_rows_with_forced_exact_ties():
     """Identical rows everywhere (two tied pairs): many equal path weights, the order rests on the ranks tuple."""
     row = torch.log_softmax(torch.tensor([2.0, 2.0, 1.0, 1.0, 0.0]), -1)

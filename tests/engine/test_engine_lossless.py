@@ -5,6 +5,7 @@ import torch
 
 from sglang_ddtree.engine import Engine, summarize
 from sglang_ddtree.engine.data import heldout_prompts
+from two_sample import chi2_two_sample
 
 N_PROMPTS, MAX_NEW, BATCH = 200, 48, 100
 BUDGETS = (8, 32, 64)
@@ -128,24 +129,6 @@ def test_stop_tokens_and_max_tokens(engine, prompts):
 
 
 # --- T > 0 ------------------------------------------------------------------------------------------
-
-def chi2_two_sample(a: torch.Tensor, b: torch.Tensor, min_count: int = 10) -> float:
-    """p-value of the chi-square homogeneity test of two samples of category ids (rare ones pooled)."""
-    cats = torch.cat([a, b]).unique()
-    ca = torch.stack([(a == c).sum() for c in cats]).double()
-    cb = torch.stack([(b == c).sum() for c in cats]).double()
-    keep = (ca + cb) >= min_count
-    ca = torch.cat([ca[keep], ca[~keep].sum()[None]])
-    cb = torch.cat([cb[keep], cb[~keep].sum()[None]])
-    nz = (ca + cb) > 0
-    ca, cb = ca[nz], cb[nz]
-    na, nb = ca.sum(), cb.sum()
-    tot = ca + cb
-    ea, eb = tot * na / (na + nb), tot * nb / (na + nb)
-    stat = ((ca - ea) ** 2 / ea + (cb - eb) ** 2 / eb).sum()
-    dof = len(tot) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), stat / 2))
-
 
 def sampled_tokens(engine, prompt, method, temperature, n, seed0, positions=8):
     res = engine.generate([prompt] * n, positions, method=method, budget=8, temperature=temperature,

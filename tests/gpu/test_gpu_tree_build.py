@@ -57,6 +57,23 @@ def test_large_budgets_and_depths(budget, L, k, V):
         run_case(rng, 4, L, V, k, budget, mode, anchor="chain")
 
 
+def test_the_anchored_mask_matches_the_oracle():
+    """anchored (bool [B]) anchors only the requests it marks, bit for bit the oracle's per-request trees."""
+    load()
+    rng = np.random.default_rng(41)
+    for trial in range(200):
+        B, L = int(rng.integers(1, 33)), int(rng.integers(1, 17))
+        budget = int(rng.choice([1, 7, 15, 31, 63, 127]))
+        V = int(rng.choice([3, 64, 2000]))
+        k = min(budget, V)
+        lp, ids = random_topk(rng, B, L, V, k, mode=MODES[trial % len(MODES)])
+        mask = torch.tensor(rng.random(B) < 0.5)
+        ref = build_tree_from_topk(lp, ids, budget, backend="reference", anchor="chain", anchored=mask)
+        gpu = build_tree_from_topk(lp.cuda(), ids.cuda(), budget, backend="cuda", anchor="chain",
+                                   anchored=mask.cuda())
+        assert_trees_identical(gpu, ref, f"trial {trial}")
+
+
 def test_forced_exact_ties_across_depths():
     load()
     row = torch.log_softmax(torch.tensor([2.0, 2.0, 1.0, 1.0, 1.0, 0.0]), -1)

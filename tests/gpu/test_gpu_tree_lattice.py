@@ -71,6 +71,23 @@ def test_small_cases_match_the_oracle():
                  LATTICE_MODES[i % len(LATTICE_MODES)], [None, "chain"][i % 2], against="reference")
 
 
+def test_the_anchored_mask_matches_the_oracle():
+    """anchored (bool [B], docs/DESIGN.md §3.11) in the CUDA lattice builder: only the marked requests anchored,
+    bit for bit the oracle's per-request trees, shared and global tables."""
+    load()
+    rng = np.random.default_rng(45)
+    for trial in range(120):
+        B, L = int(rng.integers(1, 17)), int(rng.choice([1, 3, 7, 15]))
+        K, budget = int(rng.choice([1, 3, 8, 16, 40])), int(rng.choice([1, 7, 31, 63, 255]))
+        lp, order, cand, roots, lens = rows(rng, B, L, K, LATTICE_MODES[trial % len(LATTICE_MODES)])
+        mask = torch.tensor(rng.random(B) < 0.5)
+        want = build_tree_from_lattice_rows(lp, order, cand, budget, root_tokens=roots, seq_lens=lens,
+                                            backend="reference", anchor="chain", anchored=mask)
+        got = build_tree_from_lattice_rows(lp.cuda(), order.cuda(), cand.cuda(), budget, root_tokens=roots.cuda(),
+                                           seq_lens=lens.cuda(), backend="cuda", anchor="chain", anchored=mask.cuda())
+        assert_trees_identical(got, want, f"trial {trial}")
+
+
 @pytest.mark.parametrize("bad", ["nan", "inf", "unsorted", "order", "masked"])
 def test_flags_match_and_others_untouched(bad):
     """NaN/+inf rows, a rising row, an order entry that names no candidate (read from device memory: never used to

@@ -89,3 +89,31 @@ def test_topk_lse_repeatable():
     for _ in range(3):
         b = ops.topk_lse(x, 128)
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("R,V,k", [(1, 151936, 64), (16, 151936, 32), (64, 151936, 8), (7, 5, 5), (130, 4096, 256)])
+def test_topk_lse_scaled_rows_match_the_cpu_stage(dtype, R, V, k):
+    """A per-row scale (a request's temperature and the drafter's calibration, keys.py): the candidates stay
+    the raw logits' canonical ids, lp = scale * x - logsumexp(scale * x) within 2 ulp of the float64 value."""
+    ops = load()
+    gen = torch.Generator(device="cuda").manual_seed(R + V + k)
+    for kind in ("normal", "ties", "peaked", "masked") if V >= 1024 else ("normal", "ties"):
+        x = make_rows(kind, R, V, dtype, gen)
+        scale = torch.exp(torch.randn(R, generator=gen, device="cuda")).float()  # 0.1 to 10, one per row
+        lp, ids = ops.topk_lse(x, k, scale)
+        ref_lp, ref_ids = topk_logprobs_torch(x, k, scale)
+        assert torch.equal(ids, ref_ids), f"ids differ in rows {(ids != ref_ids).any(1).nonzero().flatten()[:8]}"
+        z64 = x.double() * scale.double()[:, None]
+        lse64 = torch.logsumexp(z64, -1, keepdim=True)
+        top = (torch.gather(x.float(), 1, ids) * scale[:, None]).double()
+        ulp_lse = torch.from_numpy(np.spacing(np.abs(lse64.cpu().numpy()).astype(np.float32)).astype(np.float64)).cuda()
+        ulp_lp = torch.from_numpy(np.spacing(np.abs(lp.cpu().numpy())).astype(np.float64)).cuda()
+        err = (lp.double() - (top - lse64)).abs()
+        finite = torch.isfinite(top)
+        worst = (err - (4 * ulp_lse + 2 * ulp_lp))[finite].max().item() if finite.any() else -1.0
+        assert worst <= 0, f"lp off by more than the bound: excess {worst} ({kind})"
+        assert torch.equal(torch.isneginf(lp), torch.isneginf(ref_lp))
+    ones = torch.ones(R, device="cuda")
+    x = make_rows("normal", R, V, dtype, gen)
+    assert all(torch.equal(a, b) for a, b in zip(ops.topk_lse(x, k, ones), ops.topk_lse(x, k)))

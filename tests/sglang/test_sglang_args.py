@@ -330,22 +330,23 @@ def test_anchor_knob_defaults_to_the_chain(monkeypatch):
 
 def test_calibration_knob(monkeypatch, tmp_path):
     from sglang_ddtree.engine.data import MODELS_DIR
-    from sglang_ddtree.sglang.args import depth_temperatures
+    from sglang_ddtree.sglang.args import drafter_calibration
     from sglang_ddtree.sglang.settings import Settings
 
     shipped = os.path.join(MODELS_DIR, "tiny-dflash")
     monkeypatch.delenv("SGLANG_DDTREE_CALIBRATION", raising=False)
-    temps = depth_temperatures(Settings.from_env(), shipped, 7)         # auto: the drafter directory's file
-    assert len(temps) == 7 and all(0 < t < 1 for t in temps)
-    assert depth_temperatures(Settings.from_env(), str(tmp_path), 7) is None   # no file: raw probabilities
-    assert depth_temperatures(Settings.from_env(), "z-lab/Qwen3-8B-DFlash-b16", 15) is None  # a hub id
+    cal = drafter_calibration(Settings.from_env(), shipped, 7)         # auto: the drafter directory's file
+    assert len(cal.greedy) == 7 and all(0 < t < 1 for t in cal.greedy)
+    assert len(cal.sampling) == 7 and all(t > 0 for t in cal.sampling)  # the shipped file fits sampling too
+    assert drafter_calibration(Settings.from_env(), str(tmp_path), 7) is None   # no file: raw probabilities
+    assert drafter_calibration(Settings.from_env(), "z-lab/Qwen3-8B-DFlash-b16", 15) is None  # a hub id
     with pytest.raises(ValueError, match="SGLANG_DDTREE_CALIBRATION=auto"):
-        depth_temperatures(Settings.from_env(), shipped, 15)             # fitted for another block size
+        drafter_calibration(Settings.from_env(), shipped, 15)             # fitted for another block size
     monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", "off")
-    assert depth_temperatures(Settings.from_env(), shipped, 7) is None
+    assert drafter_calibration(Settings.from_env(), shipped, 7) is None
     monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", str(tmp_path / "nope.json"))
     with pytest.raises(ValueError, match="nope.json"):
-        depth_temperatures(Settings.from_env(), shipped, 7)
+        drafter_calibration(Settings.from_env(), shipped, 7)
 
 
 def test_launch_wrapper_splits_its_flags():

@@ -35,23 +35,125 @@ def test_head_build_matches_build_tree(plugins_loaded, anchor):
 
 
 def test_head_ranks_by_the_calibrated_logits(plugins_loaded):
+    from sglang_ddtree.keys import Calibration
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
+    from sglang_ddtree.topk import topk_logprobs
 
     g = torch.Generator().manual_seed(4)
     V, H, block, budget, bs = 40, 8, 4, 12, 2
     weight, temps = torch.randn(V, H, generator=g), [0.4, 0.6, 0.8]
     head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=2,
-                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", depth_temperature=temps)
+                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", calibration=Calibration(temps))
     hidden = torch.randn(bs * block, H, generator=g)
     roots, prefix = torch.tensor([1, 2]), torch.tensor([5, 6])
     got = head.build(hidden, bs, roots, prefix)
-    logits = rows_logits(hidden, weight, bs, block) * torch.tensor([1 / t for t in temps])[:, None]
-    ref = build_tree(logits, budget, root_tokens=roots, seq_lens=prefix, backend="cpu", anchor="chain")
+    logits = rows_logits(hidden, weight, bs, block)
+    lp, ids = topk_logprobs(logits, budget, "cpu", torch.tensor([[1 / t for t in temps]] * bs))
+    ref = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=prefix, backend="cpu", anchor="chain")
     for name, t in ref.tensors().items():
         assert torch.equal(getattr(got, name), t), name
-    raw = build_tree(logits * torch.tensor(temps)[:, None], budget, root_tokens=roots, seq_lens=prefix,
-                     backend="cpu", anchor="chain")
+    raw = build_tree(logits, budget, root_tokens=roots, seq_lens=prefix, backend="cpu", anchor="chain")
     assert not torch.equal(raw.tokens, got.tokens)  # the calibration changes which nodes the budget buys
+
+
+def mixed_law(bs):
+    """Greedy (SGLang's top_k 1), T 1, T 0.6 with top-p / top-k / min-p, ... repeating over bs requests."""
+    from sglang_ddtree.sampling import NodeLaw
+
+    rows = [(1.0, 1, 1.0, 0.0), (1.0, -1, 1.0, 0.0), (0.6, 20, 0.9, 0.02), (0.8, -1, 0.95, 0.0)]
+    t, k, p, m = zip(*[rows[i % len(rows)] for i in range(bs)])
+    return NodeLaw(torch.tensor(t), torch.tensor(k, dtype=torch.int32), torch.tensor(p), torch.tensor(m))
+
+
+def test_head_ranks_each_request_under_its_own_law(plugins_loaded):
+    """A mixed batch: every request's tree is keys.DraftKeys' under its own law (greedy requests: the greedy
+    calibration and the anchor; sampled ones: their temperature, filters and the sampling calibration, no
+    anchor), equal to the same request built alone."""
+    from sglang_ddtree.keys import Calibration, DraftKeys
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+
+    g = torch.Generator().manual_seed(6)
+    V, H, block, budget, bs = 60, 8, 5, 14, 8
+    weight = torch.randn(V, H, generator=g)
+    cal = Calibration((0.5, 0.6, 0.7, 0.8), (1.1, 1.2, 1.0, 0.9))
+    head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=bs,
+                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", calibration=cal)
+    hidden = torch.randn(bs * block, H, generator=g)
+    roots, prefix = torch.arange(bs), torch.arange(bs) * 3
+    law = mixed_law(bs)
+    got = head.build(hidden, bs, roots, prefix, law)
+    logits = rows_logits(hidden, weight, bs, block)
+    for b in range(bs):
+        one = type(law)(*(t[b:b + 1] for t in (law.temperatures, law.top_ks, law.top_ps, law.min_ps)))
+        lp, ids = DraftKeys(block - 1, cal)(logits[b:b + 1], budget, "cpu", one)
+        greedy = bool(one.greedy()[0])
+        ref = build_tree_from_topk(lp, ids, budget, root_tokens=roots[b:b + 1], seq_lens=prefix[b:b + 1],
+                                   backend="reference", anchor="chain" if greedy else None)
+        for name, t in ref.tensors().items():
+            if name != "retrive_index":
+                assert torch.equal(getattr(got, name)[b:b + 1], t), (b, name)
+    assert not torch.equal(got.tokens, head.build(hidden, bs, roots, prefix).tokens)  # the laws change the trees
+
+
+class _Gather:
+    """A TP group of `size` ranks run one after another in one process: the first pass records what each rank
+    contributes to each all-gather (in call order), the second hands every rank the whole gathered tensor."""
+
+    def __init__(self, size):
+        self.size, self.sent, self.replay = size, {}, False
+
+    def rank(self, r):
+        box = self
+
+        class Group:
+            world_size, rank_in_group, calls = box.size, r, 0
+
+            def all_gather_into_tensor(self, out, t):
+                i, self.calls = self.calls, self.calls + 1
+                box.sent.setdefault(i, {})[r] = t.clone()
+                parts = [box.sent[i][q] if box.replay else t for q in range(box.size)]  # first pass: own copies
+                out.copy_(torch.cat(parts))
+        return Group()
+
+
+@pytest.mark.parametrize("tp", [2, 3])
+def test_tp_heads_merge_each_request_under_its_own_law(plugins_loaded, tp):
+    """Tensor parallelism (sglang/tp.py) with a mixed greedy / sampled batch: each rank's head holds its
+    vocabulary shard of the lm_head and ranks by the requests' laws (keys.py, docs/DESIGN.md §3.11); every rank
+    builds the same tree, bit for bit, from the merged stage 1, whose candidates are the unsharded head's and whose
+    keys are within the shards' log-sum-exp rounding, so the trees have the unsharded head's nodes."""
+    from sglang_ddtree.keys import Calibration
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+    from sglang_ddtree.sglang.tp import TpAgreement
+
+    g = torch.Generator().manual_seed(8 + tp)
+    V, H, block, budget, bs = 61 * tp + 2, 8, 5, 14, 8
+    weight = torch.randn(V, H, generator=g)
+    cal = Calibration((0.5, 0.6, 0.7, 0.8), (1.1, 1.2, 1.0, 0.9))
+    kw = dict(block_size=block, budget=budget, topk=None, max_bs=bs, ops=RoundOps("cpu"), tree_in_graph=False,
+              anchor="chain", calibration=cal)
+    hidden = torch.randn(bs * block, H, generator=g)
+    roots, prefix, law = torch.arange(bs), torch.arange(bs) * 3, mixed_law(bs)
+    bounds = [round(V * r / tp) for r in range(tp + 1)]
+    gather = _Gather(tp)
+    heads = lambda: [DraftTreeHead(weight=weight[a:b], num_org=b - a, vocab=V, vocab_start=a,  # noqa: E731
+                                   tp=TpAgreement(gather.rank(r)), **kw)
+                     for r, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    for head in heads():  # records every rank's contribution
+        head.build(hidden, bs, roots, prefix, law)
+    gather.replay = True
+    trees = [head.build(hidden, bs, roots, prefix, law) for head in heads()]
+    whole = DraftTreeHead(weight=weight, num_org=V, **kw)
+    want = whole.build(hidden, bs, roots, prefix, law)
+    for tree in trees:
+        for name, t in trees[0].tensors().items():
+            assert torch.equal(getattr(tree, name), t), name
+    for name in ("num_nodes", "tokens", "parents", "depths", "ranks"):
+        assert torch.equal(getattr(trees[0], name), getattr(want, name)), name
+    assert torch.allclose(trees[0].logw, want.logw, atol=1e-4, rtol=0)
+    # the shards' merge under the laws, not the draft's: the greedy-key merge builds other trees
+    plain = DraftTreeHead(weight=weight, num_org=V, **kw).build(hidden, bs, roots, prefix)
+    assert not torch.equal(plain.tokens, trees[0].tokens)
 
 
 def test_head_caps_k_at_vocab(plugins_loaded):
@@ -66,15 +168,19 @@ def test_head_caps_k_at_vocab(plugins_loaded):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)")
 @pytest.mark.parametrize("anchor,temps", [(None, None), ("chain", None), ("chain", [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])])
 def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, temps):
-    """The capture hook inside a real CUDA graph; replays with new hidden states, roots and prefixes (the
-    draft graph's static inputs) leave exactly build_tree's tree of the new inputs in the static buffers."""
+    """The capture hook inside a real CUDA graph; replays with new hidden states, roots, prefixes (the draft
+    graph's static inputs) and laws (load_law before the replay: all greedy, then mixed greedy / sampled) leave
+    exactly the tree of the new inputs in the static buffers: the eager CUDA stage 1 under each request's law
+    (keys.DraftKeys) fed to the oracle, anchored for the greedy requests."""
+    from sglang_ddtree.keys import Calibration, DraftKeys
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
     g = torch.Generator(device="cuda").manual_seed(5)
     V, H, block, budget, bs = 3000, 64, 8, 31, 4
     weight = torch.randn(V, H, device="cuda", generator=g)
     head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=8,
-                         ops=RoundOps("cuda"), tree_in_graph=True, anchor=anchor, depth_temperature=temps)
+                         ops=RoundOps("cuda"), tree_in_graph=True, anchor=anchor,
+                         calibration=None if temps is None else Calibration(tuple(temps), tuple(temps[::-1])))
     hidden = torch.randn(bs * block, H, device="cuda", generator=g)
     fb = types.SimpleNamespace(input_ids=torch.zeros(bs * block, dtype=torch.int64, device="cuda"),
                                seq_lens=torch.zeros(bs, dtype=torch.int64, device="cuda"))
@@ -83,7 +189,11 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         head.capture_hook(None, out, fb, bs * block)
-    for trial in range(3):
+    for trial in range(4):
+        law = None if trial % 2 == 0 else mixed_law(bs)
+        if law is not None:
+            law = type(law)(*(t.cuda() for t in (law.temperatures, law.top_ks, law.top_ps, law.min_ps)))
+        head.load_law(law, bs)
         hidden.copy_(torch.randn(bs * block, H, device="cuda", generator=g))
         fb.input_ids.copy_(torch.randint(0, V, (bs * block,), device="cuda", generator=g))
         fb.seq_lens.copy_(torch.randint(0, 10**6, (bs,), device="cuda", generator=g))
@@ -91,12 +201,10 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, 
         got = head.from_graph(bs)
         # the oracle fed the CUDA stage 1's (lp, ids) of the same logits (stage-1 backends differ by ulps)
         logits = rows_logits(hidden, weight, bs, block)
-        if temps is not None:  # the head's calibration: depth d's logits times 1 / T_d, in the logits' dtype
-            logits = logits * head.depth_scale
-        lp, ids = torch.ops.sglang_ddtree.topk_lse(logits.reshape(bs * (block - 1), V), head.k)
-        ref = build_tree_from_topk(lp.view(bs, block - 1, -1).cpu(), ids.view(bs, block - 1, -1).cpu(), budget,
-                                   root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(), seq_lens=fb.seq_lens.cpu(),
-                                   backend="reference", anchor=anchor)
+        lp, ids = DraftKeys(block - 1, head.keys.calibration, "cuda")(logits, head.k, "cuda", law)
+        anchored = None if law is None or anchor is None else law.greedy().cpu()
+        ref = build_tree_from_topk(lp.cpu(), ids.cpu(), budget, root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(),
+                                   seq_lens=fb.seq_lens.cpu(), backend="reference", anchor=anchor, anchored=anchored)
         for name, t in ref.tensors().items():
             assert torch.equal(getattr(got, name).cpu(), t), (trial, name)
 

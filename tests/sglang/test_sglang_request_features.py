@@ -227,6 +227,40 @@ def test_filters_and_independent_requests(release):
     assert len(set(outs[0])) > 1                 # three requests, three streams (one shared stream: all equal)
 
 
+def test_each_requests_tree_is_ranked_under_its_own_law(release, monkeypatch):
+    """The round hands the draft head each request's law from SGLang's SamplingBatchInfo (through the adapter):
+    in a mixed batch, request b's verified tree is the one keys.DraftKeys builds from its own sampling
+    parameters (keys.py) — greedy keys for the greedy request, the tempered and filtered draft for the others."""
+    from sglang_ddtree.keys import DraftKeys
+    from sglang_ddtree.sampling import NodeLaw
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+    from sglang_ddtree.tree import build_tree_from_topk
+
+    seen, real = [], DraftTreeHead.build
+    monkeypatch.setattr(DraftTreeHead, "build", lambda self, hidden, *a: seen.append((self, hidden)) or
+                        real(self, hidden, *a))
+    rnd, world, host, captured, batch = rig(release, budget=12)
+    laws = [{"temperature": 0.0}, {"temperature": 0.7, "top_p": 0.8}, {"temperature": 1.3, "top_k": 3, "min_p": 0.05}]
+    reqs = [make_reqs(world, [9, 12, 7], **law)[b] for b, law in enumerate(laws)]
+    batch.reqs, batch.sampling_info = reqs, sampling_info(reqs)
+    rnd.decode(batch, None)
+    ((head, hidden),) = seen
+    logits = head.logits(hidden, 3)
+    trees = []
+    for b, r in enumerate(reqs):
+        sp = r.sampling_params
+        own = NodeLaw(torch.tensor([sp.temperature]), torch.tensor([sp.top_k]), torch.tensor([sp.top_p]),
+                      torch.tensor([sp.min_p]))
+        lp, ids = DraftKeys(head.L)(logits[b:b + 1], head.k, "cpu", own)
+        trees.append(build_tree_from_topk(lp, ids, head.budget, root_tokens=world.roots[b:b + 1],
+                                          backend="reference").tokens[0])
+        assert captured["tokens"][b].tolist() == trees[-1].tolist(), b
+    greedy_lp, greedy_ids = DraftKeys(head.L)(logits, head.k, "cpu", None)
+    greedy = build_tree_from_topk(greedy_lp, greedy_ids, head.budget, root_tokens=world.roots,
+                                  backend="reference").tokens
+    assert torch.equal(greedy[0], trees[0]) and not torch.equal(greedy[1], trees[1])  # the laws matter here
+
+
 def _flat_target(fb, bs):
     """A target that is uniform over the vocabulary at every node (what sampling draws from)."""
     import types
