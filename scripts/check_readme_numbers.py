@@ -114,6 +114,9 @@ LONG = BENCH + "round-cost-h200-2026-12-04-long-context.json"  # 8k / 32k agains
 PROFILED_8K = BENCH + "round-cost-h200-2026-12-05-8k-profile.json"  # 8k, c=1/4, the three servers in one call
 INFLATED = BENCH + "ab-inflated-h200-2026-12-05.json"  # the 8B-cost pair with real acceptance, both DFLASH backends
 DRAFT_8K = BENCH + "round-cost-h200-2026-12-05-draft-cascade.json"  # 8k, the drafter through the cascade
+SERVED_CPU = BENCH + "served-accept-cpu-2026-12-05.json"  # accept length on the CPU servers, bench_serving
+SAMPLED = BENCH + "sampled-cpu-2026-12-05.json"  # sampled traffic on the CPU engine (issue 40): exact paired scoring
+SERVED_LAW, BEFORE = "served default (law keys, sampling calibration)", "keys served before (anchored, greedy calibration)"
 DEMO_COLD = BENCH + "demo-cpu-2026-12-04-cold.json"  # the same, on a first run (native kernels built)
 # every committed run of the default demo: the two above and three on a busier machine (cold, warm, a second checkout)
 DEMO_RUNS = (DEMO, DEMO_COLD, *(BENCH + f"demo-cpu-2026-12-05-{k}.json" for k in ("cold", "warm", "second-checkout")))
@@ -197,6 +200,16 @@ def _demo_sampled_below_ar(*docs) -> tuple:
     return ()
 
 
+def _served_cpu_accept(doc) -> tuple:
+    """(min, max) accept length of DDTree's default and of DFLASH per traffic, when at T = 1 every DDTree pass
+    accepted less than every DFLASH pass, as the README's "DDTree loses" says."""
+    sm = doc["summary"]
+    if not sm["ddtree"]["T1"]["max"] < sm["dflash"]["T1"]["min"]:
+        raise LookupError(f"at T = 1 DDTree did not lose in every pass: {sm['ddtree']['T1']} vs {sm['dflash']['T1']}")
+    return tuple(sm[server][traffic][end] for traffic in ("greedy", "T0.6_top_p0.95", "T1")
+                 for server in ("ddtree", "dflash") for end in ("min", "max"))
+
+
 def _robust(doc, name, *fields):
     """A check of the requests run (robust_check.py), which must have passed, and the DDTree server alive."""
     c = doc["checks"][name]
@@ -261,7 +274,7 @@ CLAIMS = [
      + tuple(pick("rows", "accept_length", server=s, concurrency=1)(d) for s in ("ddtree_default", "dflash")), None),
     ("(triton at c = 1 / 4 / 16, flashinfer at 32)", INFLATED,
      lambda d: () if [_fastest(d, c) for c in CONCS] == ["dflash"] * 3 + ["dflash_flashinfer"] else None, None),
-    ("output tok/s **{}× / {}×** at c = 1 / 4, TPOT {}× / {}× (the rest", DRAFT_8K,
+    ("(output tok/s **{}× / {}×** DFLASH's at c = 1 / 4, TPOT {}× / {}×;", DRAFT_8K,
      lambda d: tuple(_vs(d, "ddtree_draft_cascade", "dflash_flashinfer", c, input_len=8192) for c in (1, 4))
      + tuple(_tpot(d, "ddtree_draft_cascade", 8192, c) / _tpot(d, "dflash_flashinfer", 8192, c) for c in (1, 4)),
      None),
@@ -293,8 +306,13 @@ CLAIMS = [
     ("accepted {} tokens a round at c=1 against DFLASH's {}", AB4,
      lambda d: tuple(pick("rows", "accept_length", server=s, concurrency=1)(d) for s in ("ddtree_b16_paper", "dflash")),
      None),
-    ("the served default accepted {} tokens per forward against the paper's tree's {} at budget 63", DEMO,
-     lambda d: (_demo_tau(d, "served", 1.0), _demo_tau(d, "ddtree", 1.0, 63)), None),
+    ("greedy **{}–{}** vs {}–{}; T = 0.6, top-p 0.95: {}–{} vs {}–{}; T = 1: {}–{} vs {}–{}, **DDTree loses**", SERVED_CPU,
+     _served_cpu_accept, None),
+    ("it commits **{}× / {}×** the paper's tree's expected tokens at T = 1 and {}× / {}× at", SAMPLED,
+     lambda d: tuple(d["exact"][law][f"B={b}"][SERVED_LAW]["vs_paper"] for law in ("T=1", "T=0.6 top-p 0.95")
+                     for b in (15, 31)), None),
+    ("(budgets 15 / 31; the keys served before: {}× / {}× at T = 1)", SAMPLED,
+     lambda d: tuple(d["exact"]["T=1"][f"B={b}"][BEFORE]["vs_paper"] for b in (15, 31)), None),
     ("In {} CPU demo runs, greedy, the chain beat AR's tok/s ({}–{}×) and DDTree gave {}–{}× AR's", DEMO_RUNS,
      _demo_greedy_vs_ar, None),
     ("sampled, none beat AR", DEMO_RUNS, _demo_sampled_below_ar, None),
