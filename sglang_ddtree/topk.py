@@ -80,7 +80,7 @@ def shard_stage1(logits: torch.Tensor, k: int, vocab_start: int, backend: str, s
     min(k, V_shard) (raw logit x as float32, global id) in the canonical order, and the log-sum-exp of its scaled
     row s ⊗ x (scale as topk_logprobs's, one per row, 1 without it), for `merge_shards` with the same scale."""
     ks = min(int(k), logits.shape[-1])
-    _, ids = topk_logprobs(logits, ks, backend, scale)  # the candidates are x's whatever the scale (§3.11)
+    _, ids = topk_logprobs(logits, ks, backend)  # the candidates are x's whatever the scale (§3.11)
     x = logits.float()
     z = x if scale is None else x * scale.float().unsqueeze(-1)
     return torch.gather(x, -1, ids), ids + int(vocab_start), torch.logsumexp(z, dim=-1)
