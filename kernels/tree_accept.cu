@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "philox.cuh"
 #include "tree_commit.cuh"
 #include "tree_kernels.cuh"
 #include "tree_walk.h"
@@ -127,24 +128,6 @@ __global__ void __launch_bounds__(32) tree_commit_kernel(const int64_t* __restri
 }
 
 // -------------------------------------------------------------------------------------- the sampler
-__device__ __forceinline__ void philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const uint32_t lo0 = 0xD2511F53u * c[0], hi0 = __umulhi(0xD2511F53u, c[0]);
-    const uint32_t lo1 = 0xCD9E8D57u * c[2], hi1 = __umulhi(0xCD9E8D57u, c[2]);
-    const uint32_t n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
-    c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-}
-
-__device__ __forceinline__ float gumbel_from_word(uint32_t x) {
-  float u = __double2float_rn((static_cast<double>(x) + 0.5) * 0x1p-32);
-  u = fminf(u, 0x1.fffffep-1f);
-  return -logf(-logf(u));
-}
-
 template <typename T> __device__ __forceinline__ float to_f32(T v);
 template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
 template <> __device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }

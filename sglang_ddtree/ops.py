@@ -51,6 +51,13 @@ SCHEMAS = {
     "topk_lse": "(Tensor logits, int k, Tensor? scale=None) -> (Tensor, Tensor)",
     # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample (argmax when temperature == 0) -> i64 [R]
     "sample_rows": "(Tensor logits, float temperature, Tensor seed, Tensor step, Tensor node) -> Tensor",
+    # a drawn tree (rejection.py, CUDA only: the torch definition is the CPU path): keys f32 [R, K], seed/step/node
+    #   i64 [R] -> i64 [R, K] the Gumbel top-k order of each row (descending, ties by index)
+    "draw_order": "(Tensor keys, Tensor seed, Tensor step, Tensor node) -> Tensor",
+    # pc f64 [R, K], rest f64 [R], q f64 [R, K], kids/pos i64 [R, W], seed/step/node i64 [R] -> (accepted token or
+    #   -1 i64 [R], the last residual on the candidates f64 [R, K])
+    "accept_children": "(Tensor pc, Tensor rest, Tensor q, Tensor kids, Tensor pos, Tensor seed, Tensor step, "
+                       "Tensor node) -> (Tensor, Tensor)",
 }
 
 _lib = torch.library.Library(NS, "DEF")
@@ -114,6 +121,16 @@ def _topk_lse_fake(logits, k, scale=None):
 @torch.library.register_fake(f"{NS}::sample_rows")
 def _sample_rows_fake(logits, temperature, seed, step, node):
     return logits.new_empty((logits.shape[0],), dtype=torch.int64)
+
+
+@torch.library.register_fake(f"{NS}::draw_order")
+def _draw_order_fake(keys, seed, step, node):
+    return keys.new_empty(keys.shape, dtype=torch.int64)
+
+
+@torch.library.register_fake(f"{NS}::accept_children")
+def _accept_children_fake(pc, rest, q, kids, pos, seed, step, node):
+    return pc.new_empty((pc.shape[0],), dtype=torch.int64), torch.empty_like(pc)
 
 
 def op(name: str):

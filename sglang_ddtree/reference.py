@@ -285,6 +285,34 @@ def chain_rejection_reference(p, q, drafted, u, noise) -> tuple[int, int]:
         return a, int(np.argmax(np.log(r) + noise[a]))
 
 
+def node_rejection_reference(p, q, cand, children, u, noise) -> int:
+    """Recursive rejection sampling at one node of a drawn tree, one request, float64 (docs/DESIGN.md §3.12).
+
+    p [V]: the target's law at the node; q [K]: the law over the candidate tokens cand [K] that the node's
+    children were drawn from, without replacement; children: their tokens in draw order (each in cand); u
+    [len(children)]: uniforms in (0, 1); noise [V]: Gumbel noise. With p_1 = p, q_1 = q, child i (x = children[i])
+    is skipped when q_i has no mass left, else accepted iff u[i]·q_i(x) < p_i(x); after a rejection
+    p_{i+1} = (p_i − q_i)⁺ and q_{i+1} = q_i without x, each renormalised. A residual with no mass (p_i = q_i up to
+    rounding: a rejection there has probability ~0) accepts no later child and the token is drawn from p. Returns
+    the accepted child's token, or argmax(log p_{m+1} + noise) (first index): an exact draw from p whatever q is."""
+    p0 = np.asarray(p, dtype=np.float64)
+    pi = p0 / p0.sum()
+    qv = np.zeros(len(p0))
+    qv[np.asarray(cand, dtype=np.int64)] = np.asarray(q, dtype=np.float64)
+    for i, x in enumerate(int(c) for c in children):
+        mass = qv.sum()
+        if not mass > 0 or pi is None:
+            continue
+        qi = qv / mass
+        if u[i] * qi[x] < pi[x]:
+            return x
+        r = np.maximum(pi - qi, 0.0)
+        pi = r / r.sum() if r.sum() > 0 else None
+        qv[x] = 0.0
+    with np.errstate(divide="ignore"):
+        return int(np.argmax(np.log(p0 if pi is None else pi) + np.asarray(noise, dtype=np.float64)))
+
+
 def kept_ranks(ps, top_k: int, top_p: float, min_p: float) -> np.ndarray:
     """bool per rank of probabilities ps sorted descending (ties by lower token id): the ranks the plain server's
     sampler keeps — rank r < top_k (top_k <= 0 keeps every rank), the mass ranked before r <= top_p, p_r >=

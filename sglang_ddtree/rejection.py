@@ -1,73 +1,192 @@
-"""Verifying one drafted path by rejection sampling (speculative sampling), as target tokens for the round's walk.
+"""Verifying a drafted tree by recursive rejection sampling, as target tokens for the round's walk.
 
-A drafter that draws its path from a law it knows — a DFlash2 selector's walk draws slot e's token from
-q_e = softmax(score row / T) after its own pick at slot e − 1 — is verified as SGLang's DFLASH verifies it:
-drafted token x_e is accepted with probability min(1, p_e(x_e) / q_e(x_e)) (p_e the target's law at path node
-e), up to the first rejection, where the bonus is drawn from (p_e − q_e)⁺; after L acceptances from p_L
-(`reference.chain_rejection_reference` defines it). The emitted tokens are an exact draw from the target.
+Where the round knows the law every node was drawn from, the tree is verified node by node as speculative
+sampling verifies a draft (docs/DESIGN.md §3.12). At node v (target law p_v) the children x_1 .. x_m (index
+order) were drawn without replacement from q, v's children's draft law over K candidates (`draft`'s row at v's
+depth). With p_1 = p_v and q_1 = q: child i is accepted iff u_i · q_i(x_i) < p_i(x_i); after a rejection
+p_{i+1} = (p_i − q_i)⁺ and q_{i+1} = q_i without x_i, each renormalised; a child drawn after q ran out of mass is
+skipped; with none accepted, the token is drawn from p_{m+1}. The token is then an exact draw from p_v whatever
+q is (`reference.tree_rejection_reference` defines one node), and node v's target token is that token: the
+round's walk descends into the child that holds it, and every node below was drawn from its own stream, apart
+from the randomness that led there, so the emitted tokens are exact ancestral samples of the target.
 
-The round's walk then commits exactly that: node e's target token is x_e while e < a (the accepted count)
-and the bonus from a on, and the bonus is never x_a (the residual puts no mass on a rejected token), so the
-walk over the path accepts a tokens and commits the bonus. Random numbers: the acceptance uniforms are the
-Philox stream (seed, step, ACCEPT_STREAM), the bonus's Gumbel noise the stream (seed, step, BONUS_STREAM + a),
-apart from the node draws (nodes < 4096) and the drafter's (engine/dflash2.WALK_STREAM).
+Two drafters draw trees: DDTree's drawn trees (`draw_children`: a sampled request's children at each node drawn
+from its keys' law, so a tree node needs the target's agreement only in law, not in token; min(1, p/q) per
+child instead of p(x)) and a DFlash2 selector's walk (one child per node, drawn from the slot's q after its own
+pick: the rule is then Leviathan et al.'s, as SGLang's DFLASH verifies the walk).
+Random numbers, every stream keyed by (seed, step): the uniform of node v's i-th child is entry i of stream
+ACCEPT_STREAM + v, the residual's Gumbel noise at node v the stream BONUS_STREAM + v, node v's draws the stream
+DRAW_STREAM + v; apart from the independent node draws (streams < 4096) and the selector's
+(engine/dflash2.WALK_STREAM).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from . import ops
 from .accept import gumbel_noise, uniform_noise
 from .sampling import NodeLaw, _mark_no_token, filter_logits, node_tokens
 
 ACCEPT_STREAM = 2 << 24
 BONUS_STREAM = 3 << 24
+DRAW_STREAM = 4 << 24
 
 
-def accepted_count(p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """p [B, L+1, V] target law per path node, q [B, L, V] draft law per slot, drafted [B, L], u [B, L] ->
-    int64 [B] the accepted drafted tokens: the leading run of u·q(x) < p(x)."""
-    x = drafted.unsqueeze(-1)
-    ok = u * q.gather(-1, x).squeeze(-1) < p[:, :-1].gather(-1, x).squeeze(-1)
-    return ok.to(torch.int64).cumprod(-1).sum(-1)
+def sibling_index(tree, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(parent int64 [B, n] with −1 for the root and pads, sibling int64 [B, n]: how many of a node's siblings
+    precede it in index order, the walk's order)."""
+    B = tree.tokens.shape[0]
+    ar = torch.arange(n, device=tree.tokens.device)
+    par = tree.parents[:, :n].to(torch.int64)
+    real = (ar.view(1, n) < tree.num_nodes.view(B, 1).to(torch.int64)) & (par >= 0)
+    par = torch.where(real, par, torch.full_like(par, -1))
+    earlier = (par.unsqueeze(2) == par.unsqueeze(1)) & real.unsqueeze(1) & (ar.view(1, 1, n) < ar.view(1, n, 1))
+    return par, earlier.sum(-1)
 
 
-def bonus_law(p: torch.Tensor, q: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """[B, V] the law of the bonus: (p_a − q_a)⁺ after a rejection at node a < L, p_L after L acceptances
-    (p itself where the residual has no mass: p = q up to rounding, so a rejection there has probability ~0)."""
-    B, L = q.shape[0], q.shape[1]
-    rows = torch.arange(B, device=p.device)
-    pa = p[rows, a]
-    qa = torch.cat([q, torch.zeros_like(q[:, :1])], 1)[rows, a]  # q_L = 0: after L acceptances the law is p_L
-    r = (pa - qa).clamp(min=0)
-    return torch.where((r.sum(-1, keepdim=True) > 0) & (a < L).view(B, 1), r, pa)
+def children_tokens(tree, n: int, width: int) -> torch.Tensor:
+    """int64 [B, n, width]: node v's children's tokens in index order, −1 past its last child."""
+    B = tree.tokens.shape[0]
+    par, sib = sibling_index(tree, n)
+    out = torch.full((B, n * (width + 1)), -1, dtype=torch.int64, device=tree.tokens.device)
+    ok = (par >= 0) & (sib < width)
+    at = torch.where(ok, par * (width + 1) + sib, torch.full_like(par, width))  # misfits to node 0's spare column
+    out.scatter_(1, at, torch.where(ok, tree.tokens[:, :n].to(torch.int64), torch.full_like(par, -1)))
+    return out.view(B, n, width + 1)[:, :, :width]
 
 
-def rejection_targets(round_ops, logits: torch.Tensor, law: NodeLaw | None, tokens: torch.Tensor, draft,
-                      seed: torch.Tensor, step: torch.Tensor, *, no_token: bool = False) -> torch.Tensor:
-    """int64 [B, n] target tokens of a one-path tree (node e + 1 holds drafted token e, n = L + 1) from its logits
-    [B, n, V], so the walk commits speculative sampling's tokens (module docstring). draft: (candidate ids
-    [B, L, K], q [B, L, K]) the law each drafted token was drawn from, over its slot's candidates. Greedy rows
-    (law None or greedy) take the argmax, as node_tokens gives it; no_token as node_tokens'."""
+def at_depth(rows: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
+    """rows [B, L, K] (one row per depth of a child: index d − 1) -> [B, n, K], node v's children's row (v's depth,
+    clamped: a node at depth L has no children)."""
+    B, L, K = rows.shape
+    d = depths.to(torch.int64).clamp(0, L - 1)
+    return rows.gather(1, d.unsqueeze(-1).expand(B, d.shape[1], K))
+
+
+def draw_order(round_ops, keys: torch.Tensor, seed: torch.Tensor, step: torch.Tensor, stream: int) -> torch.Tensor:
+    """int64 [B, n, K]: each node's Gumbel top-k order of keys [B, n, K] (descending, ties by the lower index), node
+    v's noise the stream `stream` + v: a draw without replacement from softmax(keys). The CUDA op `draw_order` on
+    the CUDA backend, this definition elsewhere."""
+    B, n, K = keys.shape
+    dev = keys.device
+    seeds, steps = seed.to(dev).repeat_interleave(n), step.to(dev).repeat_interleave(n)
+    nodes = (int(stream) + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
+    rows = keys.reshape(B * n, K).float().contiguous()
+    if round_ops.backend == "cuda":
+        return ops.op("draw_order")(rows, seeds, steps, nodes).view(B, n, K)
+    return torch.sort(rows + gumbel_noise(seeds, steps, nodes, K), dim=-1, descending=True, stable=True
+                      ).indices.view(B, n, K)
+
+
+def draw_children(round_ops, tree, lp: torch.Tensor, ids: torch.Tensor, law: NodeLaw, seed: torch.Tensor,
+                  step: torch.Tensor):
+    """A sampled request's tree with its tokens drawn (module docstring): node v's children, in index order, are
+    the first draws without replacement from softmax(lp) over ids at v's children's depth (Gumbel top-k, stream
+    DRAW_STREAM + v); the shape (which nodes exist) is the tree's, a function of the keys only. Greedy rows keep
+    their tokens. lp / ids [B, L, K]: the keys the tree was built from. Returns (the tree, (ids, q [B, L, K])
+    the draft law `rejection_targets` reads)."""
+    B, n = tree.tokens.shape
+    K = lp.shape[-1]
+    order = draw_order(round_ops, at_depth(lp, tree.depths), seed, step, DRAW_STREAM)
+    draws = at_depth(ids.to(torch.int64), tree.depths).gather(-1, order)  # [B, n, K] in draw order
+    par, sib = sibling_index(tree, n)
+    flat = draws.view(B, n * K)
+    mine = flat.gather(1, (par.clamp(min=0) * K + sib.clamp(max=K - 1)))
+    drawn = (par >= 0) & (~law.greedy()).view(B, 1)
+    tokens = tree.tokens.clone()
+    tokens[:, :n] = torch.where(drawn, mine, tree.tokens[:, :n])
+    return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp.float(), -1))
+
+
+def without(q: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """q [..., K] with the drawn candidate `at` [..., 1] removed: the next draw's law, before renormalising."""
+    return q.scatter(-1, at, 0.0)
+
+
+def residual_logits(scaled: torch.Tensor, lse: torch.Tensor, nc: torch.Tensor, pc: torch.Tensor,
+                    rest: torch.Tensor) -> torch.Tensor:
+    """[B, n, V] logits of each node's last residual p_{m+1}, written into `scaled` (the round's own copy: no
+    [B, n, V] allocation): the candidates' entries become log pc + lse (pc is unnormalised on p's scale: p off the
+    candidates is unchanged); p itself where the residual has no mass (p = q up to rounding: the rejection there
+    had probability ~0)."""
+    empty = ((pc.sum(-1) + rest) <= 0).unsqueeze(-1)
+    values = torch.where(empty, scaled.gather(-1, nc), (pc.log() + lse.double()).to(scaled.dtype))
+    return scaled.scatter_(-1, nc, values)
+
+
+def accept_children(pc: torch.Tensor, rest: torch.Tensor, q: torch.Tensor, kids: torch.Tensor, pos: torch.Tensor,
+                    seed: torch.Tensor, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every node's children tested in order (module docstring), float64; the definition, and the CPU path (the CUDA
+    backend runs the op `accept_children`, `_accept`): pc [B, n, K] p at the node's candidates,
+    rest [B, n] p off them, q [B, n, K] the children's draft law, kids / pos int64 [B, n, W] the children's tokens
+    (−1: none) and candidate indices, seed / step int64 [B] -> (the accepted child's token or −1 int64 [B, n], the
+    residual on the candidates [B, n, K], unnormalised: p off them is unchanged)."""
+    B, n, W = kids.shape
+    dev = pc.device
+    nodes = (ACCEPT_STREAM + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
+    u = uniform_noise(seed.to(dev).repeat_interleave(n), step.to(dev).repeat_interleave(n), nodes, W)
+    u = u.view(B, n, W).double()
+    out = torch.full((B, n), -1, dtype=torch.int64, device=dev)
+    for i in range(W):
+        tok, at = kids[..., i], pos[..., i:i + 1]
+        mass = q.sum(-1)
+        live = (tok >= 0) & (out < 0) & (mass > 0)
+        qi = q / torch.where(mass > 0, mass, torch.ones_like(mass)).unsqueeze(-1)
+        z = pc.sum(-1) + rest
+        ok = live & (u[..., i] * qi.gather(-1, at).squeeze(-1) * z < pc.gather(-1, at).squeeze(-1))
+        out = torch.where(ok, tok, out)
+        rejected = (live & ~ok).unsqueeze(-1)
+        pc = torch.where(rejected, (pc - z.unsqueeze(-1) * qi).clamp(min=0.0), pc)
+        q = torch.where(rejected, without(q, at), q)
+    return out, pc
+
+
+def _accept(round_ops, pc, rest, q, kids, pos, seed, step):
+    """accept_children on the round's backend: the CUDA op (one thread a node) or the definition."""
+    if round_ops.backend != "cuda":
+        return accept_children(pc, rest, q, kids, pos, seed, step)
+    B, n, K = pc.shape
+    W = kids.shape[-1]
+    dev = pc.device
+    nodes = (ACCEPT_STREAM + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
+    out, res = ops.op("accept_children")(pc.reshape(B * n, K).contiguous(), rest.reshape(-1).contiguous(),
+                                         q.reshape(B * n, K).contiguous(), kids.reshape(B * n, W).contiguous(),
+                                         pos.reshape(B * n, W).contiguous(), seed.to(dev).repeat_interleave(n),
+                                         step.to(dev).repeat_interleave(n), nodes)
+    return out.view(B, n), res.view(B, n, K)
+
+
+def rejection_targets(round_ops, logits: torch.Tensor, law: NodeLaw | None, tree, draft, seed: torch.Tensor,
+                      step: torch.Tensor, *, no_token: bool = False) -> torch.Tensor:
+    """int64 [B, n] target tokens of a drafted tree from its logits [B, n, V] (module docstring), for the walk.
+    draft: (candidate ids [B, L, K], q [B, L, K]): row d − 1 the law the depth-d children were drawn from. Greedy
+    rows (law None or greedy) take the argmax, as node_tokens gives it; no_token as node_tokens'."""
     greedy = node_tokens(round_ops, logits, None, seed, step, no_token=no_token)
     if law is None:
         return greedy
     B, n, V = logits.shape
     cand, qk = draft
-    L = cand.shape[1]
     x = logits if logits.dtype == torch.float64 else logits.float()  # float64 logits stay float64 (as node_tokens)
     scaled = x / law.temperatures.to(x.dtype).clamp(min=1e-6).view(B, 1, 1)
     if law.filtered:
         rep = lambda t: t.repeat_interleave(n)  # noqa: E731
         filter_logits(scaled.view(B * n, V), rep(law.top_ks), rep(law.top_ps), rep(law.min_ps))
-    p = torch.softmax(scaled, -1)
-    q = torch.zeros(B, L, V, dtype=p.dtype, device=p.device).scatter_(-1, cand, qk.to(p.dtype))
-    drafted = tokens[:, 1:L + 1]
-    u = uniform_noise(seed, step, torch.full_like(seed, ACCEPT_STREAM), L).to(p.device)
-    a = accepted_count(p, q, drafted, u)
-    noise = gumbel_noise(seed, step, BONUS_STREAM + a, V).to(p.device)
-    bonus = torch.argmax(torch.log(bonus_law(p, q, a)) + noise, -1)
-    col = torch.arange(n, device=p.device)
-    drafted_n = torch.cat([drafted, drafted[:, :1]], 1)  # a column for node L (always the bonus)
-    sampled = torch.where(col < a.view(B, 1), drafted_n, bonus.view(B, 1))
-    out = torch.where(law.greedy().view(B, 1), greedy, sampled)
-    return _mark_no_token(logits, out) if no_token else out
+    lse = torch.logsumexp(scaled, -1, keepdim=True)
+    nc = at_depth(cand.to(torch.int64), tree.depths[:, :n])                   # [B, n, K] v's children's candidates
+    q = at_depth(qk.double(), tree.depths[:, :n])
+    pc = (scaled.gather(-1, nc) - lse).double().exp()                          # p_i on the candidates (unnormalised)
+    rest = (1.0 - pc.sum(-1)).clamp(min=0.0)                                   # p off them: q never reaches it
+    width = min(nc.shape[-1], n - 1)
+    kids = children_tokens(tree, n, width)
+    hit = nc.unsqueeze(2) == kids.unsqueeze(-1)                                # [B, n, width, K]
+    pos = hit.to(torch.int64).argmax(-1)                                       # the candidate child i holds
+    kids = torch.where(hit.any(-1), kids, torch.full_like(kids, -1))           # a token q never drew: no test
+    out, pc = _accept(round_ops, pc, rest, q, kids, pos, seed, step)
+    residual = residual_logits(scaled, lse, nc, pc, rest)
+    bonus = round_ops.sample_tokens(residual, seed, step, stream=BONUS_STREAM)
+    bonus = torch.where((bonus < 0) | (bonus >= V), greedy, bonus)
+    sampled = torch.where(out >= 0, out, bonus)
+    res = torch.where(law.greedy().view(B, 1), greedy, sampled)
+    return _mark_no_token(logits, res) if no_token else res

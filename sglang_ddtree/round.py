@@ -4,9 +4,10 @@ standalone engine (engine/engine.py).
   width   the round's verify width n: the host's fixed one, or the auto budget's choice (budget.AutoWidth)
   draft   the drafter's block [root, MASK...] -> top-k -> the widest tree          host.draft
           (auto: its prediction is published for a later round's choice, the tree cut to n nodes)
+  draw    a sampled request's children drawn from its keys' law (drawn trees: rejection.draw_children)
   verify  one target forward over the n tree nodes at the round's KV slots          host.verify
-  sample  every node's target token under the request's law (sampling.node_tokens; a path drafted from a
-          known law, rejection sampling: rejection.py)
+  sample  every node's target token under the request's law (sampling.node_tokens; a tree drawn from a known
+          law, recursive rejection sampling: rejection.py)
   accept  RoundOps.commit: the bounded walk and the round's commit plan, one op
   commit  the accepted nodes' KV to the committed slots, their hidden states to the drafter
                                                                       host.move_kv, host.append_draft_context
@@ -31,7 +32,7 @@ import torch
 from . import ops
 from .accept import sample_rows_torch
 from .budget import truncate
-from .rejection import rejection_targets
+from .rejection import draw_children, rejection_targets
 from .sampling import node_tokens
 from .sizes import budget_of
 from .tree import TreeBatch, build_tree_from_topk
@@ -124,14 +125,16 @@ class RoundOps:
         """Per-node argmax (first index on ties, NaN wins, like torch.argmax) of logits [..., V]."""
         return torch.argmax(logits, dim=-1)
 
-    def sample_tokens(self, logits: torch.Tensor, seed: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    def sample_tokens(self, logits: torch.Tensor, seed: torch.Tensor, step: torch.Tensor,
+                      stream: int = 0) -> torch.Tensor:
         """Per-node Gumbel-max draws at temperature 1 from logits [B, n, V] (already divided by each request's
-        temperature); seed / step int64 [B] (accept.sample_node_tokens documents the generator)."""
+        temperature); seed / step int64 [B]; node i draws from Philox stream `stream` + i (accept.sample_node_tokens
+        documents the generator)."""
         B, n, V = logits.shape
         dev = logits.device
         seeds = seed.to(device=dev, dtype=torch.int64).repeat_interleave(n)
         steps = step.to(device=dev, dtype=torch.int64).repeat_interleave(n)
-        nodes = torch.arange(n, device=dev, dtype=torch.int64).repeat(B)
+        nodes = (int(stream) + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
         rows = logits.reshape(B * n, V)
         if self.backend == "cuda":
             out = ops.op("sample_rows")(rows.contiguous(), 1.0, seeds, steps, nodes)
@@ -213,9 +216,16 @@ class RoundHost:
         raise NotImplementedError
 
     def draft_law(self):
-        """None: the tree's nodes are verified by independent draws (docs/DESIGN.md §3.5). Or (candidate ids
-        [bs, L, K], q [bs, L, K]) where the round's tree is one path drafted from q (a DFlash2 selector's walk):
-        it is then verified by rejection sampling, as SGLang's DFLASH verifies it (rejection.py)."""
+        """None: the tree's nodes are verified by independent draws (docs/DESIGN.md §3.5), or drawn by the round
+        (draft_keys). Or (candidate ids [bs, L, K], q [bs, L, K]) where the round's tree is one path drafted from q
+        (a DFlash2 selector's walk): it is then verified by rejection sampling, as SGLang's DFLASH verifies it
+        (rejection.py)."""
+        return None
+
+    def draft_keys(self):
+        """(lp float32 [bs, L, k], ids [bs, L, k]): the keys the round's tree was built from, for a round that draws
+        its sampled requests' children from them (rejection.draw_children); None where it has none (the tree was
+        not built from per-depth keys)."""
         return None
 
     def committed(self, plan: CommitPlan, targets: torch.Tensor) -> None:
@@ -239,11 +249,13 @@ class RoundHost:
 
 
 class Round:
-    """A decoder's rounds: its ops, its widest verify width and, for budget 'auto', the width chooser
-    (budget.AutoWidth). `count` numbers the rounds (the seeds' step where requests bring no stream)."""
+    """A decoder's rounds: its ops, its widest verify width, for budget 'auto' the width chooser (budget.AutoWidth),
+    and how a sampled request's tree gets its tokens (drawn: docs/DESIGN.md §3.12). `count` numbers the rounds (the
+    seeds' step where requests bring no stream)."""
 
-    def __init__(self, ops: RoundOps, widest: int, auto=None, log_every: int = 200):
+    def __init__(self, ops: RoundOps, widest: int, auto=None, log_every: int = 200, drawn: bool = False):
         self.ops, self.widest, self.auto = ops, int(widest), auto
+        self.drawn = bool(drawn)  # sampled requests' children drawn from their keys (rejection.py), else the top k
         self.count = 0
         self.log_every = log_every
 
@@ -275,16 +287,20 @@ class Round:
                 slots = slots[:, :n]
             if n < self.widest:
                 tree = self.ops.truncate(tree, budget_of(n))
+        law, seed, step = host.node_law(self.count)
+        drafted_from = host.draft_law()
+        if drafted_from is None and self.drawn and law is not None:
+            keys = host.draft_keys()
+            if keys is not None:
+                tree, drafted_from = draw_children(self.ops, tree, *keys, law, seed, step)
         host.mark("verify")
         logits = host.verify(tree, slots, n)
         host.mark("sample")
         host.adjust_logits(logits, tree)
-        law, seed, step = host.node_law(self.count)
-        drafted_from = host.draft_law()
         if drafted_from is None:
             targets = node_tokens(self.ops, logits, law, seed, step, no_token=host.stops_on_nonfinite)
         else:
-            targets = rejection_targets(self.ops, logits, law, tree.tokens, drafted_from, seed, step,
+            targets = rejection_targets(self.ops, logits, law, tree, drafted_from, seed, step,
                                         no_token=host.stops_on_nonfinite)
         targets = host.agree_targets(targets)
         host.mark("accept")

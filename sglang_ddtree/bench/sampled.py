@@ -5,13 +5,14 @@ tree, the chain and the keys served before (issue 40's measurements).
 
 On held-out prompts the calibrations were not fitted on (after the first 100), the shipped tiny pair, for each law
 (T 1; T 0.6 with top-p 0.95):
-1. τ per seed (mean, sample sd, min and max over seeds): the chain; at budgets 15 and 31 the paper's tree, the keys
-   served before (the anchored tree over the greedy calibration, whatever the law), the served default at that
-   fixed budget (law keys, the sampling calibration, no anchor for sampled requests) and the law keys without
-   calibration; the served default with the auto budget (the H200 round costs, as the demo) and the budgets it ran.
-2. The same trees scored exactly on the rounds of one run (engine/round_contexts.py: the paper's tree's run at
-   budget 15, the first seed): each round's expected commit, paired across trees, so differences of a percent
-   are resolved; with the anchor on the law keys (what Build 4 asks: does the greedy chain pay in sampled trees?).
+1. τ per seed (mean, sample sd, min and max over seeds): the chain; at budgets 15 and 31 the paper's tree, the served
+   default at that fixed budget (law keys, the sampling calibration, no anchor for sampled requests, children drawn
+   and verified by recursive rejection sampling: docs/DESIGN.md §3.12), the same keys with the top children (the
+   default before drawn trees), the paper's keys and the law keys without calibration with drawn children; the
+   served default with the auto budget (the H200 round costs, as the demo) and the budgets it ran.
+2. Trees of top children scored exactly on the rounds of one run (engine/round_contexts.py: the paper's tree's run
+   at budget 15, the first seed): each round's expected commit, paired across trees, so differences of a percent
+   are resolved (which keys rank best; a drawn tree's commit is random, so it has no such score).
 3. Greedy, the same prompts: the keys served before and the served default (greedy keys are unchanged).
 """
 from __future__ import annotations
@@ -41,10 +42,11 @@ def fixed(engine, budget: int) -> dict:
     served = {k: v for k, v in served_default(engine, "here").items() if k not in ("budget", "auto_budgets",
                                                                                   "round_cost")}
     return {"paper's tree": {"method": "ddtree", "budget": budget},
-            "keys served before (anchored, greedy calibration)": {"method": "ddtree", "budget": budget,
-                                                                    "anchor": "chain", "draft_temperature": "drafter"},
             "served default": {**served, "budget": budget},
-            "law keys, raw": {"method": "ddtree", "budget": budget, "keys": "law"}}
+            "served default's keys, top children (before drawn)": {**served, "budget": budget, "children": "top"},
+            "paper's keys, drawn children": {"method": "ddtree", "budget": budget, "children": "drawn"},
+            "law keys, raw, drawn children": {"method": "ddtree", "budget": budget, "keys": "law",
+                                              "children": "drawn"}}
 
 
 def spread(values) -> dict:

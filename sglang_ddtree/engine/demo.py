@@ -115,7 +115,7 @@ def served_default(engine: Engine, costs: str) -> dict:
     L = engine.block_size - 1
     ladder = tuple(sorted({L, *AUTO_LADDER}))
     calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, "ddtree_calibration.json"))
-    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law",
+    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law", "children": "drawn",
               "draft_temperature": "drafter" if calibrated else None,
               "sampling_temperature": "drafter" if calibrated else None}
     if costs == "h200" and all(verify_width(b) in H200_GRAPH_MS[1] for b in ladder):

@@ -40,6 +40,7 @@ STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "acce
 METHODS = ("ddtree", "chain", "ar", "lattice", "walk")
 SELECTOR_METHODS = ("lattice", "walk")  # a DFlash2 drafter's own (engine/dflash2.py, docs/DESIGN.md §8.2)
 KEYS = ("draft", "law")
+CHILDREN = ("top", "drawn")
 
 
 @dataclasses.dataclass
@@ -109,7 +110,7 @@ class Engine:
                  temperature=0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
                  on_round=None, anchor=None, draft_temperature=None, auto_budgets=(8, 16, 32, 64),
                  round_cost=None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, keys: str = "draft",
-                 sampling_temperature=None) -> list[GenerationResult]:
+                 sampling_temperature=None, children: str = "top") -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar', and with a DFlash2 drafter
         (pair='dflash2') 'lattice' (DDTree over its selector's lattice) | 'walk' (the selector's own walk, verified
         as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node budget (default
@@ -126,11 +127,14 @@ class Engine:
         tree — 'draft' (the draft over draft_temperature, whatever the law: the paper's keys) or 'law' (the draft
         under the request's own law, over sampling_temperature: None, L floats, or 'drafter' for the calibration
         file's sampling entry, raw without one; keys.py); greedy requests rank by the draft either way.
+        children: a sampled request's tree tokens ('ddtree') — 'top' (each depth's most likely candidates, verified
+        by the target's own draw at each node: the paper's) or 'drawn' (each node's children drawn from the keys'
+        law, verified by recursive rejection sampling: rejection.py); greedy requests take the top ones either way.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         ids, seeds, stops, temps, law, budget, auto, calibration = self._checked_args(
             prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size, on_round, anchor,
-            draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature)
+            draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature, children)
         L = self.block_size - 1
         draft_keys = DraftKeys(L, calibration, self.device) if method == "ddtree" else None
         tree_args = {"ddtree": (budget, None, anchor, draft_keys, keys == "law", auto),
@@ -141,12 +145,12 @@ class Engine:
         out = []
         for i in range(0, len(ids), bs):
             out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, tree_args,
-                                temps[i:i + bs], law, stops, on_round)
+                                temps[i:i + bs], law, stops, on_round, children == "drawn")
         return out
 
     def _checked_args(self, prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size,
                       on_round, anchor, draft_temperature, auto_budgets, round_cost, top_k=0, top_p=1.0, min_p=0.0,
-                      keys="draft", sampling_temperature=None):
+                      keys="draft", sampling_temperature=None, children="top"):
         """generate's arguments checked, every one, before any work (a bad one raises ValueError / TypeError in
         one line naming it), and normalised: (token ids per prompt, seed per prompt, stop ids, temperature per
         prompt, the filters (top_k, top_p, min_p) as floats, budget, auto budget (candidates, costs) or None,
@@ -206,6 +210,10 @@ class Engine:
             raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
         if keys == "law" and method != "ddtree":
             raise ValueError(f"keys='law' applies to method 'ddtree' only, got method {method!r}")
+        if not isinstance(children, str) or children not in CHILDREN:
+            raise ValueError(f"children must be one of {CHILDREN}, got {children!r}")
+        if children == "drawn" and method != "ddtree":
+            raise ValueError(f"children='drawn' applies to method 'ddtree' only, got method {method!r}")
         calibration = Calibration(self._depth_temperatures("draft_temperature", draft_temperature, method, L),
                                   self._depth_temperatures("sampling_temperature", sampling_temperature, method, L))
         return ids, seeds, stops, temps, law, budget, auto, calibration
@@ -236,9 +244,10 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round=None):
+    def _decode(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round=None,
+                drawn=False):
         batch = _EngineBatch(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round)
-        rounds = Round(self.ops, batch.widest, auto=batch.auto)
+        rounds = Round(self.ops, batch.widest, auto=batch.auto, drawn=drawn)
         while True:
             batch.clock.mark("loop")
             if bool(batch.done.all()):  # the loop's one host sync per round
@@ -376,6 +385,7 @@ class _EngineBatch(RoundHost):
         self.use_draft = method != "ar"
         self.selector = method if method in SELECTOR_METHODS else None  # a DFlash2 drafter's round (draft)
         self.walk_law, self.walks = None, 0
+        self.candidates = None  # the keys of the round's DDTree tree (draft_keys)
         self.B, L, Bs = len(ids), eng.block_size - 1, eng.block_size
         B = self.B
         self.widest = verify_width(budget)
@@ -488,6 +498,7 @@ class _EngineBatch(RoundHost):
             return build_tree(logits, budget, topk=self.topk, root_tokens=self.root, seq_lens=self.seq_lens)
         k = min(max(budget, 1), logits.shape[-1])
         lp, ids = self.keys(logits, k, self.eng.ops.backend, self.key_law)
+        self.candidates = lp, ids
         return build_tree_from_topk(lp, ids, budget, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor,
                                     anchored=self.keys.anchored(self.key_law))
 
@@ -520,6 +531,9 @@ class _EngineBatch(RoundHost):
 
     def draft_law(self):
         return self.walk_law
+
+    def draft_keys(self):
+        return self.candidates
 
     def committed(self, plan, targets) -> None:
         self.targets = targets

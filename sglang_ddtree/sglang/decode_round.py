@@ -59,7 +59,8 @@ class DecodeRound:
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = registration.max_batch_size(server_args)
         self._calibration = drafter_calibration(knobs, server_args.speculative_draft_model_path, self.block_size - 1)
-        self.core = Round(self.round, self.verify_width)  # the round; .auto: budget.AutoWidth with budget auto
+        # the round; .auto: budget.AutoWidth with budget auto
+        self.core = Round(self.round, self.verify_width, drawn=knobs.children == "drawn")
         tp = int(getattr(server_args, "tp_size", 1) or 1)
         self.tp = TpAgreement(sgl.tp_group(), check=knobs.tp_check) if tp > 1 else None  # tp.py
         self._tp_size = 1 if self.tp is None else self.tp.size
@@ -121,7 +122,7 @@ class DecodeRound:
         budget = self.budget if self.auto is None else f"auto {[budget_of(w) for w in self.auto.widths]}"
         return (f"budget={budget} verify width={self.verify_width} drafter block={self.block_size} "
                 f"k={self.head.k} ops={self.round.backend} tree-in-graph={self.head.tree_in_graph} "
-                f"anchor={self.knobs.anchor or 'none'} calibration="
+                f"anchor={self.knobs.anchor or 'none'} children={self.knobs.children} calibration="
                 + ("off" if cal is None else f"greedy {temps(cal.greedy)}, sampled {temps(cal.sampling)}"))
 
     def choose_verify_attention(self) -> None:
@@ -310,7 +311,11 @@ class _ServerRound(RoundHost):
             if hidden is None:
                 raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
             tree, from_graph = head.build(hidden, self.bs, roots, batch.seq_lens, law), False
+        self.from_graph = from_graph
         return tree, (head.predicted(tree, from_graph) if self.dr.auto is not None else None)
+
+    def draft_keys(self):
+        return self.dr.head.keys_of(self.bs, self.from_graph)
 
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """n slots per request at req_to_token[row, prefix : prefix + n], through width n's graphs."""

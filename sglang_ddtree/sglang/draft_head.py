@@ -41,7 +41,8 @@ class DraftTreeHead:
         self.tree_in_graph = tree_in_graph and ops.backend == "cuda"
         self.max_bs = int(max_bs)
         self.predict = predict
-        self.static_tree = self.static_predicted = self.static_law = None
+        self.static_tree = self.static_predicted = self.static_law = self.static_keys = None
+        self.keys_out = None  # the last eager build's (lp, ids): the round draws sampled children from them
         self._greedy_rows = 0  # leading static law rows known to hold the greedy law (load_law skips them)
         if self.tree_in_graph:
             dev = weight.device
@@ -54,6 +55,8 @@ class DraftTreeHead:
                               torch.zeros(1, dtype=torch.int64, device=dev), torch.zeros(1, dtype=torch.int64, device=dev))
             self.static_tree = {name: torch.zeros((self.max_bs, *t.shape[1:]), dtype=t.dtype, device=dev)
                                 for name, t in probe.tensors().items()}
+            self.static_keys = (torch.zeros(self.max_bs, self.L, self.k, dtype=torch.float32, device=dev),
+                                torch.zeros(self.max_bs, self.L, self.k, dtype=torch.int64, device=dev))
             if predict is not None:
                 self.static_predicted = torch.zeros((self.max_bs, predict(probe).shape[1]), dtype=torch.float32,
                                                     device=dev)
@@ -72,6 +75,7 @@ class DraftTreeHead:
         """The round's tree; law: the requests' sampling.NodeLaw (None: all greedy)."""
         lp, ids = self.keys(self.logits(hidden, bs), self.k, self.stage1, law,
                             None if self.tp is None else self._tp_stage1)
+        self.keys_out = lp, ids
         return self.ops.build(lp, ids, self.budget, roots, prefix, anchor=self.anchor,
                               anchored=None if self.anchor is None else self.keys.anchored(law))
 
@@ -109,6 +113,8 @@ class DraftTreeHead:
         tree = self.build(out.hidden_states, bs, roots, forward_batch.seq_lens[:bs], law)
         for name, t in tree.tensors().items():
             self.static_tree[name][:bs].copy_(t)
+        for buf, t in zip(self.static_keys, self.keys_out):
+            buf[:bs].copy_(t)
         if self.static_predicted is not None:
             self.static_predicted[:bs].copy_(self.predict(tree))
         self.graph_ready = True
@@ -117,6 +123,12 @@ class DraftTreeHead:
         """The tree the last draft-graph replay left in the static buffers (views, no op)."""
         f = {name: buf[:bs] for name, buf in self.static_tree.items()}
         return TreeBatch(**f, budget=self.budget, depth_limit=self.L, topk=self.k)
+
+    def keys_of(self, bs: int, from_graph: bool):
+        """(lp, ids) [bs, L, k]: the keys of the round's tree (the graph's, when it ran)."""
+        if from_graph:
+            return tuple(buf[:bs] for buf in self.static_keys)
+        return self.keys_out
 
     def predicted(self, tree: TreeBatch, from_graph: bool) -> torch.Tensor:
         """[bs, K] predicted tokens per candidate width for this round's tree (the graph's, when it ran)."""

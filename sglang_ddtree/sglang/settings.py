@@ -102,6 +102,12 @@ TABLE = (
         flag="--speculative-ddtree-anchor",
         help="`chain` (default): the drafter's greedy chain is popped first, so the tree always holds the DFlash "
              "chain and, greedy, never accepts less than it; `none`: the paper's tree"),
+    Var("SGLANG_DDTREE_CHILDREN", "children", "choice", "drawn", choices=("drawn", "top"),
+        flag="--speculative-ddtree-children",
+        help="a sampled request's tree tokens: `drawn` (default): each node's children drawn from the request's "
+             "keys without replacement and verified by recursive rejection sampling, so a node needs the target's "
+             "agreement in law, not in token; `top`: each depth's most likely candidates, verified by the target's "
+             "own draw (the paper's). Greedy requests take the most likely candidates either way"),
     Var("SGLANG_DDTREE_OPS_BACKEND", "ops_backend", "choice", "auto", choices=NATIVE_BACKENDS,
         help="where the tree stage runs"),
     Var("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "draft_graph_head", "bit", True, values="`0` / `1`",
@@ -160,6 +166,7 @@ class Settings:
     draft_graph_head: bool = True
     verify_attention: str = "auto"
     anchor: str | None = "chain"  # tree.ANCHORS' value of the name given
+    children: str = "drawn"       # a sampled request's tree tokens: drawn (rejection.py) or the top candidates
     calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
     auto: bool = False            # the budget is chosen every round (budget is None)
     auto_default: bool = False    # ... because no budget was given (AUTO_DEFAULT), not asked for

@@ -1,6 +1,11 @@
-"""Rejection sampling of one drafted path (rejection.py): equal to its definition
-(reference.chain_rejection_reference) on identical inputs and random numbers, committed by the round's walk as
-defined, and exact in law (the emitted tokens follow the target whatever the draft law is)."""
+"""Rejection sampling of a drafted tree (rejection.py). One drafted path (a DFlash2 selector's walk): equal to its
+definition (reference.chain_rejection_reference) on identical inputs and random numbers, committed by the round's
+walk as defined, exact in law. A drawn tree (DDTree's sampled requests): the node rule
+(reference.node_rejection_reference) exact in law by enumeration, the round's draws and targets equal to their
+definitions on the same random numbers, and the emitted tokens following the target (a chi-square test that
+catches three seeded biases)."""
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +13,7 @@ from scipy import stats
 
 from sglang_ddtree import accept_tree, rejection
 from sglang_ddtree.accept import gumbel_noise, uniform_noise
-from sglang_ddtree.reference import chain_rejection_reference
+from sglang_ddtree.reference import chain_rejection_reference, node_rejection_reference
 from sglang_ddtree.round import RoundOps
 from sglang_ddtree.sampling import NodeLaw
 from sglang_ddtree.tree import build_tree_from_topk
@@ -54,9 +59,10 @@ def test_equals_the_reference_on_the_same_random_numbers(seed):
     same = torch.arange(B) % 3 == 0  # a third of the targets equal to the draft (p = q: every token accepted)
     dense = torch.zeros(B, L, V, dtype=torch.float64).scatter_(-1, cand, qk.double())
     logits[same, :L] = (dense[same].log() * T)
-    targets = rejection.rejection_targets(OPS, logits, law(B, T), path_tree(drafted).tokens, (cand, qk), seeds, step)
+    targets = rejection.rejection_targets(OPS, logits, law(B, T), path_tree(drafted), (cand, qk), seeds, step)
 
-    u = uniform_noise(seeds, step, torch.full_like(seeds, rejection.ACCEPT_STREAM), L).double().numpy()
+    u = torch.stack([uniform_noise(seeds, step, torch.full_like(seeds, rejection.ACCEPT_STREAM + i), 1)[:, 0]
+                     for i in range(L)], 1).double().numpy()
     noise = torch.stack([gumbel_noise(seeds, step, torch.full_like(seeds, rejection.BONUS_STREAM + i), V)
                          for i in range(L + 1)], 1).double().numpy()
     p = torch.softmax(logits / T, -1).numpy()
@@ -80,9 +86,9 @@ def test_greedy_rows_take_the_argmax():
     mixed = NodeLaw(torch.tensor([0.0, 1.0] * 3), torch.zeros(B, dtype=torch.int64), torch.ones(B), torch.zeros(B),
                     filtered=False)
     seeds = torch.arange(B, dtype=torch.int64)
-    out = rejection.rejection_targets(OPS, logits, mixed, path_tree(cand[:, :, 0]).tokens, (cand, qk), seeds, seeds)
+    out = rejection.rejection_targets(OPS, logits, mixed, path_tree(cand[:, :, 0]), (cand, qk), seeds, seeds)
     assert torch.equal(out[0::2], logits.argmax(-1)[0::2])
-    assert torch.equal(rejection.rejection_targets(OPS, logits, None, path_tree(cand[:, :, 0]).tokens, (cand, qk),
+    assert torch.equal(rejection.rejection_targets(OPS, logits, None, path_tree(cand[:, :, 0]), (cand, qk),
                                                    seeds, seeds), logits.argmax(-1))
 
 
@@ -118,7 +124,7 @@ def _emitted_pairs() -> np.ndarray:
     logits = torch.stack([first.expand(N, V), second[x0], second[x1], torch.zeros(N, V, dtype=torch.float64)], 1)
     cand = torch.arange(V).expand(N, 3, V)
     seeds = torch.arange(N, dtype=torch.int64)
-    targets = rejection.rejection_targets(OPS, logits, law(N), path_tree(drafted).tokens,
+    targets = rejection.rejection_targets(OPS, logits, law(N), path_tree(drafted),
                                           (cand, torch.stack([q0, q1, q2], 1)), seeds, torch.zeros_like(seeds))
     res = accept_tree(path_tree(drafted), targets)
     assert bool((res.accept_len >= 1).all())
@@ -143,9 +149,192 @@ def test_emitted_tokens_follow_the_target():
 
 @pytest.mark.parametrize("bias", ["bonus from p", "accept all"])
 def test_the_law_test_catches_a_seeded_bias(monkeypatch, bias):
-    if bias == "bonus from p":
-        monkeypatch.setattr(rejection, "bonus_law", lambda p, q, a: p[torch.arange(p.shape[0]), a])
-    else:
-        monkeypatch.setattr(rejection, "accepted_count", lambda p, q, drafted, u: torch.full(
-            (p.shape[0],), q.shape[1], dtype=torch.int64))
+    seed_bias(monkeypatch, bias)
     assert _gof_pvalue(_emitted_pairs()) < 1e-3
+
+
+def seed_bias(monkeypatch, bias: str) -> None:
+    """The seeded biases: the residual drawn from p instead of (p − q)⁺ (the classic bug), every first child
+    accepted (the draft's law emitted), a rejected child left in the next draw's law (q never renormalised without
+    it: the draws are without replacement, the verify as with)."""
+    if bias == "bonus from p":
+        monkeypatch.setattr(rejection, "residual_logits", lambda scaled, lse, nc, pc, rest: scaled)
+    elif bias == "accept all":
+        monkeypatch.setattr(rejection, "accept_children", lambda pc, rest, q, kids, pos, seed, step: (kids[..., 0], pc))
+    else:
+        monkeypatch.setattr(rejection, "without", lambda q, at: q)
+
+
+# --- drawn trees ----------------------------------------------------------------------------------------------
+
+def node_law_by_enumeration(p, q, cand, m, renormalise=True):
+    """The exact law of reference.node_rejection_reference's token, from its rule as documented (not its code):
+    every ordered draw of m children without replacement from q, each child accepted with probability
+    min(1, p_i(x) / q_i(x)), the rest of the mass to the last residual (renormalise False: q_i = q throughout)."""
+    V = len(p)
+    out = np.zeros(V)
+    qfull = np.zeros(V)
+    qfull[cand] = q
+    support = [c for c in cand if qfull[c] > 0]
+    for seq in itertools.permutations(support, min(m, len(support))):
+        weight, qi_mass, pi = 1.0, qfull.copy(), p / p.sum()
+        for x in seq:  # the draw's probability
+            weight *= qi_mass[x] / qi_mass.sum()
+            qi_mass[x] = 0.0
+        reach, qv = weight, qfull.copy()
+        for x in seq:
+            qi = qv / qv.sum()
+            a = min(1.0, pi[x] / qi[x])
+            out[x] += reach * a
+            reach *= 1.0 - a
+            r = np.maximum(pi - qi, 0.0)
+            if r.sum() <= 0:
+                break
+            pi = r / r.sum()
+            if renormalise:
+                qv[x] = 0.0
+        out += reach * pi
+    return out
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_the_node_rule_is_exact(case):
+    """The token's law equals p for any q: random p (some zeros), q over K of V candidates (some zeros, so the
+    draws can run out of mass), every number of children; and p = q (no residual mass)."""
+    rng = np.random.default_rng(case)
+    V, K = 7, 4
+    p = rng.dirichlet(np.ones(V) * 0.7)
+    p[rng.random(V) < 0.2] = 0.0
+    p[rng.integers(V)] += 0.1
+    p /= p.sum()
+    cand = rng.permutation(V)[:K]
+    q = rng.dirichlet(np.ones(K) * 0.7)
+    if case % 3 == 0:
+        q[rng.integers(K)] = 0.0
+        q /= q.sum()
+    if case % 8 == 7:  # p = q on the candidates
+        p = np.zeros(V)
+        p[cand] = q
+    for m in range(1, K + 1):
+        np.testing.assert_allclose(node_law_by_enumeration(p, q, cand, m), p, atol=1e-12)
+
+
+def test_the_enumeration_sees_a_wrong_rule():
+    """The check above can fail: a verify that keeps testing against the first draw's law (q never renormalised
+    without the rejected children) gives another law."""
+    rng = np.random.default_rng(0)
+    p, q, cand = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6)), np.arange(6)
+    assert np.abs(node_law_by_enumeration(p, q, cand, 3, renormalise=False) - p).max() > 1e-3
+
+
+def drawn_case(seed, B=64, L=3, K=5, V=9, budget=10):
+    """A batch of drawn trees over random keys, random float64 target logits at every node, a mixed law."""
+    g = torch.Generator().manual_seed(seed)
+    lp = torch.log_softmax(torch.randn(B, L, K, generator=g) * 1.5, -1).sort(-1, descending=True).values
+    lp[:, :, -1][torch.rand(B, L, generator=g) < 0.3] = float("-inf")  # a candidate the law drops
+    ids = torch.stack([torch.randperm(V, generator=g)[:K] for _ in range(B * L)]).view(B, L, K)
+    tree = build_tree_from_topk(lp, ids, budget, root_tokens=0, seq_lens=3)
+    temps = torch.where(torch.arange(B) % 4 == 0, 0.0, 0.8)
+    mixed = NodeLaw(temps, torch.zeros(B, dtype=torch.int64), torch.ones(B), torch.zeros(B), filtered=False)
+    seeds, step = torch.arange(B, dtype=torch.int64) * 11 + seed, torch.full((B,), 5, dtype=torch.int64)
+    logits = torch.randn(B, tree.n, V, generator=g, dtype=torch.float64) * 2
+    return tree, lp, ids, mixed, seeds, step, logits
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_draws_equal_their_definition(seed):
+    """Node v's children, in index order, are the first draws of the Gumbel top-k of its children's keys with
+    stream DRAW_STREAM + v; the shape is the tree's; greedy rows keep their tokens."""
+    tree, lp, ids, mixed, seeds, step, _ = drawn_case(seed)
+    drawn, (cand, q) = rejection.draw_children(OPS, tree, lp, ids, mixed, seeds, step)
+    assert torch.equal(cand, ids) and torch.allclose(q, torch.softmax(lp, -1))
+    for name in ("parents", "depths", "num_nodes", "retrive_next_token", "retrive_next_sibling", "tree_mask"):
+        assert torch.equal(getattr(drawn, name), getattr(tree, name)), name
+    B, n = tree.tokens.shape
+    K = lp.shape[-1]
+    for b in range(B):
+        if mixed.temperatures[b] == 0:
+            assert torch.equal(drawn.tokens[b], tree.tokens[b])
+            continue
+        kids: dict = {}
+        for j in range(1, int(tree.num_nodes[b])):
+            kids.setdefault(int(tree.parents[b, j]), []).append(j)
+        for v, js in kids.items():
+            d = int(tree.depths[b, v])
+            noise = gumbel_noise(seeds[b:b + 1], step[b:b + 1], torch.tensor([rejection.DRAW_STREAM + v]), K)[0]
+            order = sorted(range(K), key=lambda c: (-(float(lp[b, d, c]) + float(noise[c])), c))
+            assert [int(drawn.tokens[b, j]) for j in js] == [int(ids[b, d, c]) for c in order[:len(js)]]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_drawn_targets_equal_the_node_reference(seed):
+    """Every node's target token equals reference.node_rejection_reference on the same p, q, children and random
+    numbers (uniform i of node v: entry i of stream ACCEPT_STREAM + v; residual noise: stream BONUS_STREAM + v);
+    greedy rows the argmax."""
+    tree, lp, ids, mixed, seeds, step, logits = drawn_case(seed)
+    drawn, draft = rejection.draw_children(OPS, tree, lp, ids, mixed, seeds, step)
+    targets = rejection.rejection_targets(OPS, logits, mixed, drawn, draft, seeds, step)
+    B, n, V = logits.shape
+    K = lp.shape[-1]
+    T = mixed.temperatures.double().clamp(min=1e-6).view(B, 1, 1)
+    p = torch.softmax(logits / T, -1).numpy()
+    q = torch.softmax(lp.double(), -1).numpy()
+    accepted = 0
+    for b in range(B):
+        if mixed.temperatures[b] == 0:
+            assert torch.equal(targets[b], logits[b].argmax(-1))
+            continue
+        for v in range(int(tree.num_nodes[b])):
+            kids = [int(drawn.tokens[b, j]) for j in range(1, int(tree.num_nodes[b])) if int(tree.parents[b, j]) == v]
+            d = min(int(tree.depths[b, v]), lp.shape[1] - 1)
+            u = uniform_noise(seeds[b:b + 1], step[b:b + 1], torch.tensor([rejection.ACCEPT_STREAM + v]),
+                              max(1, len(kids)))[0].double().numpy()
+            noise = gumbel_noise(seeds[b:b + 1], step[b:b + 1], torch.tensor([rejection.BONUS_STREAM + v]),
+                                 V)[0].double().numpy()
+            want = node_rejection_reference(p[b, v], q[b, d], ids[b, d].numpy(), kids, u, noise)
+            assert int(targets[b, v]) == want, (b, v)
+            accepted += want in kids
+    assert accepted > 20  # children were accepted as well as residuals drawn
+
+
+# The law through the round's draws, verify and walk: a two-level target over V = 5 tokens (node 0's law, and the
+# law after each first token), keys far from it (one per depth, over 4 of the 5 tokens, so the residual reaches
+# a token no child can hold), budget 6 (the root has several children, some have their own). Null: the first two
+# emitted tokens follow the target's joint law; N = 30,000 requests, chi-square goodness of fit over the 25 cells.
+# The seeded biases it must catch: seed_bias's three.
+
+def _drawn_pairs(round_ops=OPS) -> np.ndarray:
+    """The first two emitted tokens of N drawn rounds, on round_ops' device and backend."""
+    dev = round_ops.device
+    first, second, _, _ = (t.to(dev) for t in _laws())
+    g = torch.Generator().manual_seed(11)
+    lp = torch.log_softmax(torch.tensor([[2.0, 1.2, 0.3, -0.5], [1.5, 1.0, 0.2, -1.0]]), -1).expand(N, 2, 4)
+    ids = torch.tensor([[3, 0, 4, 1], [1, 2, 0, 4]]).expand(N, 2, 4)
+    lp, ids = lp.contiguous().to(dev), ids.contiguous().to(dev)
+    tree = build_tree_from_topk(lp, ids, 6, root_tokens=0, seq_lens=0)
+    seeds = torch.arange(N, dtype=torch.int64, device=dev)
+    step = torch.zeros_like(seeds)
+    rule = law(N)
+    rule = NodeLaw(*(t.to(dev) for t in (rule.temperatures, rule.top_ks, rule.top_ps, rule.min_ps)), filtered=False)
+    drawn, draft = rejection.draw_children(round_ops, tree, lp, ids, rule, seeds, step)
+    # node logits: the root's law, a depth-1 node's law after its token; deeper nodes (unread here) uniform
+    logits = torch.where((drawn.depths == 1).unsqueeze(-1), second[drawn.tokens.clamp(max=V - 1)],
+                         torch.zeros(N, drawn.n, V, dtype=torch.float64, device=dev))
+    logits[:, 0] = first
+    targets = rejection.rejection_targets(round_ops, logits.float() if dev.type == "cuda" else logits, rule, drawn,
+                                          draft, seeds, step)
+    res = accept_tree(drawn, targets)
+    toks = res.accepted_tokens.cpu()
+    nxt = torch.multinomial(torch.softmax(second.cpu()[toks[:, 0]], -1), 1, generator=g)[:, 0]
+    y2 = torch.where(res.accept_len.cpu() >= 2, toks[:, 1], nxt)
+    return (toks[:, 0] * V + y2).numpy()
+
+
+def test_drawn_tree_emits_the_target():
+    assert _gof_pvalue(_drawn_pairs()) > 1e-3
+
+
+@pytest.mark.parametrize("bias", ["bonus from p", "accept all", "q kept"])
+def test_the_drawn_law_test_catches_a_seeded_bias(monkeypatch, bias):
+    seed_bias(monkeypatch, bias)
+    assert _gof_pvalue(_drawn_pairs()) < 1e-3

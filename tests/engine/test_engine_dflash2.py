@@ -130,8 +130,7 @@ def test_sampling_matches_ar_distribution(engine, ar_samples, method, kw):
 
 
 def test_sampling_test_catches_a_walk_that_accepts_every_draft(engine, ar_samples, monkeypatch):
-    monkeypatch.setattr(rejection, "accepted_count", lambda p, q, drafted, u: torch.full(
-        (p.shape[0],), q.shape[1], dtype=torch.int64))
+    monkeypatch.setattr(rejection, "accept_children", lambda pc, rest, q, kids, pos, seed, step: (kids[..., 0], pc))
     assert min_pvalue_bonferroni(samples(engine, "walk", 20_000_000), ar_samples) < 1e-3
 
 

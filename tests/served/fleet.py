@@ -53,9 +53,11 @@ SERVERS = {
     "ddtree": ("sglang_ddtree.launch_server", DDTREE, {}, SGLANG),  # the default flags
     "ddtree_b7": ("sglang_ddtree.launch_server", DDTREE + ["--speculative-ddtree-budget", "7"], {}, SGLANG),
     "ddtree_auto": ("sglang_ddtree.launch_server", DDTREE + ["--speculative-ddtree-budget", "auto"], {}, SGLANG),
-    # the paper's tree and keys (no anchor, the raw draft: at T = 1 a sampled request's law keys are the paper's)
+    # the paper's tree, keys and verify (no anchor, the raw draft: at T = 1 a sampled request's law keys are the
+    # paper's; the top candidates, each node verified by the target's own draw)
     "ddtree_paper": ("sglang_ddtree.launch_server", DDTREE,
-                     {"SGLANG_DDTREE_ANCHOR": "none", "SGLANG_DDTREE_CALIBRATION": "off"}, SGLANG),
+                     {"SGLANG_DDTREE_ANCHOR": "none", "SGLANG_DDTREE_CALIBRATION": "off",
+                      "SGLANG_DDTREE_CHILDREN": "top"}, SGLANG),
     # the pool small enough that 64 long streams force retraction; hidden states enabled, so a request can ask for them
     "ddtree_edge": ("sglang_ddtree.launch_server", DDTREE + ["--max-total-tokens", "3000",
                                                               "--enable-return-hidden-states"], {}, SGLANG),
