@@ -245,7 +245,7 @@ def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag
     n = max(a.num_prompts, a.prompts_per_conc * conc)
     argv = ["--backend", "sglang", "--base-url", base, "--num-prompts", str(n), "--max-concurrency", str(conc),
             "--request-rate", "inf", "--output-file", out_file, "--seed", str(a.seed), "--disable-tqdm",
-            "--warmup-requests", str(warmup), *dataset]
+            "--warmup-requests", str(warmup), *dataset, *shlex.split(a.bench_args)]
     if a.tokenizer:
         argv += ["--tokenizer", a.tokenizer]
     log = os.path.join(out_dir, f"bs_{tag}_c{conc}.log")
@@ -517,6 +517,8 @@ def main(argv=None) -> int:
                          "its own concurrencies, else --concurrency)")
     ap.add_argument("--tokenizer", help="tokenizer path for bench_serving (random prompts need one)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bench-args", default="", help="more bench_serving flags for every run, e.g. sampled traffic: "
+                    "'--temperature 1.0' or '--temperature 0.6 --top-p 0.95'")
     ap.add_argument("--port", type=port, default=31100)
     ap.add_argument("--start-timeout", type=seconds, default=600)
     ap.add_argument("--run-timeout", type=seconds, default=600)

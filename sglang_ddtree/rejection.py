@@ -6,7 +6,7 @@ order) were drawn without replacement from q, v's children's draft law over K ca
 depth). With p_1 = p_v and q_1 = q: child i is accepted iff u_i · q_i(x_i) < p_i(x_i); after a rejection
 p_{i+1} = (p_i − q_i)⁺ and q_{i+1} = q_i without x_i, each renormalised; a child drawn after q ran out of mass is
 skipped; with none accepted, the token is drawn from p_{m+1}. The token is then an exact draw from p_v whatever
-q is (`reference.tree_rejection_reference` defines one node), and node v's target token is that token: the
+q is (`reference.node_rejection_reference` defines one node), and node v's target token is that token: the
 round's walk descends into the child that holds it, and every node below was drawn from its own stream, apart
 from the randomness that led there, so the emitted tokens are exact ancestral samples of the target.
 
@@ -95,8 +95,7 @@ def draw_children(round_ops, tree, lp: torch.Tensor, ids: torch.Tensor, law: Nod
     flat = draws.view(B, n * K)
     mine = flat.gather(1, (par.clamp(min=0) * K + sib.clamp(max=K - 1)))
     drawn = (par >= 0) & (~law.greedy()).view(B, 1)
-    tokens = tree.tokens.clone()
-    tokens[:, :n] = torch.where(drawn, mine, tree.tokens[:, :n])
+    tokens = torch.where(drawn, mine, tree.tokens)
     return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp.float(), -1))
 
 

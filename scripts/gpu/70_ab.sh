@@ -24,6 +24,8 @@
 # per stage and the host's time launching a round, the first round after a prefill apart (server_*.errors)
 # AB_FA3=1: DFLASH and DDTree's auto budget on fa3 too (needs sgl_kernel's FA3 carried).
 # AB_SERVERS: keep only these servers, in this order.
+# AB_BENCH_ARGS: more bench_serving flags for every run (sampled traffic: "--temperature 1.0").
+# AB_PAPER_TOP (1): the paper's servers (ddtree_b<B>_paper) with the top children, verified by the target's draw.
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/ab}; mkdir -p "$OUTD"
@@ -69,14 +71,14 @@ for b in ${AB_BUDGETS:-16 64}; do S+=(--server "ddtree_b$b=$(ddtree_args $b)"); 
 # is the smallest difference this run can resolve
 [ -n "${AB_TWIN:-}" ] && S+=(--server "ddtree_b${AB_TWIN}_twin=$(ddtree_args $AB_TWIN)")
 # the paper's tree (no chain anchor, raw draft probabilities) next to the served default, same budget
-for b in ${AB_PAPER_BUDGETS-16}; do S+=(--server "ddtree_b${b}_paper=SGLANG_DDTREE_ANCHOR=none SGLANG_DDTREE_CALIBRATION=off $(ddtree_args $b)"); done
+for b in ${AB_PAPER_BUDGETS-16}; do S+=(--server "ddtree_b${b}_paper=SGLANG_DDTREE_ANCHOR=none SGLANG_DDTREE_CALIBRATION=off SGLANG_DDTREE_CHILDREN=$([ "${AB_PAPER_TOP:-1}" = 1 ] && echo top || echo drawn) $(ddtree_args $b)"); done
 if [ -n "${AB_SERVERS:-}" ]; then
   K=(); for want in $AB_SERVERS; do for ((i = 1; i < ${#S[@]}; i += 2)); do
     [ "${S[i]%%=*}" = "$want" ] && K+=(--server "${S[i]}"); done; done; S=("${K[@]}")
 fi
 timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
-  --output-len ${AB_TOKENS:-$TOKENS} --repeats ${AB_REPEATS:-3} --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
+  --output-len ${AB_TOKENS:-$TOKENS} --repeats ${AB_REPEATS:-3} --bench-args "${AB_BENCH_ARGS:-}" --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
   $([ -n "${AB_START_ALL:-}" ] && [ "${AB_INTERLEAVE:-1}" = 1 ] && echo --interleave)
 rc=$?
 for f in "$OUTD"/server_*.log; do grep -E "Traceback|Error|DDTREE|sglang-ddtree" "$f" | grep -v Warning | tail -60 > "${f%.log}.errors"; done
