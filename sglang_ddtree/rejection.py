@@ -32,6 +32,10 @@ from .sampling import NodeLaw, _mark_no_token, filter_logits, node_tokens
 ACCEPT_STREAM = 2 << 24
 BONUS_STREAM = 3 << 24
 DRAW_STREAM = 4 << 24
+# a drawn tree's children come from its keys' law sharpened by this power (q ∝ softmax(keys)^s): a child then
+# agrees with the target more often than under the drafter's own law; chosen on the calibration's fit prompts, not
+# the held-out ones it is reported on (docs/benchmarks/sampled-drawn-cpu-2026-12-05.md)
+DRAW_SHARPNESS = 1.25
 
 
 def sibling_index(tree, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,14 +85,15 @@ def draw_order(round_ops, keys: torch.Tensor, seed: torch.Tensor, step: torch.Te
 
 
 def draw_children(round_ops, tree, lp: torch.Tensor, ids: torch.Tensor, law: NodeLaw, seed: torch.Tensor,
-                  step: torch.Tensor):
+                  step: torch.Tensor, sharpness: float = DRAW_SHARPNESS):
     """A sampled request's tree with its tokens drawn (module docstring): node v's children, in index order, are
-    the first draws without replacement from softmax(lp) over ids at v's children's depth (Gumbel top-k, stream
-    DRAW_STREAM + v); the shape (which nodes exist) is the tree's, a function of the keys only. Greedy rows keep
-    their tokens. lp / ids [B, L, K]: the keys the tree was built from. Returns (the tree, (ids, q [B, L, K])
-    the draft law `rejection_targets` reads)."""
+    the first draws without replacement from q = softmax(sharpness · lp) over ids at v's children's depth (Gumbel
+    top-k, stream DRAW_STREAM + v); the shape (which nodes exist) is the tree's, a function of the keys only.
+    Greedy rows keep their tokens. lp / ids [B, L, K]: the keys the tree was built from. Returns (the tree, (ids,
+    q [B, L, K]) the draft law `rejection_targets` reads)."""
     B, n = tree.tokens.shape
     K = lp.shape[-1]
+    lp = lp.float() * float(sharpness)
     order = draw_order(round_ops, at_depth(lp, tree.depths), seed, step, DRAW_STREAM)
     draws = at_depth(ids.to(torch.int64), tree.depths).gather(-1, order)  # [B, n, K] in draw order
     par, sib = sibling_index(tree, n)
@@ -96,7 +101,7 @@ def draw_children(round_ops, tree, lp: torch.Tensor, ids: torch.Tensor, law: Nod
     mine = flat.gather(1, (par.clamp(min=0) * K + sib.clamp(max=K - 1)))
     drawn = (par >= 0) & (~law.greedy()).view(B, 1)
     tokens = torch.where(drawn, mine, tree.tokens)
-    return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp.float(), -1))
+    return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp, -1))
 
 
 def without(q: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
@@ -140,6 +145,32 @@ def accept_children(pc: torch.Tensor, rest: torch.Tensor, q: torch.Tensor, kids:
         pc = torch.where(rejected, (pc - z.unsqueeze(-1) * qi).clamp(min=0.0), pc)
         q = torch.where(rejected, without(q, at), q)
     return out, pc
+
+
+def outcome_law(pc: torch.Tensor, rest: torch.Tensor, q: torch.Tensor, kids: torch.Tensor,
+                pos: torch.Tensor) -> torch.Tensor:
+    """float64 [B, n, W]: the probability that a node's token is its child i's token, over the uniforms and the
+    residual's draw, given the children (accept_children's arguments): accepted at its test, or drawn by the last
+    residual. Exact, no random numbers: the bench scores a drawn tree by it (engine/round_contexts.py)."""
+    reach = torch.ones(pc.shape[:-1], dtype=torch.float64, device=pc.device)
+    prob = torch.zeros(kids.shape, dtype=torch.float64, device=pc.device)
+    p0, qq = pc.double(), q.double()
+    p = p0
+    for i in range(kids.shape[-1]):
+        tok, at = kids[..., i], pos[..., i:i + 1]
+        mass, z = qq.sum(-1), p.sum(-1) + rest
+        live = (tok >= 0) & (mass > 0) & (z > 0)
+        qi = qq / torch.where(mass > 0, mass, torch.ones_like(mass)).unsqueeze(-1)
+        ratio = p.gather(-1, at).squeeze(-1) / torch.where(z > 0, z, torch.ones_like(z))
+        a = torch.clamp(ratio / qi.gather(-1, at).squeeze(-1).clamp(min=1e-300), max=1.0)
+        prob[..., i] = torch.where(live, reach * a, torch.zeros_like(a))
+        reach = torch.where(live, reach * (1.0 - a), reach)
+        p = torch.where(live.unsqueeze(-1), (p - z.unsqueeze(-1) * qi).clamp(min=0.0), p)
+        qq = torch.where(live.unsqueeze(-1), without(qq, at), qq)
+    z = p.sum(-1, keepdim=True) + rest.unsqueeze(-1)
+    last = torch.where(z > 0, p / torch.where(z > 0, z, torch.ones_like(z)), p0 / (p0.sum(-1, keepdim=True)
+                                                                                     + rest.unsqueeze(-1)))
+    return prob + torch.where(kids >= 0, reach.unsqueeze(-1) * last.gather(-1, pos), torch.zeros_like(prob))
 
 
 def _accept(round_ops, pc, rest, q, kids, pos, seed, step):

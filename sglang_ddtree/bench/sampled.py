@@ -6,14 +6,17 @@ tree, the chain and the keys served before (issue 40's measurements).
 On held-out prompts the calibrations were not fitted on (after the first 100), the shipped tiny pair, for each law
 (T 1; T 0.6 with top-p 0.95):
 1. τ per seed (mean, sample sd, min and max over seeds): the chain; at budgets 15 and 31 the paper's tree, the served
-   default at that fixed budget (law keys, the sampling calibration, no anchor for sampled requests, children drawn
-   and verified by recursive rejection sampling: docs/DESIGN.md §3.12), the same keys with the top children (the
-   default before drawn trees), the paper's keys and the law keys without calibration with drawn children; the
+   default at that fixed budget (a sampled request's tree under its law's raw draft, no anchor, its children drawn
+   and verified by recursive rejection sampling: docs/DESIGN.md §3.12), the default before drawn trees (the sampling
+   calibration, the top children), drawn trees over the sampling calibration's keys and over the paper's keys; the
    served default with the auto budget (the H200 round costs, as the demo) and the budgets it ran.
-2. Trees of top children scored exactly on the rounds of one run (engine/round_contexts.py: the paper's tree's run
-   at budget 15, the first seed): each round's expected commit, paired across trees, so differences of a percent
-   are resolved (which keys rank best; a drawn tree's commit is random, so it has no such score).
+2. The same trees scored exactly on the rounds of one run (engine/round_contexts.py: the paper's tree's run at
+   budget 15, the first seed): each round's expected commit, paired across trees, so differences of a percent are
+   resolved; a drawn tree's is exact for its draw (the verify's rule, rejection.outcome_law), averaged over DRAWS
+   draws a round.
 3. Greedy, the same prompts: the keys served before and the served default (greedy keys are unchanged).
+4. The draw's sharpness (rejection.DRAW_SHARPNESS), scored as section 2 on the calibration's fit prompts (the first
+   --prompts of them): how the shipped value was chosen, on prompts the sections above do not use.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from ..engine.demo import h200_costs, served_default
 from ..keys import Calibration, DraftKeys
 from ..calibration import load_calibration
+from ..rejection import DRAW_SHARPNESS, draw_children
+from ..round import RoundOps
 from ..sampling import NodeLaw
 from ..tree import build_tree_from_topk
 from .common import md_table, metadata, write_outputs
@@ -43,10 +48,11 @@ def fixed(engine, budget: int) -> dict:
                                                                                   "round_cost")}
     return {"paper's tree": {"method": "ddtree", "budget": budget},
             "served default": {**served, "budget": budget},
-            "served default's keys, top children (before drawn)": {**served, "budget": budget, "children": "top"},
-            "paper's keys, drawn children": {"method": "ddtree", "budget": budget, "children": "drawn"},
-            "law keys, raw, drawn children": {"method": "ddtree", "budget": budget, "keys": "law",
-                                              "children": "drawn"}}
+            "the default before drawn trees (sampling calibration, top children)": {
+                **served, "budget": budget, "children": "top", "sampling_temperature": "drafter"},
+            "law keys with the sampling calibration, drawn children": {**served, "budget": budget,
+                                                                       "sampling_temperature": "drafter"},
+            "paper's keys, drawn children": {"method": "ddtree", "budget": budget, "children": "drawn"}}
 
 
 def spread(values) -> dict:
@@ -81,32 +87,64 @@ def tau_runs(engine, prompts, max_new, law: dict, seeds) -> dict:
     return out
 
 
-def exact_runs(engine, prompts, max_new, law: dict, seed: int) -> dict:
-    """Section 2 for one law: mean exact expected commit per round of each tree on one run's rounds."""
+DRAWS = 4  # draws of each drawn tree per round in section 2 (their mean is the tree's paired score)
+SHARPNESS = (1.0, 1.25, 1.5, 2.0)  # section 4: the draw sharpnesses compared on the calibration's fit prompts
+
+
+def compared_trees(engine, node_law) -> dict:
+    """Section 2's trees: name -> (calibration, keys' law, anchor, the draw's sharpness; None: the top children)."""
+    cal = load_calibration(engine.draft_dir, engine.block_size - 1)
+    served = Calibration(cal.greedy, cal.sampling)
+    return {"paper's tree": (Calibration(), None, None, None),
+             "served default (law keys, drawn children)": (Calibration(), node_law, None, DRAW_SHARPNESS),
+             "drawn from the keys' own law (sharpness 1)": (Calibration(), node_law, None, 1.0),
+             "law keys with the sampling calibration, drawn": (served, node_law, None, DRAW_SHARPNESS),
+             "paper's keys, drawn": (Calibration(), None, None, DRAW_SHARPNESS),
+             "the default before drawn trees (sampling calibration, top children)": (served, node_law, None, None),
+             "the same with the anchor": (served, node_law, "chain", None),
+             "law keys, top children": (Calibration(), node_law, None, None),
+             "keys served before those (anchored, greedy calibration)": (Calibration(cal.greedy), None, "chain",
+                                                                         None)}
+
+
+def sharpness_trees(engine, node_law) -> dict:
+    """Section 4's trees: the served default's drawn tree at each draw sharpness, against the paper's tree."""
+    return {"paper's tree": (Calibration(), None, None, None),
+            **{f"drawn, sharpness {s}": (Calibration(), node_law, None, s) for s in SHARPNESS}}
+
+
+def exact_runs(engine, prompts, max_new, law: dict, seed: int, which=compared_trees) -> dict:
+    """Section 2 for one law: mean exact expected commit per round of each of which(engine, the rounds' law)'s
+    trees on one run's rounds; a drawn tree's the mean over DRAWS draws (each scored exactly for its draw:
+    round_contexts.expected_commit's drafts)."""
     L = engine.block_size - 1
     rounds = round_contexts.collect(engine, prompts, max_new, method="ddtree", budget=BUDGETS[0], seed=seed, **law)
     N = rounds.tokens.shape[0]
     node_law = NodeLaw(torch.full((N,), law["temperature"]), torch.zeros(N, dtype=torch.int64),
                        torch.full((N,), law.get("top_p", 1.0)), torch.zeros(N), filtered=True)
-    cal = load_calibration(engine.draft_dir, L)
-    trees = {"paper's tree": (Calibration(), None, None),
-             "keys served before (anchored, greedy calibration)": (Calibration(cal.greedy), None, "chain"),
-             "served default (law keys, sampling calibration)": (Calibration(cal.greedy, cal.sampling), node_law, None),
-             "served default with the anchor": (Calibration(cal.greedy, cal.sampling), node_law, "chain"),
-             "law keys, raw": (Calibration(), node_law, None),
-             "law keys, raw, with the anchor": (Calibration(), node_law, "chain")}
-    out = {"rounds": N}
+    trees = which(engine, node_law)
+    ops = RoundOps("cpu")
+    out = {"rounds": N, "draws": DRAWS}
     for b in BUDGETS:
-        built = []
-        for keys, by, anchor in trees.values():
+        built, drafts, columns = [], [], []
+        for name, (keys, by, anchor, sharpness) in trees.items():
             lp, ids = DraftKeys(L, keys)(rounds.draft, b, "cpu", by)
-            built.append(build_tree_from_topk(lp, ids, b, root_tokens=rounds.roots(), seq_lens=rounds.lens - 1,
-                                              anchor=anchor))
-        e = round_contexts.expected_commit(engine, rounds, built, law)
-        base = e[:, 0]
-        out[f"B={b}"] = {name: {"mean": float(e[:, j].mean()), "vs_paper": float(e[:, j].mean() / base.mean()),
-                                "paired_se": float((e[:, j] - base).std() / N ** 0.5)}
-                         for j, name in enumerate(trees)}
+            tree = build_tree_from_topk(lp, ids, b, root_tokens=rounds.roots(), seq_lens=rounds.lens - 1,
+                                        anchor=anchor)
+            for m in range(1 if sharpness is None else DRAWS):
+                if sharpness is not None:
+                    seeds = torch.arange(N, dtype=torch.int64) + 7919 * (m + 1)
+                    t, draft = draw_children(ops, tree, lp, ids, node_law, seeds, torch.zeros_like(seeds), sharpness)
+                else:
+                    t, draft = tree, None
+                built.append(t)
+                drafts.append(draft)
+                columns.append(name)
+        e = round_contexts.expected_commit(engine, rounds, built, law, drafts=drafts)
+        per = {name: e[:, [j for j, c in enumerate(columns) if c == name]].mean(1) for name in trees}
+        base = per["paper's tree"]
+        out[f"B={b}"] = {name: {"mean": float(v.mean()), "vs_paper": float(v.mean() / base.mean()),
+                                "paired_se": float((v - base).std() / N ** 0.5)} for name, v in per.items()}
         print(law, f"B={b}", {k: round(v["vs_paper"], 3) for k, v in out[f"B={b}"].items()}, flush=True)
     return out
 
@@ -127,18 +165,27 @@ def markdown(result: dict) -> str:
             table.append([name, f"{r['mean']:.3f} ± {r['sd']:.3f}", f"[{r['min']:.2f}, {r['max']:.2f}]", ratio,
                           str(r.get("budgets_chosen", ""))])
         lines.append(md_table(["tree", "τ", "range", "× paper's tree (same B)", "budgets auto ran (rounds)"], table))
-        ex = result["exact"][law]
-        lines.append(f"\n{law}: exact expected commit per round on {ex['rounds']} rounds of one run (paired; "
-                     "× the paper's tree, ± paired standard error)\n")
-        names = list(ex[f"B={BUDGETS[0]}"])
-        lines.append(md_table(["tree"] + [f"B={b}" for b in BUDGETS],
-                              [[n] + [f"{ex[f'B={b}'][n]['mean']:.3f} ({ex[f'B={b}'][n]['vs_paper']:.3f}× "
-                                      f"± {ex[f'B={b}'][n]['paired_se'] / ex[f'B={b}'][names[0]]['mean']:.3f})"
-                                      for b in BUDGETS] for n in names]))
+        lines.append(f"\n{law}: exact expected commit per round on {result['exact'][law]['rounds']} rounds of one "
+                     f"run (paired; × the paper's tree, ± paired standard error; a drawn tree's over "
+                     f"{result['exact'][law]['draws']} draws a round)\n")
+        lines.append(exact_table(result["exact"][law]))
     g = result["greedy"]
     lines.append("\n## Greedy, same prompts\n")
     lines.append(md_table(["tree", "τ"], [[k, f"{v:.3f}"] for k, v in g.items()]))
+    lines.append(f"\n## The draw's sharpness, on the calibration's fit prompts 0..{result['fit_prompts'] - 1}\n")
+    lines.append(f"Exact expected commit per round, paired, as above; the shipped sharpness is {DRAW_SHARPNESS}.\n")
+    for law, ex in result["sharpness"].items():
+        lines.append(f"\n{law} ({ex['rounds']} rounds)\n")
+        lines.append(exact_table(ex))
     return "\n".join(lines)
+
+
+def exact_table(ex: dict) -> str:
+    names = list(ex[f"B={BUDGETS[0]}"])
+    return md_table(["tree"] + [f"B={b}" for b in BUDGETS],
+                    [[n] + [f"{ex[f'B={b}'][n]['mean']:.3f} ({ex[f'B={b}'][n]['vs_paper']:.3f}× "
+                            f"± {ex[f'B={b}'][n]['paired_se'] / ex[f'B={b}'][names[0]]['mean']:.3f})"
+                            for b in BUDGETS] for n in names])
 
 
 def main(argv=None) -> int:
@@ -170,6 +217,10 @@ def main(argv=None) -> int:
             **served, "keys": "draft", "sampling_temperature": None}))["tau"],
         "served default, auto": summarize(engine.generate(prompts, a.max_new, **served))["tau"],
         "paper's tree, B=31": summarize(engine.generate(prompts, a.max_new, method="ddtree", budget=31))["tau"]}
+    fit = heldout_prompts()[:min(a.prompts, FIT_PROMPTS)]
+    result["fit_prompts"] = len(fit)
+    result["sharpness"] = {name: exact_runs(engine, fit, a.max_new, law, seeds[0], sharpness_trees)
+                           for name, law in LAWS.items()}
     for path in write_outputs(a.out_dir, a.stem, result, markdown(result)):
         print(f"wrote {path}")
     return 0

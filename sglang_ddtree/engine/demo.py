@@ -109,15 +109,15 @@ def h200_costs(batch: int, budgets) -> list[float]:
 
 
 def served_default(engine: Engine, costs: str) -> dict:
-    """Engine.generate arguments of DDTree as the plugin serves it by default: the chain anchor for greedy requests,
-    each request's tree under its own law (keys.py) with the drafter's calibrations, the auto budget over the served
-    ladder; costs 'h200' (the tiny pair's H200 table, resolved per batch by run()) or 'here' (measured)."""
+    """Engine.generate arguments of DDTree as the plugin serves it by default: the chain anchor and the drafter's
+    greedy calibration for greedy requests; a sampled request's tree under its own law (keys.py, the raw draft) with
+    its children drawn (rejection.py); the auto budget over the served ladder; costs 'h200' (the tiny pair's H200
+    table, resolved per batch by run()) or 'here' (measured)."""
     L = engine.block_size - 1
     ladder = tuple(sorted({L, *AUTO_LADDER}))
     calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, "ddtree_calibration.json"))
-    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law", "children": "drawn",
-              "draft_temperature": "drafter" if calibrated else None,
-              "sampling_temperature": "drafter" if calibrated else None}
+    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law",
+              "children": "drawn", "draft_temperature": "drafter" if calibrated else None}
     if costs == "h200" and all(verify_width(b) in H200_GRAPH_MS[1] for b in ladder):
         served["round_cost"] = "h200"  # resolved per batch in run(); a drafter of another block size measures here
     return served
@@ -231,8 +231,9 @@ def legend(engine: Engine, rows, costs: str) -> str:
     paper_best = max((r["tau"] for r in sampled if r["method"] == "ddtree"), default=None)
     served_sampled = next((r["tau"] for r in sampled if r["method"] == SERVED), None)
     if paper_best and paper_best > served_sampled:
-        items.append(("note", "sampled, the paper's tree accepted more than the served default in this run: at the "
-                              "same budget their keys are nearly the same under sampling (docs/DESIGN.md §3.11)."))
+        items.append(("note", "sampled, the paper's tree at a fixed budget accepted more than the served default's "
+                              "auto budget in this run: auto trades tokens a round for the round's cost "
+                              "(docs/DESIGN.md §3.9)."))
     return "\n".join(textwrap.fill(text, 108, initial_indent=f"{name:<7}= " if name != "note" else "note:    ",
                                    subsequent_indent=" " * 9) for name, text in items)
 

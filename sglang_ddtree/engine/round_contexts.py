@@ -84,10 +84,15 @@ def node_laws(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: f
 
 
 @torch.inference_mode()
-def expected_commit(engine, rounds: Rounds, trees: list[TreeBatch], law: dict, batch: int = 32) -> torch.Tensor:
+def expected_commit(engine, rounds: Rounds, trees: list[TreeBatch], law: dict, batch: int = 32,
+                    drafts=None) -> torch.Tensor:
     """float64 [N, len(trees)]: each tree's expected tokens committed on each round (trees[j] holds one tree per
     round, built with seq_lens = lens − 1), the target's law given as node_laws' keyword arguments. One target
-    forward per batch of rounds scores every tree: each node attends to the context and to its own ancestors."""
+    forward per batch of rounds scores every tree: each node attends to the context and to its own ancestors.
+    drafts: None, or per tree None (its nodes verified by the target's own draw: a node is reached with its token's
+    probability) or (ids, q) [N, L, K], the law its children were drawn from (rejection.draw_children): a node is
+    then reached with the probability the verify's rule gives its token (rejection.outcome_law), exactly for the
+    tree's draws (a drawn tree is one draw: average several for its expectation)."""
     N = rounds.tokens.shape[0]
     dev = engine.device
     out = torch.zeros(N, len(trees), dtype=torch.float64)
@@ -113,11 +118,40 @@ def expected_commit(engine, rounds: Rounds, trees: list[TreeBatch], law: dict, b
             q = node_laws(torch.cat([root, logits[:, off:off + n - 1]], 1), **law).double().cpu()  # [B, n, V]
             off += n - 1
             par = t.parents[rows].long().clamp(min=0).cpu()
-            at_parent = q.gather(1, par[:, :, None].expand(-1, -1, q.shape[-1]))
-            step = at_parent.gather(2, t.tokens[rows, :, None].cpu())[:, :, 0]  # q(token | its parent's path)
+            drawn = None if drafts is None else drafts[j]
+            if drawn is None:
+                at_parent = q.gather(1, par[:, :, None].expand(-1, -1, q.shape[-1]))
+                step = at_parent.gather(2, t.tokens[rows, :, None].cpu())[:, :, 0]  # q(token | its parent's path)
+            else:
+                step = _drawn_steps(t, rows, q, drawn)
             reach = torch.ones(B, n, dtype=torch.float64)
             for i in range(1, n):  # parents precede children
                 reach[:, i] = reach.gather(1, par[:, i:i + 1])[:, 0] * step[:, i]
             real = torch.arange(1, n)[None, :] < t.num_nodes[rows, None].cpu()
             out[rows, j] = 1.0 + torch.where(real, reach[:, 1:], torch.zeros_like(reach[:, 1:])).sum(1)
     return out
+
+
+def _drawn_steps(tree: TreeBatch, rows: slice, law: torch.Tensor, drawn) -> torch.Tensor:
+    """float64 [B, n]: the probability that a drawn tree's node is taken from its parent (its parent's token law
+    under the verify's rule, rejection.outcome_law), law [B, n, V] the target's at every node."""
+    from .. import rejection
+
+    ids, q = (x[rows].cpu() for x in drawn)
+    t = tree.to("cpu")
+    t = dataclasses.replace(t, **{k: v[rows] for k, v in t.tensors().items()})
+    n = t.n
+    depths = t.depths.long()
+    nc = rejection.at_depth(ids.long(), depths)
+    qv = rejection.at_depth(q.double(), depths)
+    pc = law.gather(-1, nc)
+    rest = (1.0 - pc.sum(-1)).clamp(min=0.0)
+    width = min(nc.shape[-1], n - 1)
+    kids = rejection.children_tokens(t, n, width)
+    hit = nc.unsqueeze(2) == kids.unsqueeze(-1)
+    pos = hit.to(torch.int64).argmax(-1)
+    kids = torch.where(hit.any(-1), kids, torch.full_like(kids, -1))
+    prob = rejection.outcome_law(pc, rest, qv, kids, pos)  # [B, n, width]
+    par, sib = rejection.sibling_index(t, n)
+    step = prob.reshape(prob.shape[0], -1).gather(1, par.clamp(min=0) * width + sib.clamp(max=width - 1))
+    return torch.where(par >= 0, step, torch.ones_like(step))

@@ -15,6 +15,7 @@ already keeps, and every per-request step is a tensor op.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 
@@ -59,6 +60,8 @@ class DecodeRound:
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = registration.max_batch_size(server_args)
         self._calibration = drafter_calibration(knobs, server_args.speculative_draft_model_path, self.block_size - 1)
+        if self._calibration is not None and knobs.children == "drawn":  # drawn trees rank by the raw law (§3.12)
+            self._calibration = dataclasses.replace(self._calibration, sampling=None)
         # the round; .auto: budget.AutoWidth with budget auto
         self.core = Round(self.round, self.verify_width, drawn=knobs.children == "drawn")
         tp = int(getattr(server_args, "tp_size", 1) or 1)

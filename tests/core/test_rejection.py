@@ -167,34 +167,66 @@ def seed_bias(monkeypatch, bias: str) -> None:
 
 # --- drawn trees ----------------------------------------------------------------------------------------------
 
+def law_given_draws(p, qfull, seq, renormalise=True):
+    """The law of the node's token for one sequence of drawn children, from the rule as documented (not its code):
+    child i accepted with probability min(1, p_i(x) / q_i(x)), the rest of the mass to the last residual
+    (renormalise False: q_i = q throughout)."""
+    out, reach, qv, pi = np.zeros(len(p)), 1.0, qfull.copy(), p / p.sum()
+    for x in seq:
+        qi = qv / qv.sum()
+        a = min(1.0, pi[x] / qi[x])
+        out[x] += reach * a
+        reach *= 1.0 - a
+        r = np.maximum(pi - qi, 0.0)
+        if r.sum() <= 0:
+            break
+        pi = r / r.sum()
+        if renormalise:
+            qv[x] = 0.0
+    return out + reach * pi
+
+
 def node_law_by_enumeration(p, q, cand, m, renormalise=True):
-    """The exact law of reference.node_rejection_reference's token, from its rule as documented (not its code):
-    every ordered draw of m children without replacement from q, each child accepted with probability
-    min(1, p_i(x) / q_i(x)), the rest of the mass to the last residual (renormalise False: q_i = q throughout)."""
-    V = len(p)
-    out = np.zeros(V)
-    qfull = np.zeros(V)
+    """The exact law of reference.node_rejection_reference's token: law_given_draws over every ordered draw of m
+    children without replacement from q, weighted by its probability."""
+    out = np.zeros(len(p))
+    qfull = np.zeros(len(p))
     qfull[cand] = q
     support = [c for c in cand if qfull[c] > 0]
     for seq in itertools.permutations(support, min(m, len(support))):
-        weight, qi_mass, pi = 1.0, qfull.copy(), p / p.sum()
+        weight, qi_mass = 1.0, qfull.copy()
         for x in seq:  # the draw's probability
             weight *= qi_mass[x] / qi_mass.sum()
             qi_mass[x] = 0.0
-        reach, qv = weight, qfull.copy()
-        for x in seq:
-            qi = qv / qv.sum()
-            a = min(1.0, pi[x] / qi[x])
-            out[x] += reach * a
-            reach *= 1.0 - a
-            r = np.maximum(pi - qi, 0.0)
-            if r.sum() <= 0:
-                break
-            pi = r / r.sum()
-            if renormalise:
-                qv[x] = 0.0
-        out += reach * pi
+        out += weight * law_given_draws(p, qfull, seq, renormalise)
     return out
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_outcome_law_is_the_rule_given_the_draws(case):
+    """rejection.outcome_law (the bench's exact score of a drawn tree) equals law_given_draws at each child's token,
+    for random p, q (with zeros) and drawn sequences, batched."""
+    rng = np.random.default_rng(100 + case)
+    V, K, R = 8, 5, 16
+    pcs, rests, qs, kids, poss, want = [], [], [], [], [], []
+    for _ in range(R):
+        p = rng.dirichlet(np.ones(V) * 0.6)
+        cand = rng.permutation(V)[:K]
+        q = rng.dirichlet(np.ones(K) * 0.6)
+        q[rng.random(K) < 0.2] = 0.0
+        q = q / q.sum() if q.sum() > 0 else np.full(K, 1.0 / K)
+        support = [i for i in range(K) if q[i] > 0]
+        m = int(rng.integers(1, len(support) + 1))
+        order = list(rng.permutation(support)[:m])
+        qfull = np.zeros(V)
+        qfull[cand] = q
+        law_ = law_given_draws(p, qfull, [int(cand[i]) for i in order])
+        pcs.append(p[cand]), rests.append(1.0 - p[cand].sum()), qs.append(q)
+        kids.append([int(cand[i]) for i in order] + [-1] * (K - m)), poss.append(order + [0] * (K - m))
+        want.append([law_[int(cand[i])] for i in order] + [0.0] * (K - m))
+    t = lambda x, dt=torch.float64: torch.tensor(np.array(x), dtype=dt).unsqueeze(0)  # noqa: E731
+    got = rejection.outcome_law(t(pcs), t(rests), t(qs), t(kids, torch.int64), t(poss, torch.int64))[0]
+    np.testing.assert_allclose(got.numpy(), np.array(want), atol=1e-12)
 
 
 @pytest.mark.parametrize("case", range(24))
@@ -243,11 +275,12 @@ def drawn_case(seed, B=64, L=3, K=5, V=9, budget=10):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_draws_equal_their_definition(seed):
-    """Node v's children, in index order, are the first draws of the Gumbel top-k of its children's keys with
-    stream DRAW_STREAM + v; the shape is the tree's; greedy rows keep their tokens."""
+    """Node v's children, in index order, are the first draws of the Gumbel top-k of its children's keys times
+    DRAW_SHARPNESS with stream DRAW_STREAM + v; the shape is the tree's; greedy rows keep their tokens."""
     tree, lp, ids, mixed, seeds, step, _ = drawn_case(seed)
+    s = rejection.DRAW_SHARPNESS
     drawn, (cand, q) = rejection.draw_children(OPS, tree, lp, ids, mixed, seeds, step)
-    assert torch.equal(cand, ids) and torch.allclose(q, torch.softmax(lp, -1))
+    assert torch.equal(cand, ids) and torch.allclose(q, torch.softmax(lp * s, -1))
     for name in ("parents", "depths", "num_nodes", "retrive_next_token", "retrive_next_sibling", "tree_mask"):
         assert torch.equal(getattr(drawn, name), getattr(tree, name)), name
     B, n = tree.tokens.shape
@@ -262,7 +295,8 @@ def test_draws_equal_their_definition(seed):
         for v, js in kids.items():
             d = int(tree.depths[b, v])
             noise = gumbel_noise(seeds[b:b + 1], step[b:b + 1], torch.tensor([rejection.DRAW_STREAM + v]), K)[0]
-            order = sorted(range(K), key=lambda c: (-(float(lp[b, d, c]) + float(noise[c])), c))
+            keys = (lp[b, d] * s + noise).tolist()  # float32, as the draw adds them
+            order = sorted(range(K), key=lambda c: (-keys[c], c))
             assert [int(drawn.tokens[b, j]) for j in js] == [int(ids[b, d, c]) for c in order[:len(js)]]
 
 
@@ -278,7 +312,7 @@ def test_drawn_targets_equal_the_node_reference(seed):
     K = lp.shape[-1]
     T = mixed.temperatures.double().clamp(min=1e-6).view(B, 1, 1)
     p = torch.softmax(logits / T, -1).numpy()
-    q = torch.softmax(lp.double(), -1).numpy()
+    q = draft[1].double().numpy()
     accepted = 0
     for b in range(B):
         if mixed.temperatures[b] == 0:

@@ -42,6 +42,8 @@ BAD = [
     (dict(min_p=1.5), ValueError, "min_p"),
     (dict(keys="target"), ValueError, "keys"),
     (dict(keys="law", method="chain"), ValueError, "keys"),
+    (dict(children="sampled"), ValueError, "children"),
+    (dict(children="drawn", method="chain"), ValueError, "children"),
     (dict(sampling_temperature="bogus"), ValueError, "sampling_temperature"),
     (dict(sampling_temperature=2.0), TypeError, "sampling_temperature"),
     (dict(sampling_temperature=[1.0] * 6 + [0.0]), ValueError, "sampling_temperature"),

@@ -52,13 +52,16 @@ def test_verify_forward_op_attention_matches_sdpa():
     torch.testing.assert_close(outs[0], outs[1], rtol=3e-2, atol=3e-2)
 
 
-def test_decode_loop_host_syncs_are_one_per_round():
-    """The round reads nothing on the host except the `all done?` check: count synchronizing calls."""
+@pytest.mark.parametrize("sampled", [{}, {"temperature": 0.8, "top_p": 0.95, "keys": "law", "children": "drawn"}],
+                         ids=["greedy", "sampled-drawn"])
+def test_decode_loop_host_syncs_are_one_per_round(sampled):
+    """The round reads nothing on the host except the `all done?` check: count synchronizing calls (sampled with
+    drawn children too: the draws and the children's tests are device ops, rejection.py)."""
     import warnings
 
     eng = Engine.from_pretrained(device="cuda", dtype=torch.float32)
     prompts = heldout_prompts(16)
-    eng.generate(prompts, 8, method="ddtree", budget=32)  # warm-up (kernel loading may sync)
+    eng.generate(prompts, 8, method="ddtree", budget=32, **sampled)  # warm-up (kernel loading may sync)
     torch.cuda.synchronize()
 
     def count(max_new):
@@ -66,7 +69,7 @@ def test_decode_loop_host_syncs_are_one_per_round():
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                res = eng.generate(prompts, max_new, method="ddtree", budget=32, stop_token_ids=[])
+                res = eng.generate(prompts, max_new, method="ddtree", budget=32, stop_token_ids=[], **sampled)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         return sum("synchroniz" in str(w.message) for w in caught), int(res[0].stage_times["rounds"])

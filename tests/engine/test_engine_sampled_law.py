@@ -43,7 +43,7 @@ SAMPLES = {"T1": ((102, 139, 169, 186, 221), 300), "T0.6-filtered": ((140, 163, 
 AUTO = (7, 15, 31, 63)
 METHODS = {
     "default": {"method": "ddtree", "budget": "auto", "auto_budgets": AUTO, "anchor": "chain", "keys": "law",
-                "children": "drawn", "draft_temperature": "drafter", "sampling_temperature": "drafter",
+                "children": "drawn", "draft_temperature": "drafter",
                 "round_cost": [H200_GRAPH_MS[32][b + 1] for b in AUTO]},  # a fixed table: no timing in a test
     "paper": {"method": "ddtree", "budget": 15},
 }
