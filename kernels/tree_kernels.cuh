@@ -65,16 +65,20 @@ cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, 
                                const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
                                cudaStream_t stream);
 
-// A drawn tree's per-node steps (kernels/tree_rejection.cu; sglang_ddtree/rejection.py defines them), one thread a
-// row: the Gumbel top-k order of keys f32 [R, K] under stream node[r] (scratch f32 [R, K]) -> order i64 [R, K];
-// and each row's children tested in order (pc, q f64 [R, K], rest f64 [R], kids / pos i64 [R, W]) -> the accepted
-// child's token or -1, out i64 [R], and the last residual on the candidates, pc_out f64 [R, K] (q_work f64 [R, K]).
-cudaError_t launch_draw_order(const float* keys, int64_t R, int K, const int64_t* seed, const int64_t* step,
-                              const int64_t* node, float* scratch, int64_t* order, cudaStream_t stream);
-cudaError_t launch_accept_children(const double* pc, const double* rest, const double* q, const int64_t* kids,
-                                   const int64_t* pos, int64_t R, int K, int W, const int64_t* seed,
-                                   const int64_t* step, const int64_t* node, double* pc_out, double* q_work,
-                                   int64_t* out, cudaStream_t stream);
+// A drawn tree's two steps (kernels/tree_rejection.cu; sglang_ddtree/rejection.py defines them), one thread a node,
+// B requests of n nodes: draw_tree writes into out (a copy of tokens) the drawn children of the rows `drawn` marks,
+// from lp f32 / ids i64 [B, L, K] (scratch f32 [B, n, K]); tree_rejection tests each node's children against the
+// scaled logits f32 [B, n, V] (lse f32 [B, n]) and q f32 [B, L, K] over cand i64 [B, L, K] in the rows `sampled`
+// marks -> out i64 [B, n] (the accepted child's token or -1), the last residual written into scaled (scratch f64
+// [B, n, 2K]).
+cudaError_t launch_draw_tree(const int64_t* tokens, const int32_t* parents, const int32_t* num_nodes,
+                             const int32_t* depths, const float* lp, const int64_t* ids, const bool* drawn,
+                             float sharpness, const int64_t* seed, const int64_t* step, int B, int n, int L, int K,
+                             float* scratch, int64_t* out, cudaStream_t stream);
+cudaError_t launch_tree_rejection(const int64_t* tokens, const int32_t* parents, const int32_t* num_nodes,
+                                  const int32_t* depths, float* scaled, const float* lse, const int64_t* cand,
+                                  const float* q, const bool* sampled, const int64_t* seed, const int64_t* step, int B,
+                                  int n, int64_t V, int L, int K, double* scratch, int64_t* out, cudaStream_t stream);
 
 // Exact top-k (value desc, id asc) and lp = c*top - logsumexp(c*row) over logits [R, V], c = scale[row] (> 0;
 // 1 when scale is null). One launch, no workspace: the CTAs that share a row merge through distributed shared

@@ -51,13 +51,15 @@ SCHEMAS = {
     "topk_lse": "(Tensor logits, int k, Tensor? scale=None) -> (Tensor, Tensor)",
     # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample (argmax when temperature == 0) -> i64 [R]
     "sample_rows": "(Tensor logits, float temperature, Tensor seed, Tensor step, Tensor node) -> Tensor",
-    # a drawn tree (rejection.py, CUDA only: the torch definition is the CPU path): keys f32 [R, K], seed/step/node
-    #   i64 [R] -> i64 [R, K] the Gumbel top-k order of each row (descending, ties by index)
-    "draw_order": "(Tensor keys, Tensor seed, Tensor step, Tensor node) -> Tensor",
-    # pc f64 [R, K], rest f64 [R], q f64 [R, K], kids/pos i64 [R, W], seed/step/node i64 [R] -> (accepted token or
-    #   -1 i64 [R], the last residual on the candidates f64 [R, K])
-    "accept_children": "(Tensor pc, Tensor rest, Tensor q, Tensor kids, Tensor pos, Tensor seed, Tensor step, "
-                       "Tensor node) -> (Tensor, Tensor)",
+    # a drawn tree (rejection.py, CUDA only: the torch definition is the CPU path): the tree's tokens i64 [B,n],
+    #   parents / depths i32 [B,n], num_nodes i32 [B], lp f32 / ids i64 [B,L,K], drawn bool [B], seed/step i64 [B]
+    #   -> tokens with the drawn rows' children drawn
+    "draw_tree": "(Tensor tokens, Tensor parents, Tensor num_nodes, Tensor depths, Tensor lp, Tensor ids, "
+                 "Tensor drawn, float sharpness, Tensor seed, Tensor step) -> Tensor",
+    # ... and its verify: scaled f32 [B,n,V] (the last residual written over the candidates' entries), lse f32
+    #   [B,n], cand i64 / q f32 [B,L,K], sampled bool [B] -> the accepted child's token or -1, i64 [B,n]
+    "tree_rejection": "(Tensor tokens, Tensor parents, Tensor num_nodes, Tensor depths, Tensor(a!) scaled, "
+                      "Tensor lse, Tensor cand, Tensor q, Tensor sampled, Tensor seed, Tensor step) -> Tensor",
 }
 
 _lib = torch.library.Library(NS, "DEF")
@@ -123,14 +125,14 @@ def _sample_rows_fake(logits, temperature, seed, step, node):
     return logits.new_empty((logits.shape[0],), dtype=torch.int64)
 
 
-@torch.library.register_fake(f"{NS}::draw_order")
-def _draw_order_fake(keys, seed, step, node):
-    return keys.new_empty(keys.shape, dtype=torch.int64)
+@torch.library.register_fake(f"{NS}::draw_tree")
+def _draw_tree_fake(tokens, parents, num_nodes, depths, lp, ids, drawn, sharpness, seed, step):
+    return torch.empty_like(tokens)
 
 
-@torch.library.register_fake(f"{NS}::accept_children")
-def _accept_children_fake(pc, rest, q, kids, pos, seed, step, node):
-    return pc.new_empty((pc.shape[0],), dtype=torch.int64), torch.empty_like(pc)
+@torch.library.register_fake(f"{NS}::tree_rejection")
+def _tree_rejection_fake(tokens, parents, num_nodes, depths, scaled, lse, cand, q, sampled, seed, step):
+    return torch.empty_like(tokens)
 
 
 def op(name: str):

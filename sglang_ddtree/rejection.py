@@ -69,19 +69,15 @@ def at_depth(rows: torch.Tensor, depths: torch.Tensor) -> torch.Tensor:
     return rows.gather(1, d.unsqueeze(-1).expand(B, d.shape[1], K))
 
 
-def draw_order(round_ops, keys: torch.Tensor, seed: torch.Tensor, step: torch.Tensor, stream: int) -> torch.Tensor:
-    """int64 [B, n, K]: each node's Gumbel top-k order of keys [B, n, K] (descending, ties by the lower index), node
-    v's noise the stream `stream` + v: a draw without replacement from softmax(keys). The CUDA op `draw_order` on
-    the CUDA backend, this definition elsewhere."""
+def draw_order(keys: torch.Tensor, seed: torch.Tensor, step: torch.Tensor, stream: int) -> torch.Tensor:
+    """int64 [B, n, K]: each node's Gumbel top-k order of keys float32 [B, n, K] (descending, ties by the lower
+    index), node v's noise the stream `stream` + v: a draw without replacement from softmax(keys)."""
     B, n, K = keys.shape
     dev = keys.device
     seeds, steps = seed.to(dev).repeat_interleave(n), step.to(dev).repeat_interleave(n)
     nodes = (int(stream) + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
-    rows = keys.reshape(B * n, K).float().contiguous()
-    if round_ops.backend == "cuda":
-        return ops.op("draw_order")(rows, seeds, steps, nodes).view(B, n, K)
-    return torch.sort(rows + gumbel_noise(seeds, steps, nodes, K), dim=-1, descending=True, stable=True
-                      ).indices.view(B, n, K)
+    scores = keys.reshape(B * n, K) + gumbel_noise(seeds, steps, nodes, K)
+    return torch.sort(scores, dim=-1, descending=True, stable=True).indices.view(B, n, K)
 
 
 def draw_children(round_ops, tree, lp: torch.Tensor, ids: torch.Tensor, law: NodeLaw, seed: torch.Tensor,
@@ -90,15 +86,21 @@ def draw_children(round_ops, tree, lp: torch.Tensor, ids: torch.Tensor, law: Nod
     the first draws without replacement from q = softmax(sharpness · lp) over ids at v's children's depth (Gumbel
     top-k, stream DRAW_STREAM + v); the shape (which nodes exist) is the tree's, a function of the keys only.
     Greedy rows keep their tokens. lp / ids [B, L, K]: the keys the tree was built from. Returns (the tree, (ids,
-    q [B, L, K]) the draft law `rejection_targets` reads)."""
+    q [B, L, K]) the draft law `rejection_targets` reads). The CUDA backend runs it as one op (`draw_tree`)."""
     B, n = tree.tokens.shape
     K = lp.shape[-1]
     lp = lp.float() * float(sharpness)
-    order = draw_order(round_ops, at_depth(lp, tree.depths), seed, step, DRAW_STREAM)
-    draws = at_depth(ids.to(torch.int64), tree.depths).gather(-1, order)  # [B, n, K] in draw order
+    ids = ids.to(torch.int64)
+    if round_ops.backend == "cuda":
+        tokens = ops.op("draw_tree")(tree.tokens.contiguous(), tree.parents.contiguous(), tree.num_nodes.contiguous(),
+                                     tree.depths.contiguous(), lp.contiguous(), ids.contiguous(),
+                                     (~law.greedy()).contiguous(), float(sharpness), seed.contiguous(),
+                                     step.contiguous())
+        return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp, -1))
+    order = draw_order(at_depth(lp, tree.depths), seed, step, DRAW_STREAM)
+    draws = at_depth(ids, tree.depths).gather(-1, order)  # [B, n, K] in draw order
     par, sib = sibling_index(tree, n)
-    flat = draws.view(B, n * K)
-    mine = flat.gather(1, (par.clamp(min=0) * K + sib.clamp(max=K - 1)))
+    mine = draws.view(B, n * K).gather(1, (par.clamp(min=0) * K + sib.clamp(max=K - 1)))
     drawn = (par >= 0) & (~law.greedy()).view(B, 1)
     tokens = torch.where(drawn, mine, tree.tokens)
     return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp, -1))
@@ -173,19 +175,20 @@ def outcome_law(pc: torch.Tensor, rest: torch.Tensor, q: torch.Tensor, kids: tor
     return prob + torch.where(kids >= 0, reach.unsqueeze(-1) * last.gather(-1, pos), torch.zeros_like(prob))
 
 
-def _accept(round_ops, pc, rest, q, kids, pos, seed, step):
-    """accept_children on the round's backend: the CUDA op (one thread a node) or the definition."""
-    if round_ops.backend != "cuda":
-        return accept_children(pc, rest, q, kids, pos, seed, step)
-    B, n, K = pc.shape
-    W = kids.shape[-1]
-    dev = pc.device
-    nodes = (ACCEPT_STREAM + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
-    out, res = ops.op("accept_children")(pc.reshape(B * n, K).contiguous(), rest.reshape(-1).contiguous(),
-                                         q.reshape(B * n, K).contiguous(), kids.reshape(B * n, W).contiguous(),
-                                         pos.reshape(B * n, W).contiguous(), seed.to(dev).repeat_interleave(n),
-                                         step.to(dev).repeat_interleave(n), nodes)
-    return out.view(B, n), res.view(B, n, K)
+def _targets_torch(tree, scaled, lse, cand, qk, seed, step):
+    """rejection_targets' definition of the children's tests and the last residual (the CPU path)."""
+    n = scaled.shape[1]
+    nc = at_depth(cand.to(torch.int64), tree.depths[:, :n])                   # [B, n, K] v's children's candidates
+    q = at_depth(qk.double(), tree.depths[:, :n])
+    pc = (scaled.gather(-1, nc) - lse).double().exp()                          # p_i on the candidates (unnormalised)
+    rest = (1.0 - pc.sum(-1)).clamp(min=0.0)                                   # p off them: q never reaches it
+    width = min(nc.shape[-1], n - 1)
+    kids = children_tokens(tree, n, width)
+    hit = nc.unsqueeze(2) == kids.unsqueeze(-1)                                # [B, n, width, K]
+    pos = hit.to(torch.int64).argmax(-1)                                       # the candidate child i holds
+    kids = torch.where(hit.any(-1), kids, torch.full_like(kids, -1))           # a token q never drew: no test
+    out, pc = accept_children(pc, rest, q, kids, pos, seed, step)
+    return out, residual_logits(scaled, lse, nc, pc, rest)
 
 
 def rejection_targets(round_ops, logits: torch.Tensor, law: NodeLaw | None, tree, draft, seed: torch.Tensor,
@@ -204,17 +207,15 @@ def rejection_targets(round_ops, logits: torch.Tensor, law: NodeLaw | None, tree
         rep = lambda t: t.repeat_interleave(n)  # noqa: E731
         filter_logits(scaled.view(B * n, V), rep(law.top_ks), rep(law.top_ps), rep(law.min_ps))
     lse = torch.logsumexp(scaled, -1, keepdim=True)
-    nc = at_depth(cand.to(torch.int64), tree.depths[:, :n])                   # [B, n, K] v's children's candidates
-    q = at_depth(qk.double(), tree.depths[:, :n])
-    pc = (scaled.gather(-1, nc) - lse).double().exp()                          # p_i on the candidates (unnormalised)
-    rest = (1.0 - pc.sum(-1)).clamp(min=0.0)                                   # p off them: q never reaches it
-    width = min(nc.shape[-1], n - 1)
-    kids = children_tokens(tree, n, width)
-    hit = nc.unsqueeze(2) == kids.unsqueeze(-1)                                # [B, n, width, K]
-    pos = hit.to(torch.int64).argmax(-1)                                       # the candidate child i holds
-    kids = torch.where(hit.any(-1), kids, torch.full_like(kids, -1))           # a token q never drew: no test
-    out, pc = _accept(round_ops, pc, rest, q, kids, pos, seed, step)
-    residual = residual_logits(scaled, lse, nc, pc, rest)
+    if round_ops.backend == "cuda" and scaled.dtype == torch.float32:  # one op: the tests and the residual
+        out = ops.op("tree_rejection")(tree.tokens[:, :n].contiguous(), tree.parents[:, :n].contiguous(),
+                                       tree.num_nodes.contiguous(), tree.depths[:, :n].contiguous(), scaled,
+                                       lse.squeeze(-1).contiguous(), cand.to(torch.int64).contiguous(),
+                                       qk.float().contiguous(), (~law.greedy()).contiguous(), seed.contiguous(),
+                                       step.contiguous())
+        residual = scaled
+    else:
+        out, residual = _targets_torch(tree, scaled, lse, cand, qk, seed, step)
     bonus = round_ops.sample_tokens(residual, seed, step, stream=BONUS_STREAM)
     bonus = torch.where((bonus < 0) | (bonus >= V), greedy, bonus)
     sampled = torch.where(out >= 0, out, bonus)

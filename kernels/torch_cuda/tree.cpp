@@ -1,5 +1,5 @@
 // CUDA implementations of the tree-stage ops declared in sglang_ddtree/ops.py: topk_lse, build_tree_from_topk,
-// build_tree_from_lattice, truncate_tree, accept_tree, sample_rows, draw_order, accept_children. Thin: check devices/dtypes/shapes, allocate
+// build_tree_from_lattice, truncate_tree, accept_tree, sample_rows, draw_tree, tree_rejection. Thin: check devices/dtypes/shapes, allocate
 // outputs, call the launchers in kernels/*.cu on the current stream (c10::cuda::getCurrentCUDAStream, the stream
 // at::cuda::getCurrentCUDAStream returns; ATen/cuda/CUDAContext.h needs cuSPARSE headers). No host
 // synchronisation anywhere, so a decode round built from these ops can be captured in a CUDA graph.
@@ -224,55 +224,73 @@ at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const 
   return out;
 }
 
-at::Tensor draw_order_cuda(const at::Tensor& keys, const at::Tensor& seed, const at::Tensor& step,
-                           const at::Tensor& node) {
-  const at::Device dev = keys.device();
-  check_cuda(keys, "keys", at::kFloat, 2, dev);
+at::Tensor draw_tree_cuda(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& num_nodes,
+                          const at::Tensor& depths, const at::Tensor& lp, const at::Tensor& ids,
+                          const at::Tensor& drawn, double sharpness, const at::Tensor& seed, const at::Tensor& step) {
+  const at::Device dev = tokens.device();
+  check_cuda(tokens, "tokens", at::kLong, 2, dev);
+  check_cuda(parents, "parents", at::kInt, 2, dev);
+  check_cuda(num_nodes, "num_nodes", at::kInt, 1, dev);
+  check_cuda(depths, "depths", at::kInt, 2, dev);
+  check_cuda(lp, "lp", at::kFloat, 3, dev);
+  check_cuda(ids, "ids", at::kLong, 3, dev);
+  check_cuda(drawn, "drawn", at::kBool, 1, dev);
   check_cuda(seed, "seed", at::kLong, 1, dev);
   check_cuda(step, "step", at::kLong, 1, dev);
-  check_cuda(node, "node", at::kLong, 1, dev);
-  const int64_t R = keys.size(0), K = keys.size(1);
-  TORCH_CHECK(seed.size(0) == R && step.size(0) == R && node.size(0) == R, "seed, step, node must be [R]");
-  TORCH_CHECK(K <= ddtree::kMaxTopK, "keys must hold at most ", ddtree::kMaxTopK, " candidates a row, got ", K);
+  const int64_t B = tokens.size(0), n = tokens.size(1), L = lp.size(1), K = lp.size(2);
+  TORCH_CHECK(parents.sizes() == tokens.sizes() && depths.sizes() == tokens.sizes() && num_nodes.size(0) == B,
+              "parents and depths must be [B, n] like tokens, num_nodes [B]");
+  TORCH_CHECK(lp.size(0) == B && ids.sizes() == lp.sizes(), "lp and ids must be [B, L, K]");
+  TORCH_CHECK(drawn.size(0) == B && seed.size(0) == B && step.size(0) == B, "drawn, seed and step must be [B]");
+  TORCH_CHECK(L >= 1 && K >= 1 && K <= ddtree::kMaxTopK && n <= ddtree::kMaxTreeSlots,
+              "need L >= 1, 1 <= K <= ", ddtree::kMaxTopK, ", n <= ", ddtree::kMaxTreeSlots);
   const c10::cuda::CUDAGuard guard(dev);
-  at::Tensor scratch = at::empty({R, K}, keys.options());
-  at::Tensor order = at::empty({R, K}, keys.options().dtype(at::kLong));
-  C10_CUDA_CHECK(ddtree::launch_draw_order(keys.data_ptr<float>(), R, static_cast<int>(K), seed.data_ptr<int64_t>(),
-                                           step.data_ptr<int64_t>(), node.data_ptr<int64_t>(),
-                                           scratch.data_ptr<float>(), order.data_ptr<int64_t>(),
-                                           c10::cuda::getCurrentCUDAStream()));
-  return order;
+  at::Tensor out = tokens.clone();
+  at::Tensor scratch = at::empty({B * n * K}, lp.options());
+  C10_CUDA_CHECK(ddtree::launch_draw_tree(
+      tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(), num_nodes.data_ptr<int32_t>(),
+      depths.data_ptr<int32_t>(), lp.data_ptr<float>(), ids.data_ptr<int64_t>(), drawn.data_ptr<bool>(),
+      static_cast<float>(sharpness), seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(), static_cast<int>(B),
+      static_cast<int>(n), static_cast<int>(L), static_cast<int>(K), scratch.data_ptr<float>(),
+      out.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
+  return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> accept_children_cuda(const at::Tensor& pc, const at::Tensor& rest,
-                                                        const at::Tensor& q, const at::Tensor& kids,
-                                                        const at::Tensor& pos, const at::Tensor& seed,
-                                                        const at::Tensor& step, const at::Tensor& node) {
-  const at::Device dev = pc.device();
-  check_cuda(pc, "pc", at::kDouble, 2, dev);
-  check_cuda(rest, "rest", at::kDouble, 1, dev);
-  check_cuda(q, "q", at::kDouble, 2, dev);
-  check_cuda(kids, "kids", at::kLong, 2, dev);
-  check_cuda(pos, "pos", at::kLong, 2, dev);
+at::Tensor tree_rejection_cuda(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& num_nodes,
+                               const at::Tensor& depths, const at::Tensor& scaled, const at::Tensor& lse,
+                               const at::Tensor& cand, const at::Tensor& q, const at::Tensor& sampled,
+                               const at::Tensor& seed, const at::Tensor& step) {
+  const at::Device dev = tokens.device();
+  check_cuda(tokens, "tokens", at::kLong, 2, dev);
+  check_cuda(parents, "parents", at::kInt, 2, dev);
+  check_cuda(num_nodes, "num_nodes", at::kInt, 1, dev);
+  check_cuda(depths, "depths", at::kInt, 2, dev);
+  check_cuda(scaled, "scaled", at::kFloat, 3, dev);
+  check_cuda(lse, "lse", at::kFloat, 2, dev);
+  check_cuda(cand, "cand", at::kLong, 3, dev);
+  check_cuda(q, "q", at::kFloat, 3, dev);
+  check_cuda(sampled, "sampled", at::kBool, 1, dev);
   check_cuda(seed, "seed", at::kLong, 1, dev);
   check_cuda(step, "step", at::kLong, 1, dev);
-  check_cuda(node, "node", at::kLong, 1, dev);
-  const int64_t R = pc.size(0), K = pc.size(1), W = kids.size(1);
-  TORCH_CHECK(q.size(0) == R && q.size(1) == K && rest.size(0) == R, "q must be [R, K] and rest [R] like pc");
-  TORCH_CHECK(kids.size(0) == R && pos.size(0) == R && pos.size(1) == W, "kids and pos must be [R, W]");
-  TORCH_CHECK(seed.size(0) == R && step.size(0) == R && node.size(0) == R, "seed, step, node must be [R]");
-  TORCH_CHECK(K >= 1 && K <= ddtree::kMaxTopK && W <= ddtree::kMaxTopK, "K must be in [1, ", ddtree::kMaxTopK,
-              "] and W at most that, got K ", K, ", W ", W);
+  const int64_t B = tokens.size(0), n = tokens.size(1), V = scaled.size(2), L = cand.size(1), K = cand.size(2);
+  TORCH_CHECK(parents.sizes() == tokens.sizes() && depths.sizes() == tokens.sizes() && num_nodes.size(0) == B,
+              "parents and depths must be [B, n] like tokens, num_nodes [B]");
+  TORCH_CHECK(scaled.size(0) == B && scaled.size(1) == n && lse.size(0) == B && lse.size(1) == n,
+              "scaled must be [B, n, V] and lse [B, n]");
+  TORCH_CHECK(cand.size(0) == B && q.sizes() == cand.sizes(), "cand and q must be [B, L, K]");
+  TORCH_CHECK(sampled.size(0) == B && seed.size(0) == B && step.size(0) == B, "sampled, seed and step must be [B]");
+  TORCH_CHECK(L >= 1 && K >= 1 && K <= ddtree::kMaxTopK && n <= ddtree::kMaxTreeSlots,
+              "need L >= 1, 1 <= K <= ", ddtree::kMaxTopK, ", n <= ", ddtree::kMaxTreeSlots);
   const c10::cuda::CUDAGuard guard(dev);
-  at::Tensor pc_out = at::empty({R, K}, pc.options());
-  at::Tensor q_work = at::empty({R, K}, pc.options());
-  at::Tensor out = at::empty({R}, kids.options());
-  C10_CUDA_CHECK(ddtree::launch_accept_children(
-      pc.data_ptr<double>(), rest.data_ptr<double>(), q.data_ptr<double>(), kids.data_ptr<int64_t>(),
-      pos.data_ptr<int64_t>(), R, static_cast<int>(K), static_cast<int>(W), seed.data_ptr<int64_t>(),
-      step.data_ptr<int64_t>(), node.data_ptr<int64_t>(), pc_out.data_ptr<double>(), q_work.data_ptr<double>(),
-      out.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
-  return {out, pc_out};
+  at::Tensor out = at::empty({B, n}, tokens.options());
+  at::Tensor scratch = at::empty({B * n * 2 * K}, q.options().dtype(at::kDouble));
+  C10_CUDA_CHECK(ddtree::launch_tree_rejection(
+      tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(), num_nodes.data_ptr<int32_t>(),
+      depths.data_ptr<int32_t>(), scaled.data_ptr<float>(), lse.data_ptr<float>(), cand.data_ptr<int64_t>(),
+      q.data_ptr<float>(), sampled.data_ptr<bool>(), seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(),
+      static_cast<int>(B), static_cast<int>(n), V, static_cast<int>(L), static_cast<int>(K),
+      scratch.data_ptr<double>(), out.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
+  return out;
 }
 
 }  // namespace
@@ -281,8 +299,8 @@ TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
   m.impl("build_tree_from_topk", &build_tree_from_topk_cuda);
   m.impl("build_tree_from_lattice", &build_tree_from_lattice_cuda);
   m.impl("truncate_tree", &truncate_tree_cuda);
-  m.impl("draw_order", &draw_order_cuda);
-  m.impl("accept_children", &accept_children_cuda);
+  m.impl("draw_tree", &draw_tree_cuda);
+  m.impl("tree_rejection", &tree_rejection_cuda);
   m.impl("accept_tree", &accept_tree_cuda);
   m.impl("topk_lse", &topk_lse_cuda);
   m.impl("sample_rows", &sample_rows_cuda);
