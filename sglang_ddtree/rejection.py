@@ -89,14 +89,14 @@ def draw_children(round_ops, tree, lp: torch.Tensor, ids: torch.Tensor, law: Nod
     q [B, L, K]) the draft law `rejection_targets` reads). The CUDA backend runs it as one op (`draw_tree`)."""
     B, n = tree.tokens.shape
     K = lp.shape[-1]
-    lp = lp.float() * float(sharpness)
     ids = ids.to(torch.int64)
-    if round_ops.backend == "cuda":
+    if round_ops.backend == "cuda":  # the op scales the keys itself (the same float32 product)
         tokens = ops.op("draw_tree")(tree.tokens.contiguous(), tree.parents.contiguous(), tree.num_nodes.contiguous(),
-                                     tree.depths.contiguous(), lp.contiguous(), ids.contiguous(),
+                                     tree.depths.contiguous(), lp.float().contiguous(), ids.contiguous(),
                                      (~law.greedy()).contiguous(), float(sharpness), seed.contiguous(),
                                      step.contiguous())
-        return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp, -1))
+        return dataclasses.replace(tree, tokens=tokens), (ids, torch.softmax(lp.float() * float(sharpness), -1))
+    lp = lp.float() * float(sharpness)
     order = draw_order(at_depth(lp, tree.depths), seed, step, DRAW_STREAM)
     draws = at_depth(ids, tree.depths).gather(-1, order)  # [B, n, K] in draw order
     par, sib = sibling_index(tree, n)
