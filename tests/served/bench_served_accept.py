@@ -26,6 +26,15 @@ TRAFFIC = {"greedy": [], "T0.6_top_p0.95": ["--temperature", "0.6", "--top-p", "
 CONCURRENCY, PASSES = (4, 16), 2
 
 
+def summary(runs: list[dict]) -> dict:
+    """{server: {traffic: {min, max, mean, n}}} of the runs' accept lengths (both concurrencies, every pass)."""
+    out: dict = {}
+    for r in runs:
+        out.setdefault(r["server"], {}).setdefault(r["traffic"], []).append(r["accept_length"])
+    return {srv: {t: {"min": min(v), "max": max(v), "mean": sum(v) / len(v), "n": len(v)} for t, v in tr.items()}
+            for srv, tr in out.items()}
+
+
 def main(out: str, servers: list[str]) -> None:
     from sglang_ddtree.engine.data import heldout_prompts
 
@@ -52,6 +61,7 @@ def main(out: str, servers: list[str]) -> None:
         fleet.stop_all()
         result["servers"] = {n: " ".join(F.SERVERS[n][1]) for n in servers}
         result["cost"] = fleet.report()
+        result["summary"] = summary(result["runs"])
         Path(out).write_text(json.dumps(result, indent=1))
 
 
