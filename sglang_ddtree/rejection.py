@@ -124,9 +124,8 @@ def residual_logits(scaled: torch.Tensor, lse: torch.Tensor, nc: torch.Tensor, p
 
 def accept_children(pc: torch.Tensor, rest: torch.Tensor, q: torch.Tensor, kids: torch.Tensor, pos: torch.Tensor,
                     seed: torch.Tensor, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every node's children tested in order (module docstring), float64; the definition, and the CPU path (the CUDA
-    backend runs the op `accept_children`, `_accept`): pc [B, n, K] p at the node's candidates,
-    rest [B, n] p off them, q [B, n, K] the children's draft law, kids / pos int64 [B, n, W] the children's tokens
+    """Every node's children tested in order (module docstring), float64; the definition and the CPU path (the CUDA
+    backend runs the op `tree_rejection`): pc [B, n, K] p at the node's candidates, rest [B, n] p off them, q [B, n, K] the children's draft law, kids / pos int64 [B, n, W] the children's tokens
     (−1: none) and candidate indices, seed / step int64 [B] -> (the accepted child's token or −1 int64 [B, n], the
     residual on the candidates [B, n, K], unnormalised: p off them is unchanged)."""
     B, n, W = kids.shape

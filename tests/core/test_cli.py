@@ -264,10 +264,10 @@ def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
     assert all(r["identical_to_ar"] for r in data["rows"] if r["temperature"] == 0)
     assert all(r["identical_to_ar"] is None for r in data["rows"] if r["temperature"] > 0)
     served = [r for r in data["rows"] if r["method"] == "served"]
-    for r in served:  # the served default: anchored, calibrated, each request under its law, auto over the served
+    for r in served:  # the served default: anchored, calibrated greedy, sampled trees drawn under their law, auto over the
         args = r["generate_args"]  # ladder, the H200's costs
         assert (args["anchor"], args["budget"], args["draft_temperature"]) == ("chain", "auto", "drafter")
-        assert (args["keys"], args["sampling_temperature"]) == ("law", "drafter")
+        assert (args["keys"], args["children"], args.get("sampling_temperature")) == ("law", "drawn", None)
         assert tuple(args["auto_budgets"]) == (7, 15, 31, 63) and len(args["round_cost"]) == 4
         assert sum(r["budgets_chosen"].values()) == r["rounds"] and {int(b) for b in r["budgets_chosen"]} <= {7, 15, 31, 63}
 
