@@ -66,12 +66,12 @@ cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, 
                                cudaStream_t stream);
 
 // A drawn tree's two steps (kernels/tree_rejection.cu; sglang_ddtree/rejection.py defines them), one thread a node,
-// B requests of n nodes: draw_tree writes into out (a copy of tokens) the drawn children of the rows `drawn` marks,
+// B requests of n nodes: draw_tree writes into out (the tree's tokens) the drawn children of the rows `drawn` marks,
 // from lp f32 / ids i64 [B, L, K] (scratch f32 [B, n, K]); tree_rejection tests each node's children against the
 // scaled logits f32 [B, n, V] (lse f32 [B, n]) and q f32 [B, L, K] over cand i64 [B, L, K] in the rows `sampled`
 // marks -> out i64 [B, n] (the accepted child's token or -1), the last residual written into scaled (scratch f64
 // [B, n, 2K]).
-cudaError_t launch_draw_tree(const int64_t* tokens, const int32_t* parents, const int32_t* num_nodes,
+cudaError_t launch_draw_tree(const int32_t* parents, const int32_t* num_nodes,
                              const int32_t* depths, const float* lp, const int64_t* ids, const bool* drawn,
                              float sharpness, const int64_t* seed, const int64_t* step, int B, int n, int L, int K,
                              float* scratch, int64_t* out, cudaStream_t stream);

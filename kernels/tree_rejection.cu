@@ -27,7 +27,7 @@ __device__ __forceinline__ int depth_row(const int32_t* depths, int64_t node, in
   return d < 0 ? 0 : (d > L - 1 ? L - 1 : d);
 }
 
-__global__ void draw_tree_kernel(const int64_t* __restrict__ tokens, const int32_t* __restrict__ parents,
+__global__ void draw_tree_kernel(const int32_t* __restrict__ parents,
                                  const int32_t* __restrict__ num_nodes, const int32_t* __restrict__ depths,
                                  const float* __restrict__ lp, const int64_t* __restrict__ ids,
                                  const bool* __restrict__ drawn, float sharpness, const int64_t* __restrict__ seed,
@@ -130,14 +130,14 @@ unsigned blocks(int64_t R) { return static_cast<unsigned>((R + kThreads - 1) / k
 
 }  // namespace
 
-cudaError_t launch_draw_tree(const int64_t* tokens, const int32_t* parents, const int32_t* num_nodes,
+cudaError_t launch_draw_tree(const int32_t* parents, const int32_t* num_nodes,
                              const int32_t* depths, const float* lp, const int64_t* ids, const bool* drawn,
                              float sharpness, const int64_t* seed, const int64_t* step, int B, int n, int L, int K,
                              float* scratch, int64_t* out, cudaStream_t stream) {
   const int64_t R = static_cast<int64_t>(B) * n;
   if (R == 0) return cudaSuccess;
   if (L < 1 || K < 1 || K > kMaxTopK || n > kMaxTreeSlots) return cudaErrorInvalidValue;
-  draw_tree_kernel<<<blocks(R), kThreads, 0, stream>>>(tokens, parents, num_nodes, depths, lp, ids, drawn, sharpness,
+  draw_tree_kernel<<<blocks(R), kThreads, 0, stream>>>(parents, num_nodes, depths, lp, ids, drawn, sharpness,
                                                        seed, step, B, n, L, K, scratch, out);
   return cudaGetLastError();
 }

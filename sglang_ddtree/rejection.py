@@ -174,18 +174,24 @@ def outcome_law(pc: torch.Tensor, rest: torch.Tensor, q: torch.Tensor, kids: tor
     return prob + torch.where(kids >= 0, reach.unsqueeze(-1) * last.gather(-1, pos), torch.zeros_like(prob))
 
 
+def node_children(tree, n: int, cand: torch.Tensor):
+    """(nc [B, n, K] node v's children's candidates, kids [B, n, W] its children's tokens in index order (−1: none,
+    or a token q never drew: no test), pos [B, n, W] the candidate each holds) of a drawn tree's first n nodes;
+    cand [B, L, K] the candidates of each child depth."""
+    nc = at_depth(cand.to(torch.int64), tree.depths[:, :n])
+    kids = children_tokens(tree, n, min(nc.shape[-1], n - 1))
+    hit = nc.unsqueeze(2) == kids.unsqueeze(-1)                                # [B, n, W, K]
+    kids = torch.where(hit.any(-1), kids, torch.full_like(kids, -1))
+    return nc, kids, hit.to(torch.int64).argmax(-1)
+
+
 def _targets_torch(tree, scaled, lse, cand, qk, seed, step):
     """rejection_targets' definition of the children's tests and the last residual (the CPU path)."""
     n = scaled.shape[1]
-    nc = at_depth(cand.to(torch.int64), tree.depths[:, :n])                   # [B, n, K] v's children's candidates
+    nc, kids, pos = node_children(tree, n, cand)
     q = at_depth(qk.double(), tree.depths[:, :n])
     pc = (scaled.gather(-1, nc) - lse).double().exp()                          # p_i on the candidates (unnormalised)
     rest = (1.0 - pc.sum(-1)).clamp(min=0.0)                                   # p off them: q never reaches it
-    width = min(nc.shape[-1], n - 1)
-    kids = children_tokens(tree, n, width)
-    hit = nc.unsqueeze(2) == kids.unsqueeze(-1)                                # [B, n, width, K]
-    pos = hit.to(torch.int64).argmax(-1)                                       # the candidate child i holds
-    kids = torch.where(hit.any(-1), kids, torch.full_like(kids, -1))           # a token q never drew: no test
     out, pc = accept_children(pc, rest, q, kids, pos, seed, step)
     return out, residual_logits(scaled, lse, nc, pc, rest)
 

@@ -248,7 +248,7 @@ at::Tensor draw_tree_cuda(const at::Tensor& tokens, const at::Tensor& parents, c
   at::Tensor out = tokens.clone();
   at::Tensor scratch = at::empty({B * n * K}, lp.options());
   C10_CUDA_CHECK(ddtree::launch_draw_tree(
-      tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(), num_nodes.data_ptr<int32_t>(),
+      parents.data_ptr<int32_t>(), num_nodes.data_ptr<int32_t>(),
       depths.data_ptr<int32_t>(), lp.data_ptr<float>(), ids.data_ptr<int64_t>(), drawn.data_ptr<bool>(),
       static_cast<float>(sharpness), seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(), static_cast<int>(B),
       static_cast<int>(n), static_cast<int>(L), static_cast<int>(K), scratch.data_ptr<float>(),

@@ -141,17 +141,11 @@ def _drawn_steps(tree: TreeBatch, rows: slice, law: torch.Tensor, drawn) -> torc
     t = tree.to("cpu")
     t = dataclasses.replace(t, **{k: v[rows] for k, v in t.tensors().items()})
     n = t.n
-    depths = t.depths.long()
-    nc = rejection.at_depth(ids.long(), depths)
-    qv = rejection.at_depth(q.double(), depths)
+    nc, kids, pos = rejection.node_children(t, n, ids)
     pc = law.gather(-1, nc)
     rest = (1.0 - pc.sum(-1)).clamp(min=0.0)
-    width = min(nc.shape[-1], n - 1)
-    kids = rejection.children_tokens(t, n, width)
-    hit = nc.unsqueeze(2) == kids.unsqueeze(-1)
-    pos = hit.to(torch.int64).argmax(-1)
-    kids = torch.where(hit.any(-1), kids, torch.full_like(kids, -1))
-    prob = rejection.outcome_law(pc, rest, qv, kids, pos)  # [B, n, width]
+    prob = rejection.outcome_law(pc, rest, rejection.at_depth(q.double(), t.depths), kids, pos)  # [B, n, W]
+    width = kids.shape[-1]
     par, sib = rejection.sibling_index(t, n)
     step = prob.reshape(prob.shape[0], -1).gather(1, par.clamp(min=0) * width + sib.clamp(max=width - 1))
     return torch.where(par >= 0, step, torch.ones_like(step))
