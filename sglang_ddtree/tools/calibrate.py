@@ -18,9 +18,9 @@ from ..keys import Calibration, DraftKeys
 from ..sampling import NodeLaw
 from ..sizes import MAX_CUDA_BUDGET
 from ..tree import build_tree_from_topk
-from . import round_contexts
-from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, MODELS_DIR, heldout_prompts
-from .engine import Engine, summarize
+from ..engine import round_contexts
+from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, MODELS_DIR, heldout_prompts
+from ..engine.engine import Engine, summarize
 
 # the laws sampled rounds are collected under (the chat traffic: T = 1, and T = 0.6 with top-p 0.95), and the
 # budgets their trees are scored at

@@ -12,8 +12,8 @@ import time
 import torch
 
 from .. import _cli
-from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
-from .engine import Engine, summarize
+from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
+from ..engine.engine import Engine, summarize
 
 FIT_PROMPTS = 100  # the shipped calibration's fit prompts (python -m sglang_ddtree calibration's default)
 
