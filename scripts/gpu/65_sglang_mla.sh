@@ -38,7 +38,7 @@ ARGS[dd16_flashinfer_fi]="${ARGS[dd16_flashinfer]}"; ENVS[dd16_flashinfer_fi]="S
 ARGS[dd16_fi]="$DD"; ENVS[dd16_fi]="SGLANG_DDTREE_PREFIX=flashinfer"
 SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
 if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
-  timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \
+  timeout ${MLA_AB_TIMEOUT:-240} python3 -m sglang_ddtree.bench.ab --out "$OUTD/ab" --common "$MLA_COMMON" \
     --server "base=" --server "dflash=${ARGS[dflash]}" --server "ddtree_b16=$DD" \
     --prompts-file "$HELDOUT" --concurrency ${MLA_AB_CONC:-1 16} --num-prompts 64 --prompts-per-conc 8 \
     --output-len 64 --repeats 3 --start-all --interleave --port 32100

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The A/B with SGLang's own client (examples/ab_bench.py -> python -m sglang.bench_serving), trained tiny pair,
+# The A/B with SGLang's own client (python -m sglang_ddtree.bench.ab -> python -m sglang.bench_serving), trained tiny pair,
 # held-out prompts as a ShareGPT-format file, concurrency {1,4,16,32}; one server measured at a time (with
 # AB_START_ALL=1 the servers start together to save start-up time and the others sit idle while one is
 # measured — ab.json says which; idle servers sleep, and with AB_INTERLEAVE=1, the default then, the servers take
@@ -9,7 +9,7 @@
 # twin, ddtree_b<budget>_twin), AB_BASE (1: the server
 # without speculation), AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64; 128 on the inflated pair, the 8B-cost A/B's definition), AB_REPEATS (3 measured passes, median), AB_PROFILE_CONC ("1 16"; "" for none)
 # Six servers, five interleaved passes and four concurrencies overrun one 10-minute device call: run AB_CONC="1 4 16"
-# and AB_CONC=32 in two calls and join them with `python examples/ab_bench.py --out DIR --merge A/ab.json B/ab.json`
+# and AB_CONC=32 in two calls and join them with `python -m sglang_ddtree bench ab --out DIR --merge A/ab.json B/ab.json`
 # (B/ab.json@32: only that run's c=32 rows).
 # AB_PAIR=inflated: the tiny pair inflated to Qwen3-8B shapes (scripts/inflate_pair.py, written to /tmp/pair8b:
 # 8B cost per forward, the tiny pair's acceptance; docs/inflated-pair.md), with DFLASH on flashinfer next to DFLASH
@@ -76,7 +76,7 @@ if [ -n "${AB_SERVERS:-}" ]; then
   K=(); for want in $AB_SERVERS; do for ((i = 1; i < ${#S[@]}; i += 2)); do
     [ "${S[i]%%=*}" = "$want" ] && K+=(--server "${S[i]}"); done; done; S=("${K[@]}")
 fi
-timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
+timeout ${AB_TIMEOUT:-540} python3 -m sglang_ddtree.bench.ab --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
   --output-len ${AB_TOKENS:-$TOKENS} --repeats ${AB_REPEATS:-3} --bench-args "${AB_BENCH_ARGS:-}" --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
   $([ -n "${AB_START_ALL:-}" ] && [ "${AB_INTERLEAVE:-1}" = 1 ] && echo --interleave)

@@ -111,7 +111,7 @@ ALL=""; n=1
 FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
 COMMON="$COMMON --mem-fraction-static $FRAC"
 echo "$PAIR servers: ${S[*]}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
-timeout ${RC_TIMEOUT:-560} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
+timeout ${RC_TIMEOUT:-560} python3 -m sglang_ddtree.bench.ab --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts 8 --prompts-per-conc 4 \
   --output-len 64 --profile-concurrency ${RC_PROFILE-1 16} --profile-steps 10 --start-timeout 400 $ALL
 rc=$?
