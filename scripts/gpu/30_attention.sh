@@ -44,7 +44,7 @@ if want cascade; then
   python3 -m pytest -q -p no:cacheprovider tests/attention/test_flashinfer_prefix_cpu.py \
     tests/attention/test_flashinfer_prefix_gpu.py 2>&1 | tee "$STEP_OUT/cascade_tests.log" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  python3 scripts/gpu/verify_cascade_bench.py --out "$STEP_OUT" ${CASCADE_BENCH_ARGS:-} 2>&1 | tail -40
+  python3 -m sglang_ddtree.bench verify_splits --sweep cascade --out "$STEP_OUT" ${CASCADE_BENCH_ARGS:-} 2>&1 | tail -40
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 exit $rc
