@@ -10,7 +10,6 @@ set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 python3 -m sglang_ddtree.check > "$OUTD/check.txt" 2>&1; log "check rc=$?"
 declare -A ARGS ENVS
 ARGS[base]=""

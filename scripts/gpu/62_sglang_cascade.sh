@@ -9,14 +9,11 @@ set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/cascade}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 P=/tmp/inflated-d128
 [ -f $P/target/config.json ] || python3 scripts/inflate_pair.py --out $P --hidden 512 --layers 5 --heads 4 \
   --kv-heads 2 --head-dim 128 --intermediate 1536 --vocab 320 --draft-layers 2 --draft-features 3 --dtype bfloat16 \
   2>&1 | tee -a "$OUTD/steps.log"
-COMMON="--model-path $P/target --attention-backend triton --sampling-backend pytorch --grammar-backend none
- --mem-fraction-static 0.09 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
- --max-running-requests 32 --random-seed 0"
+COMMON=$(server_flags "$P/target" 0.09)
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $P/dflash"
 declare -A ARGS ENVS
 ARGS[base]=""

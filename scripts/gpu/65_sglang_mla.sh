@@ -10,12 +10,9 @@ set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang_mla}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 MLA_TARGET=$PWD/sglang_ddtree/engine/models/tiny-mla-target
 MLA_DRAFTER=$PWD/sglang_ddtree/engine/models/tiny-mla-dflash
-MLA_COMMON="--model-path $MLA_TARGET --attention-backend triton --sampling-backend pytorch --grammar-backend none
- --mem-fraction-static 0.75 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
- --max-running-requests 32 --random-seed 0"
+MLA_COMMON=$(server_flags "$MLA_TARGET" 0.75)
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $MLA_DRAFTER --speculative-num-draft-tokens 17"
 declare -A ARGS ENVS
 ARGS[base]=""

@@ -39,8 +39,7 @@ if [ $INFLATED = 1 ]; then
   DRAFTER=$P/dflash
   DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
   DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"
-  COMMON="${TINY_COMMON/--model-path $TARGET/--model-path $P/target}"
-  COMMON="${COMMON/--mem-fraction-static 0.75/--mem-fraction-static 0.8}"
+  COMMON=$(server_flags "$P/target" 0.8)
 fi
 S=()
 [ "${AB_BASE:-1}" = 1 ] && S+=(--server "base=")

@@ -9,7 +9,6 @@ set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/robust}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 ROBUST_COMMON="--model-path $TARGET --attention-backend triton --sampling-backend pytorch --mem-fraction-static 0.15
  --max-total-tokens 16384 --context-length 2048 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
  --max-running-requests 32 --random-seed 0"

@@ -6,7 +6,6 @@ chooses and what that costs on the shipped pair.
 from __future__ import annotations
 
 import collections
-import json
 import time
 
 import torch
@@ -52,8 +51,7 @@ def main(argv=None) -> int:
                    "chosen": dict(collections.Counter(b for r in res for b in r.round_budgets))}
             out["rows"].append(row)
             print(row, flush=True)
-            with open(a.out, "w") as f:
-                json.dump(out, f, indent=1)
+            _cli.write_json(a.out, out)
     print(f"wrote {a.out}")
     return 0
 

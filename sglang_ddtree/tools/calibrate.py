@@ -77,8 +77,7 @@ def main(argv=None) -> int:
                                         "identical_to_ar": sum(x.token_ids == y.token_ids for x, y in zip(r, ar))}
                 print(key, out["tau_test"][key], flush=True)
     sampling = sampled_fit(eng, fit_p, test_p, a.max_new, temps, out)
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
+    _cli.write_json(a.out, out)
     print(f"wrote {a.out}")
     if a.ship:
         dst = os.path.join(MODELS_DIR, "tiny-dflash", FILE)
