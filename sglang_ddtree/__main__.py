@@ -12,8 +12,8 @@ COMMANDS = {
     "check": ("sglang_ddtree.sglang.check", "does SGLang see --speculative-algorithm ddtree, and if not why"),
     "launch_server": ("sglang_ddtree.sglang.launch_server", "SGLang's launch_server with the plugin loaded and the "
                                                              "DDTree flags (--speculative-ddtree-budget ...)"),
-    "bench": ("sglang_ddtree.bench.__main__", "benchmarks: ab, attention, dflash2, engine, sampled, tree, tree_gpu, "
-                                             "verify_splits"),
+    "bench": ("sglang_ddtree.bench.__main__", "the benchmarks, one per module of sglang_ddtree/bench/ (`bench --help` "
+                                             "lists them)"),
     "calibration": ("sglang_ddtree.tools.calibrate", "fit and check the drafter's per-depth temperatures"),
     "budget": ("sglang_ddtree.tools.budget_sweep", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
     "train": ("sglang_ddtree.tools.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
