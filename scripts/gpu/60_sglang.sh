@@ -5,7 +5,7 @@
 # divergence checked against the reference's top-2 log-probs (scripts/sglang_lossless.py). Correctness only:
 # servers run in parallel here; speed is measured one server at a time by the ab step.
 # The auto budget (SGLANG_DDTREE_BUDGET=auto) is served with and without CUDA graphs.
-# env: SG_PROMPTS (64), SG_TOKENS (64), SG_WAIT (420 s), SG_ONLY (names of the servers to run; default all)
+# env (SG_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang}; mkdir -p "$OUTD"

@@ -4,7 +4,7 @@
 # prefill takes; real acceptance): DDTree's auto budget with SGLANG_DDTREE_PREFIX=flashinfer on triton and on
 # flashinfer, at page sizes 16 and 64, without CUDA graphs, and the tree kernel over the whole prefix as before;
 # the drafter's attention through the cascade too (dd_draft_cascade, _fi).
-# Correctness only (servers in parallel). env: SG_PROMPTS (64), SG_TOKENS (64), SG_ONLY.
+# Correctness only (servers in parallel). env (SG_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/cascade}; mkdir -p "$OUTD"

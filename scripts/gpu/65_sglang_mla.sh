@@ -5,7 +5,7 @@
 # graphs and without, and stock DFLASH on triton, each
 # greedy-compared with the server without speculation on triton (correctness, servers in parallel); then the
 # A/B with SGLang's own client at c = 1 and 16, one server measured at a time (the others up and idle).
-# env: as 60_sglang (SG_*) and MLA_AB_CONC ("1 16"), MLA_AB_TIMEOUT (240 s; 0: no A/B)
+# env (SG_*, MLA_AB_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang_mla}; mkdir -p "$OUTD"

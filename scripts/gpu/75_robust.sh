@@ -4,7 +4,7 @@
 # limit then idle, load with disconnects and retraction). Three servers of the trained tiny pair, up together:
 # DDTree with its default flags, the same model without speculation, and that with --disable-overlap-schedule
 # (the penalties' reference). A small pool (16k tokens) and context (2048) put load and long requests at the
-# edge. SGLang's default grammar backend (xgrammar) is on. env: ROBUST_PROMPTS (16), SG_WAIT.
+# edge. SGLang's default grammar backend (xgrammar) is on. env (ROBUST_*, SG_WAIT): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/robust}; mkdir -p "$OUTD"
