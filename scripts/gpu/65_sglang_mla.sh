@@ -16,7 +16,8 @@ MLA_COMMON=$(server_flags "$MLA_TARGET" 0.75)
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $MLA_DRAFTER --speculative-num-draft-tokens 17"
 declare -A ARGS ENVS
 ARGS[base]=""
-ARGS[dflash]="--speculative-algorithm DFLASH --speculative-draft-model-path $MLA_DRAFTER"
+MLA_DFLASH="--speculative-algorithm DFLASH --speculative-draft-model-path $MLA_DRAFTER"  # the A/B's too (SG_ONLY may drop ARGS[dflash])
+ARGS[dflash]="$MLA_DFLASH"
 ARGS[dd16]="$DD"
 ARGS[dd16_nograph]="$DD --disable-cuda-graph"
 # the tiny drafter's head dim 32 is below what FlashInfer's prefill and FlashMLA take: it drafts on triton
@@ -36,7 +37,7 @@ ARGS[dd16_fi]="$DD"; ENVS[dd16_fi]="SGLANG_DDTREE_PREFIX=flashinfer"
 SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
 if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
   timeout ${MLA_AB_TIMEOUT:-240} python3 -m sglang_ddtree.bench.ab --out "$OUTD/ab" --common "$MLA_COMMON" \
-    --server "base=" --server "dflash=${ARGS[dflash]}" --server "ddtree_b16=$DD" \
+    --server "base=" --server "dflash=$MLA_DFLASH" --server "ddtree_b16=$DD" \
     --prompts-file "$HELDOUT" --concurrency ${MLA_AB_CONC:-1 16} --num-prompts 64 --prompts-per-conc 8 \
     --output-len 64 --repeats 3 --start-all --interleave --port 32100
   log "ab rc=$?"
