@@ -3,7 +3,7 @@ fitted on: reliability per depth, raw and calibrated, and held-out τ of the tre
 
 Two calibrations (calibration.py has the fits and the file format): the greedy one on the engine's greedy DDTree
 rounds, and the sampling one on sampled rounds (SAMPLED_LAWS) against the target's distribution; the sampled
-trees are scored by their exact expected commit on the held-out rounds (round_contexts.py), raw and calibrated.
+trees are scored by their exact expected commit on the held-out rounds (engine/round_contexts.py), raw and calibrated.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
     python -m sglang_ddtree train [--arch qwen3|mla] [--out DIR] [--threads 2]
 
---arch mla: the DeepSeek-V3 target of mla.py (real MLA shapes, 2 layers) and its drafter, into
+--arch mla: the DeepSeek-V3 target of engine/mla.py (real MLA shapes, 2 layers) and its drafter, into
 tiny-mla-target / tiny-mla-dflash, on the same split and corpus (split.json and the held-out prompts are
 written by the qwen3 run only). Its log: train_log_mla_<stage>.txt.
 
