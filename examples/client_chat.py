@@ -7,46 +7,19 @@ The acceptance length (tokens committed per verify round) comes from SGLang's pe
 meta_info.completion_tokens / meta_info.spec_verify_ct of a /generate response. The OpenAI chat stream does
 not carry that metadata, so after streaming the chat answer the client sends the prompt text once more
 through /generate (raw text, no chat template) and reports that request's acceptance length.
-Standard library only.
+The standard library and this package's command-line checks (sglang_ddtree._cli: no torch, no SGLang import).
 """
 import argparse
 import json
-import math
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
+from sglang_ddtree._cli import Parser, nonnegative_float, positive_int
+
 PROG = "examples/client_chat.py"
-
-
-class Parser(argparse.ArgumentParser):
-    """One-line user errors (argparse's default prints the whole usage block first)."""
-
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message} (--help lists the options)\n")
-        sys.exit(2)
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def temperature(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
 
 
 def server_url(text):
@@ -106,7 +79,7 @@ def main(argv=None):
     ap.add_argument("prompt", nargs="?", default="Explain speculative decoding in three sentences.")
     ap.add_argument("--url", type=server_url, default="http://127.0.0.1:30000", help="the SGLang server")
     ap.add_argument("--max-tokens", type=positive_int, default=256)
-    ap.add_argument("--temperature", type=temperature, default=0.0)
+    ap.add_argument("--temperature", type=nonnegative_float, default=0.0)
     a = ap.parse_args(argv)
     why = reachable(a.url)
     if why is not None:

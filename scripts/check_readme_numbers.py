@@ -125,7 +125,7 @@ CONCS = (1, 4, 16, 32)
 
 
 def _tpot(doc, server: str, input_len, conc: int) -> float:
-    """Median TPOT (ms) of one ab_bench row."""
+    """Median TPOT (ms) of one `bench ab` row."""
     return pick("rows", "median_tpot_ms", server=server, input_len=input_len, concurrency=conc)(doc)
 
 

@@ -9,7 +9,7 @@
 # included, ends within N seconds of the start, and later steps are skipped: a machine that cuts the command
 # off at its limit would otherwise lose every result (the device's 600 s call limit: set 580).
 # If .sgl/sgl-bundle.tar.xz was carried (make gpu-bundle), SGLang 0.5.17 + FlashInfer + sgl-kernel are
-# unpacked to /tmp/site and put on PYTHONPATH.
+# unpacked to /tmp/site and put on PYTHONPATH. Every knob of the steps: scripts/README.md.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}

@@ -5,17 +5,17 @@ of the cascade's two pieces (FlashMLA's planner, the page-table gather). Prints 
 Why: served on FlashMLA at one request, the cascade's round was slower than the whole-prefix kernel's with the
 same GPU time a round in the profiles (docs/benchmarks/round-cost-h200-2026-12-04.md), so the difference is
 host work outside the graph; the metadata is the part of it that differs between the two.
+
+    PYTHONPATH=tests/sglang python3 scripts/probe_verify_metadata.py   # (+ the GPU bundle's site, sglang_env.sh)
+
+It builds its runner with the plugin tests' SGLang harness (tests/sglang: torchvision_stub,
+test_sglang_tree_attention), hence the PYTHONPATH.
 """
 import json
-import os
-import sys
-import time
 import types
 
 import torch
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "sglang"))
-import torchvision_stub  # noqa: E402
+import torchvision_stub
 
 torchvision_stub.install(hide_from_transformers=False)
 from sglang.srt.plugins import load_plugins  # noqa: E402
@@ -24,22 +24,12 @@ load_plugins()
 from test_sglang_tree_attention import Mode, make_mla_runner  # noqa: E402
 
 from sglang_ddtree.attention import libraries  # noqa: E402
+from sglang_ddtree.bench.common import host_us as _host_us  # noqa: E402
 from sglang_ddtree.sglang import tree_attention as TA  # noqa: E402
 
 
-def host_us(fn, reps=400):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - t0)
-        if len(t) % 50 == 0:
-            torch.cuda.synchronize()
-    t.sort()
-    return round(t[len(t) // 2] * 1e6, 1)
+def host_us(fn):
+    return round(_host_us(fn, 400, warmup=20, sync_every=50), 1)
 
 
 def case(prefix, bs, n=16, h=64, ctx=40960, rows=40, page=64, plen=1024):

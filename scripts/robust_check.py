@@ -15,16 +15,13 @@ Exit status 1 when the DDTree server stopped answering or a check failed.
 import argparse
 import concurrent.futures as cf
 import json
-import os
 import random
 import sys
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from ab_bench import load_prompts  # noqa: E402
-from sglang_lossless import rounding_tie  # noqa: E402
+from sglang_ddtree.bench.ab import load_prompts
+from sglang_lossless import rounding_tie  # scripts/sglang_lossless.py: this script's folder is first on sys.path
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                            "count": {"type": "integer"}}, "required": ["name", "count"]}

@@ -13,13 +13,11 @@ summation order, not on the algorithm). Exit status 1 on any unexplained diverge
 import argparse
 import concurrent.futures as cf
 import json
-import os
 import sys
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from ab_bench import load_prompts  # noqa: E402
+from sglang_ddtree.bench.ab import load_prompts
 
 
 def generate(base, prompt, max_new_tokens, logprobs):

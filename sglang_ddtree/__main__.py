@@ -7,16 +7,17 @@ from ._cli import PROG
 
 # name: (module whose main(argv) runs it, one line of help). Each also runs as `python -m MODULE`.
 COMMANDS = {
-    "demo": ("sglang_ddtree.engine.demo", "DDTree (the served default) vs the DFlash chain vs AR on the shipped tiny "
+    "demo": ("sglang_ddtree.tools.demo", "DDTree (the served default) vs the DFlash chain vs AR on the shipped tiny "
                                           "models, CPU or GPU"),
     "check": ("sglang_ddtree.sglang.check", "does SGLang see --speculative-algorithm ddtree, and if not why"),
     "launch_server": ("sglang_ddtree.sglang.launch_server", "SGLang's launch_server with the plugin loaded and the "
                                                              "DDTree flags (--speculative-ddtree-budget ...)"),
-    "bench": ("sglang_ddtree.bench.__main__", "benchmarks: tree, tree_gpu, attention, verify_splits, engine, dflash2"),
-    "calibration": ("sglang_ddtree.engine.calibrate", "fit and check the drafter's per-depth temperatures"),
-    "budget": ("sglang_ddtree.engine.budget_sweep", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
-    "train": ("sglang_ddtree.engine.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
-    "train_selector": ("sglang_ddtree.engine.train_selector", "retrain the shipped tiny DFlash2 drafter's candidate "
+    "bench": ("sglang_ddtree.bench.__main__", "the benchmarks, one per module of sglang_ddtree/bench/ (`bench --help` "
+                                             "lists them)"),
+    "calibration": ("sglang_ddtree.tools.calibrate", "fit and check the drafter's per-depth temperatures"),
+    "budget": ("sglang_ddtree.tools.budget_sweep", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
+    "train": ("sglang_ddtree.tools.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
+    "train_selector": ("sglang_ddtree.tools.train_selector", "retrain the shipped tiny DFlash2 drafter's candidate "
                                                               "selector (deterministic, CPU)"),
 }
 

@@ -7,6 +7,7 @@ command's usage line names it as the top-level help lists it (`prog`).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -135,3 +136,10 @@ def output_dir(text: str) -> str:
     except OSError as e:
         raise argparse.ArgumentTypeError(f"cannot write into {text!r}: {e.strerror or e}") from None
     return text
+
+
+def write_json(path: str, obj) -> None:
+    """The run's report, written whole (a long run calls it after every row, so one cut short keeps what it
+    measured)."""
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)

@@ -11,7 +11,7 @@ is lossless; what calibration can change is acceptance, so it is kept only where
 
     python -m sglang_ddtree calibration [--out FILE]   # fit on the first 100 held-out prompts (the shipped
                                                        # tiny pair), reliability and τ on the other 131
-                                                       # (engine/calibrate.py)
+                                                       # (tools/calibrate.py)
 
 The fitted temperatures ship with a drafter as `ddtree_calibration.json` in its directory (`load_calibration`):
 the engine uses them with `draft_temperature="drafter"` (and the sampling entry with `sampling_temperature=

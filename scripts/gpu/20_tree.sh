@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU step for the CUDA tree stage (issue 3): build, GPU tests, compute-sanitizer on every kernel,
-# benchmarks. Writes logs and JSON into $STEP_OUT. TREE_STEPS selects parts (default: all).
+# benchmarks. Writes logs and JSON into $STEP_OUT. TREE_STEPS selects parts (env: scripts/README.md).
 set -u
 STEP_OUT=${STEP_OUT:-${OUT:-.out}}
 mkdir -p "$STEP_OUT"

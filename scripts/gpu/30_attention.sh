@@ -4,10 +4,7 @@
 # Then the served kernel against its prefix split count (verify_splits.{json,md}), and the served verify's
 # FlashInfer cascade (issue 28): its GPU tests (cascade_tests.log) and a layer's verify attention, cascade vs
 # our whole-prefix kernel vs DFLASH's 16-token FlashInfer verify (verify_cascade.{json,md}).
-# env: ATTN_STEPS (default "jit tests sanitize bench splits cascade": the parts to run, e.g. ATTN_STEPS=cascade),
-#      ATTN_BENCH_ARGS (default: the MLA/GQA grid below; "--quick" for a smoke run), SPLITS_BENCH_ARGS,
-#      CASCADE_BENCH_ARGS (e.g. "--prefix 8192 --batch 1,16"), ATTN_SANITIZE_TOOLS (default "memcheck
-#      racecheck synccheck"; "" skips)
+# env (ATTN_STEPS selects the parts; *_BENCH_ARGS, ATTN_SANITIZE_TOOLS): scripts/README.md
 set -u
 rc=0
 steps=" ${ATTN_STEPS:-jit tests sanitize bench splits cascade} "
@@ -44,7 +41,7 @@ if want cascade; then
   python3 -m pytest -q -p no:cacheprovider tests/attention/test_flashinfer_prefix_cpu.py \
     tests/attention/test_flashinfer_prefix_gpu.py 2>&1 | tee "$STEP_OUT/cascade_tests.log" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  python3 scripts/gpu/verify_cascade_bench.py --out "$STEP_OUT" ${CASCADE_BENCH_ARGS:-} 2>&1 | tail -40
+  python3 -m sglang_ddtree.bench verify_splits --sweep cascade --out "$STEP_OUT" ${CASCADE_BENCH_ARGS:-} 2>&1 | tail -40
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 exit $rc

@@ -5,12 +5,11 @@
 # divergence checked against the reference's top-2 log-probs (scripts/sglang_lossless.py). Correctness only:
 # servers run in parallel here; speed is measured one server at a time by the ab step.
 # The auto budget (SGLANG_DDTREE_BUDGET=auto) is served with and without CUDA graphs.
-# env: SG_PROMPTS (64), SG_TOKENS (64), SG_WAIT (420 s), SG_ONLY (names of the servers to run; default all)
+# env (SG_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 python3 -m sglang_ddtree.check > "$OUTD/check.txt" 2>&1; log "check rc=$?"
 declare -A ARGS ENVS
 ARGS[base]=""

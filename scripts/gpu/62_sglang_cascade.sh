@@ -4,19 +4,16 @@
 # prefill takes; real acceptance): DDTree's auto budget with SGLANG_DDTREE_PREFIX=flashinfer on triton and on
 # flashinfer, at page sizes 16 and 64, without CUDA graphs, and the tree kernel over the whole prefix as before;
 # the drafter's attention through the cascade too (dd_draft_cascade, _fi).
-# Correctness only (servers in parallel). env: SG_PROMPTS (64), SG_TOKENS (64), SG_ONLY.
+# Correctness only (servers in parallel). env (SG_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/cascade}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 P=/tmp/inflated-d128
 [ -f $P/target/config.json ] || python3 scripts/inflate_pair.py --out $P --hidden 512 --layers 5 --heads 4 \
   --kv-heads 2 --head-dim 128 --intermediate 1536 --vocab 320 --draft-layers 2 --draft-features 3 --dtype bfloat16 \
   2>&1 | tee -a "$OUTD/steps.log"
-COMMON="--model-path $P/target --attention-backend triton --sampling-backend pytorch --grammar-backend none
- --mem-fraction-static 0.09 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
- --max-running-requests 32 --random-seed 0"
+COMMON=$(server_flags "$P/target" 0.09)
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $P/dflash"
 declare -A ARGS ENVS
 ARGS[base]=""

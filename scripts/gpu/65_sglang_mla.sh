@@ -5,21 +5,19 @@
 # graphs and without, and stock DFLASH on triton, each
 # greedy-compared with the server without speculation on triton (correctness, servers in parallel); then the
 # A/B with SGLang's own client at c = 1 and 16, one server measured at a time (the others up and idle).
-# env: as 60_sglang (SG_*) and MLA_AB_CONC ("1 16"), MLA_AB_TIMEOUT (240 s; 0: no A/B)
+# env (SG_*, MLA_AB_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang_mla}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 MLA_TARGET=$PWD/sglang_ddtree/engine/models/tiny-mla-target
 MLA_DRAFTER=$PWD/sglang_ddtree/engine/models/tiny-mla-dflash
-MLA_COMMON="--model-path $MLA_TARGET --attention-backend triton --sampling-backend pytorch --grammar-backend none
- --mem-fraction-static 0.75 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
- --max-running-requests 32 --random-seed 0"
+MLA_COMMON=$(server_flags "$MLA_TARGET" 0.75)
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $MLA_DRAFTER --speculative-num-draft-tokens 17"
 declare -A ARGS ENVS
 ARGS[base]=""
-ARGS[dflash]="--speculative-algorithm DFLASH --speculative-draft-model-path $MLA_DRAFTER"
+MLA_DFLASH="--speculative-algorithm DFLASH --speculative-draft-model-path $MLA_DRAFTER"  # the A/B's too (SG_ONLY may drop ARGS[dflash])
+ARGS[dflash]="$MLA_DFLASH"
 ARGS[dd16]="$DD"
 ARGS[dd16_nograph]="$DD --disable-cuda-graph"
 # the tiny drafter's head dim 32 is below what FlashInfer's prefill and FlashMLA take: it drafts on triton
@@ -38,8 +36,8 @@ ARGS[dd16_flashinfer_fi]="${ARGS[dd16_flashinfer]}"; ENVS[dd16_flashinfer_fi]="S
 ARGS[dd16_fi]="$DD"; ENVS[dd16_fi]="SGLANG_DDTREE_PREFIX=flashinfer"
 SG_PORT0=32000 serve_compare "$OUTD" "$MLA_COMMON" base
 if [ "${MLA_AB_TIMEOUT:-240}" != 0 ]; then
-  timeout ${MLA_AB_TIMEOUT:-240} python3 examples/ab_bench.py --out "$OUTD/ab" --common "$MLA_COMMON" \
-    --server "base=" --server "dflash=${ARGS[dflash]}" --server "ddtree_b16=$DD" \
+  timeout ${MLA_AB_TIMEOUT:-240} python3 -m sglang_ddtree.bench.ab --out "$OUTD/ab" --common "$MLA_COMMON" \
+    --server "base=" --server "dflash=$MLA_DFLASH" --server "ddtree_b16=$DD" \
     --prompts-file "$HELDOUT" --concurrency ${MLA_AB_CONC:-1 16} --num-prompts 64 --prompts-per-conc 8 \
     --output-len 64 --repeats 3 --start-all --interleave --port 32100
   log "ab rc=$?"

@@ -1,31 +1,10 @@
 #!/usr/bin/env bash
-# The A/B with SGLang's own client (examples/ab_bench.py -> python -m sglang.bench_serving), trained tiny pair,
-# held-out prompts as a ShareGPT-format file, concurrency {1,4,16,32}; one server measured at a time (with
-# AB_START_ALL=1 the servers start together to save start-up time and the others sit idle while one is
-# measured — ab.json says which; idle servers sleep, and with AB_INTERLEAVE=1, the default then, the servers take
-# turns pass by pass). Torch-profiler captures of DFLASH and DDTree rounds at AB_PROFILE_CONC.
-# env: AB_BUDGETS ("16 64"; the served default: chain-anchored, calibrated), AB_PAPER_BUDGETS ("16": the paper's tree),
-# AB_AUTO (1: the auto budget, SGLANG_DDTREE_BUDGET=auto, measured right after DFLASH), AB_TWIN (a budget: its A/A
-# twin, ddtree_b<budget>_twin), AB_BASE (1: the server
-# without speculation), AB_CONC ("1 4 16 32"), AB_PROMPTS (64), AB_PER_CONC (8), AB_TOKENS (64; 128 on the inflated pair, the 8B-cost A/B's definition), AB_REPEATS (3 measured passes, median), AB_PROFILE_CONC ("1 16"; "" for none)
-# Six servers, five interleaved passes and four concurrencies overrun one 10-minute device call: run AB_CONC="1 4 16"
-# and AB_CONC=32 in two calls and join them with `python examples/ab_bench.py --out DIR --merge A/ab.json B/ab.json`
-# (B/ab.json@32: only that run's c=32 rows).
-# AB_PAIR=inflated: the tiny pair inflated to Qwen3-8B shapes (scripts/inflate_pair.py, written to /tmp/pair8b:
-# 8B cost per forward, the tiny pair's acceptance; docs/inflated-pair.md), with DFLASH on flashinfer next to DFLASH
-# on triton (AB_DFLASH_FI=1, the default there) so the baseline at each point is DFLASH's faster backend, and the
-# served default (no budget: what a user types) as ddtree_default.
-# AB_DDTREE_FI (inflated pair: 1): the served default on --attention-backend flashinfer too.
-# AB_DRAFT_CASCADE (inflated pair: 1): the served default with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree too.
-# AB_SPLIT (inflated pair: 1): that with the prefill on FlashInfer too ($SPLIT_ARGS, sglang_env.sh).
-# AB_TREE_PREFIX=1: the served default with SGLANG_DDTREE_PREFIX=tree (our kernel over prefix and tree, no FlashInfer
-# prefix, merge or per-round schedule): which prefix path is faster at short context
-# AB_STAGE_TIMES=N: the served default again with SGLANG_DDTREE_STAGE_TIMES=N (ddtree_default_times): its device time
-# per stage and the host's time launching a round, the first round after a prefill apart (server_*.errors)
-# AB_FA3=1: DFLASH and DDTree's auto budget on fa3 too (needs sgl_kernel's FA3 carried).
-# AB_SERVERS: keep only these servers, in this order.
-# AB_BENCH_ARGS: more bench_serving flags for every run (sampled traffic: "--temperature 1.0").
-# AB_PAPER_TOP (1): the paper's servers (ddtree_b<B>_paper) with the top children, verified by the target's draw.
+# The A/B with SGLang's own client (python -m sglang_ddtree.bench.ab -> python -m sglang.bench_serving): the trained
+# tiny pair (AB_PAIR=inflated: inflated to Qwen3-8B shapes, docs/inflated-pair.md), held-out prompts, the server
+# without speculation, DFLASH and DDTree's served default, auto and fixed budgets and the paper's tree, one server
+# measured at a time; torch-profiler captures of DFLASH and DDTree rounds. A run too long for one device call is
+# split by AB_CONC and joined with `python -m sglang_ddtree bench ab --merge A/ab.json B/ab.json@32`.
+# env (AB_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/ab}; mkdir -p "$OUTD"
@@ -39,8 +18,7 @@ if [ $INFLATED = 1 ]; then
   DRAFTER=$P/dflash
   DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
   DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"
-  COMMON="${TINY_COMMON/--model-path $TARGET/--model-path $P/target}"
-  COMMON="${COMMON/--mem-fraction-static 0.75/--mem-fraction-static 0.8}"
+  COMMON=$(server_flags "$P/target" 0.8)
 fi
 S=()
 [ "${AB_BASE:-1}" = 1 ] && S+=(--server "base=")
@@ -76,7 +54,7 @@ if [ -n "${AB_SERVERS:-}" ]; then
   K=(); for want in $AB_SERVERS; do for ((i = 1; i < ${#S[@]}; i += 2)); do
     [ "${S[i]%%=*}" = "$want" ] && K+=(--server "${S[i]}"); done; done; S=("${K[@]}")
 fi
-timeout ${AB_TIMEOUT:-540} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
+timeout ${AB_TIMEOUT:-540} python3 -m sglang_ddtree.bench.ab --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --prompts-file "$HELDOUT" --concurrency ${AB_CONC:-1 4 16 32} --num-prompts ${AB_PROMPTS:-64} --prompts-per-conc ${AB_PER_CONC:-8} \
   --output-len ${AB_TOKENS:-$TOKENS} --repeats ${AB_REPEATS:-3} --bench-args "${AB_BENCH_ARGS:-}" --profile-concurrency ${AB_PROFILE_CONC-1 16} ${AB_START_ALL:+--start-all} \
   $([ -n "${AB_START_ALL:-}" ] && [ "${AB_INTERLEAVE:-1}" = 1 ] && echo --interleave)

@@ -4,12 +4,11 @@
 # limit then idle, load with disconnects and retraction). Three servers of the trained tiny pair, up together:
 # DDTree with its default flags, the same model without speculation, and that with --disable-overlap-schedule
 # (the penalties' reference). A small pool (16k tokens) and context (2048) put load and long requests at the
-# edge. SGLang's default grammar backend (xgrammar) is on. env: ROBUST_PROMPTS (16), SG_WAIT.
+# edge. SGLang's default grammar backend (xgrammar) is on. env (ROBUST_*, SG_WAIT): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/robust}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
-t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 ROBUST_COMMON="--model-path $TARGET --attention-backend triton --sampling-backend pytorch --mem-fraction-static 0.15
  --max-total-tokens 16384 --context-length 2048 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
  --max-running-requests 32 --random-seed 0"

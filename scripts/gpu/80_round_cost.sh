@@ -1,34 +1,11 @@
 #!/usr/bin/env bash
-# Per-round cost on a dummy-weight target + DFlash drafter: acceptance is ~1, so one output token is one decode
-# round and bench_serving's TPOT is the round time. RC_PAIR picks the pair (examples/<pair>/):
-#   qwen3-8b-shaped (default): Qwen3-8B dims, 36 layers, 5-layer block-16 drafter, GQA;
-#   kimi-k2-shaped: Kimi-K2 / DeepSeek-V3 MLA dims (64 heads, latent 512 + rope 64, q_lora 1536) with 4 dense
-#     layers, 3-layer block-16 drafter; RC_FLASHINFER then means FlashInfer-MLA, and RC_FLASHMLA=1 adds DFLASH and
-#     DDTree on FlashMLA at page size 64 (the drafter on triton).
-# DFLASH (verify width 16) vs DDTree budget 15 (the same width) and budget 31/63, random token-id prompts of 1k
-# tokens at c=1,16,32 and 8k at c=1, output 64; torch-profiler captures at c=1 and c=16. One server is up at a
-# time (RC_START_ALL=1 starts them together with the memory split: on 2026-12-03 the DFLASH server then found too
-# little free memory for its KV cache and exited).
-# env: RC_PAIR, RC_WORKLOADS ("1024@1,16,32 8192@1"; add 32768@1 when the call has time), RC_BUDGETS ("15 63"),
-# RC_FLASHINFER (1: also DDTree at the first budget on flashinfer), RC_FLASHMLA (kimi-k2-shaped only, 1 by default
-# there), RC_AUTO (1: also SGLANG_DDTREE_BUDGET=auto, candidates 15/31/63), RC_FULLMASK (1: also the first budget
-# through SGLang's FULL_MASK verify, the path the tree kernel replaced: the "before" profile; GQA only),
-# RC_MLA_PREFIX (kimi-k2-shaped, 1: also DDTree with SGLANG_DDTREE_MLA_PREFIX=tree), RC_MLA_FI (kimi-k2-shaped, 1:
-# DFLASH and DDTree on flashinfer, the prefix through FlashInfer-MLA), RC_MLA_KV_MOVE (1: also
-# with SGLANG_DDTREE_MLA_KV_MOVE=one_launch), RC_SERVERS (names to keep, in order), RC_PROFILE
-# (the profiled concurrencies, "1 16"; empty: none; ab_profiles.md sets each DDTree round beside each DFLASH
-# round at the same concurrency, kernel by kernel),
-# RC_CASCADE (GQA, 1 by default: also DFLASH on flashinfer, DDTree's auto budget with SGLANG_DDTREE_PREFIX=tree and
-# on the flashinfer backend),
-# RC_STAGE_TIMES (N: DDTree servers log each stage's device time a round every N rounds, SGLANG_DDTREE_STAGE_TIMES;
-# off by default: its event records are not in the served default's round),
-# RC_DRAFT_FI (GQA, 1 by default: also the served default with --speculative-draft-attention-backend flashinfer),
-# RC_DRAFT_CASCADE (GQA, 1 by default: also the served default with SGLANG_DDTREE_DRAFT_ATTENTION=ddtree),
-# RC_SPLIT (GQA, 1 by default: also the drafter cascade with the prefill on FlashInfer, $SPLIT_ARGS),
-# RC_FA3 (1: also DFLASH and DDTree's auto budget on fa3, where sgl_kernel's FA3 was carried),
-# RC_START_ALL (0: one server up at a time; 1: all start together, memory split, and take turns pass by pass,
-# RC_REPEATS passes each, 3 by default), RC_TRITON (0: leave out the DFLASH
-# and DDTree servers on triton, e.g. to measure only the FlashMLA pair in one call)
+# Per-round cost on a dummy-weight target + DFlash drafter (RC_PAIR: examples/qwen3-8b-shaped/, GQA, or
+# examples/kimi-k2-shaped/, MLA): acceptance is ~1, so one output token is one decode round and bench_serving's
+# TPOT is the round time. DFLASH (verify width 16) against DDTree at budget 15 (the same width) and larger, the
+# served default and its backend variants, random token-id prompts of 1k and 8k tokens; torch-profiler captures
+# (ab_profiles.md sets each DDTree round beside DFLASH's, kernel by kernel). One server is up at a time by default
+# (started together, on 2026-12-03 the DFLASH server found too little memory for its KV cache and exited).
+# env (RC_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/round_cost}; mkdir -p "$OUTD"
@@ -111,7 +88,7 @@ ALL=""; n=1
 FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
 COMMON="$COMMON --mem-fraction-static $FRAC"
 echo "$PAIR servers: ${S[*]}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
-timeout ${RC_TIMEOUT:-560} python3 examples/ab_bench.py --out "$OUTD" --common "$COMMON" "${S[@]}" \
+timeout ${RC_TIMEOUT:-560} python3 -m sglang_ddtree.bench.ab --out "$OUTD" --common "$COMMON" "${S[@]}" \
   --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts 8 --prompts-per-conc 4 \
   --output-len 64 --profile-concurrency ${RC_PROFILE-1 16} --profile-steps 10 --start-timeout 400 $ALL
 rc=$?

@@ -19,13 +19,19 @@ python3 -c "from sglang_ddtree import _build; _build.load_cuda()" >/dev/null 2>&
 TARGET=$PWD/sglang_ddtree/engine/models/tiny-target
 DRAFTER=$PWD/sglang_ddtree/engine/models/tiny-dflash
 HELDOUT=$PWD/sglang_ddtree/engine/models/heldout_prompts.json
-TINY_COMMON="--model-path $TARGET --attention-backend triton --sampling-backend pytorch --grammar-backend none
- --mem-fraction-static 0.75 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph
- --max-running-requests 32 --random-seed 0"
+# server_flags MODEL MEM_FRACTION: the flags every correctness/A-B server of a tiny pair shares
+server_flags() {
+  echo "--model-path $1 --attention-backend triton --sampling-backend pytorch --grammar-backend none" \
+    "--mem-fraction-static $2 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph" \
+    "--max-running-requests 32 --random-seed 0"
+}
+TINY_COMMON=$(server_flags "$TARGET" 0.75)
 DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
 DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"  # with SGLANG_DDTREE_BUDGET=auto
 # the target's prefill on FlashInfer through SGLang's hybrid backend, TARGET_VERIFY and the drafter kept on triton
 SPLIT_ARGS="--prefill-attention-backend flashinfer --speculative-attention-mode decode --speculative-draft-attention-backend triton"
+# log MESSAGE: a line with the seconds since the step sourced this file, on stdout and in $OUTD/steps.log
+t0=$(date +%s); log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUTD/steps.log"; }
 ddtree_args() { echo "--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER --speculative-num-draft-tokens $(( $1 + 1 ))"; }
 
 # serve_start OUTD COMMON: start every server named in the ARGS / ENVS arrays together (COMMON flags, then its own;

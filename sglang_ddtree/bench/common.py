@@ -67,6 +67,31 @@ def capture_graph(fn, calls: int = 1) -> "torch.cuda.CUDAGraph":
     return graph
 
 
+def graph_us(fn, calls: int = 1, *, repeats: int = 100, max_seconds: float = 0.3) -> float:
+    """Median µs a call of fn: `calls` back-to-back calls captured in one CUDA graph, replayed (warmed up, CUDA
+    events), so host launch gaps stay out of the number as in the served graphs."""
+    graph = capture_graph(fn, calls)
+    r = time_fn(graph.replay, device=torch.device("cuda"), repeats=repeats, warmup=3, max_seconds=max_seconds)
+    del graph
+    return r["median_s"] * 1e6 / calls
+
+
+def host_us(fn, reps: int = 50, *, warmup: int = 1, sync_every: int = 1) -> float:
+    """Median µs of the host's wall time in fn (its launches; the GPU is waited for only every `sync_every`
+    calls, outside the timed part, so a deep queue does not stall the launches being timed)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for i in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+        if (i + 1) % sync_every == 0:
+            torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
 def metadata(device: torch.device) -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

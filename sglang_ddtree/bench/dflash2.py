@@ -10,7 +10,6 @@ once per seed. Budgets are the tree's node budgets; budget 7 verifies as many no
 """
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
@@ -69,14 +68,12 @@ def main(argv=None) -> int:
         out["t1"][name] = _spread(taus)
         print(f"{name}: greedy tau {out['greedy'][name]['mean']:.3f} ({out['greedy'][name]['identical_to_ar']} = AR), "
               f"T=1 tau {out['t1'][name]['mean']:.3f} ({time.perf_counter() - t0:.0f}s)", flush=True)
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        _cli.write_json(a.out, out)
     for mode in ("greedy", "t1"):
         walk = out[mode]["walk"]["mean"]
         out[f"{mode}_vs_walk"] = {k: v["mean"] / walk for k, v in out[mode].items()}
     out["seconds"] = time.perf_counter() - t0
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
+    _cli.write_json(a.out, out)
     print(f"wrote {a.out}")
     return 0
 

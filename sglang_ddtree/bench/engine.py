@@ -15,7 +15,6 @@
 """
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
@@ -158,8 +157,7 @@ def main(argv=None) -> int:
     t0 = time.time()
 
     def save():
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        _cli.write_json(a.out, out)
 
     if not a.skip_lossless:
         dtypes = [getattr(torch, d) for d in a.lossless_dtypes]

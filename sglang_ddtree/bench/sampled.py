@@ -28,7 +28,7 @@ from .. import _cli
 from ..engine import Engine, summarize
 from ..engine import round_contexts
 from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
-from ..engine.demo import h200_costs, served_default
+from ..tools.demo import h200_costs, served_default
 from ..keys import Calibration, DraftKeys
 from ..calibration import load_calibration
 from ..rejection import DRAW_SHARPNESS, draw_children

@@ -1,4 +1,4 @@
-"""examples/ab_bench.py --merge: concurrencies measured in separate device calls joined into one report.
+"""`python -m sglang_ddtree bench ab --merge`: concurrencies measured in separate device calls joined into one report.
 
 A device call is limited to ten minutes, so the A/B at concurrency {1, 4, 16, 32} can take two calls; the
 joined report must hold exactly their rows, say which call each came from, and refuse runs that did not

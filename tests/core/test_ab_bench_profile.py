@@ -1,8 +1,8 @@
-"""examples/ab_bench.py's profile capture: a window of decode rounds only.
+"""sglang_ddtree/bench/ab.py's profile capture: a window of decode rounds only.
 
 A capture whose window saw requests arrive mixed prefill GEMMs into the per-round kernel list (the
 2026-12-03 8B-shaped profiles); the load must be one wave of long requests, captured after its prefill."""
-import importlib.util
+import importlib
 import json
 import pathlib
 import sys
@@ -14,10 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("ab_bench", ROOT / "examples" / "ab_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("sglang_ddtree.bench.ab")
 
 
 def test_with_output_len_replaces_only_the_output_flags():

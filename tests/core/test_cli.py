@@ -13,7 +13,7 @@ import torch
 
 from sglang_ddtree import __main__ as top
 from sglang_ddtree.bench import __main__ as bench
-from sglang_ddtree.engine import demo
+from sglang_ddtree.tools import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,7 +116,7 @@ def test_top_level_help_exits_0_as_a_module():
 
 
 def test_bench_lists_only_benchmarks(capsys):
-    assert bench.names() == ["attention", "dflash2", "engine", "sampled", "tree", "tree_gpu", "verify_splits"]
+    assert bench.names() == ["ab", "api_overhead", "attention", "dflash2", "engine", "sampled", "tree", "tree_gpu", "verify_splits"]
     assert bench.main(["__main__"]) == 2
     err = capsys.readouterr().err
     assert "unknown benchmark '__main__'" in err and "Traceback" not in err
@@ -141,7 +141,7 @@ def _no_work(*args, **kwargs):
     (["--out", "/nonexistent/dir/b.json"], "--out"),
 ])
 def test_budget_cli_rejects_bad_values_before_any_work(capsys, monkeypatch, argv, needle):
-    from sglang_ddtree.engine import budget_sweep as budget
+    from sglang_ddtree.tools import budget_sweep as budget
 
     monkeypatch.setattr(budget.Engine, "from_pretrained", _no_work)
     one_line_error(capsys, lambda: budget.main(argv), needle)
@@ -157,14 +157,14 @@ def test_budget_cli_rejects_bad_values_before_any_work(capsys, monkeypatch, argv
 def test_calibration_user_errors_are_one_line_before_any_work(capsys, monkeypatch, argv, needle):
     """`--budgets abc` used to fail with a traceback after the fit's minutes of work, `--max-new -5` was a
     traceback and `--fit-prompts 100000` left nothing to test on: each is one line, before the models load."""
-    from sglang_ddtree.engine import calibrate
+    from sglang_ddtree.tools import calibrate
 
     monkeypatch.setattr(calibrate.Engine, "from_pretrained", _no_work)
     one_line_error(capsys, lambda: calibrate.main(argv), needle)
 
 
 def test_calibration_accepts_the_edges():
-    from sglang_ddtree.engine import calibrate
+    from sglang_ddtree.tools import calibrate
     from sglang_ddtree.engine.data import heldout_prompts
 
     last = len(heldout_prompts()) - 1  # every prompt but one fits, and that one tests

@@ -1,6 +1,7 @@
 """The examples refuse bad input with one line naming the argument and a non-zero exit, before any work: the chat
-client without a server (it printed a 54-line traceback) or with a negative --max-tokens, the A/B bench with a
-missing --plot-only report or an unwritable --out."""
+client without a server (it printed a 54-line traceback) or with a negative --max-tokens, and the A/B bench
+(`python -m sglang_ddtree bench ab`) with a missing --plot-only report or an unwritable --out."""
+import importlib
 import importlib.util
 import socket
 import subprocess
@@ -64,7 +65,7 @@ def test_client_bad_values_are_refused_before_any_request(capsys, monkeypatch, a
     (["--url", "a=http://x", "--prompts-file", "/missing.json"], "--prompts-file"),
 ])
 def test_ab_bench_bad_values_are_one_line(capsys, tmp_path, argv, needle):
-    ab = _load("ab_bench")
+    ab = importlib.import_module("sglang_ddtree.bench.ab")
     with pytest.raises(SystemExit) as info:
         ab.main([*argv, "--out", str(tmp_path / "out")])
     assert info.value.code == 2
@@ -73,7 +74,7 @@ def test_ab_bench_bad_values_are_one_line(capsys, tmp_path, argv, needle):
 
 def test_ab_bench_plot_only_of_a_non_report_is_one_line(capsys, tmp_path):
     (tmp_path / "x.json").write_text("[1, 2]")
-    ab = _load("ab_bench")
+    ab = importlib.import_module("sglang_ddtree.bench.ab")
     with pytest.raises(SystemExit):
         ab.main(["--plot-only", str(tmp_path / "x.json"), "--out", str(tmp_path / "out")])
     _one_line(capsys.readouterr().err, "--plot-only", "not an ab.json report")
@@ -81,14 +82,14 @@ def test_ab_bench_plot_only_of_a_non_report_is_one_line(capsys, tmp_path):
 
 def test_ab_bench_unwritable_out_is_refused_before_any_server(capsys, tmp_path):
     (tmp_path / "plain").write_text("")
-    ab = _load("ab_bench")
+    ab = importlib.import_module("sglang_ddtree.bench.ab")
     with pytest.raises(SystemExit):
         ab.main(["--server", "a=--model-path m", "--out", str(tmp_path / "plain" / "out")])
     _one_line(capsys.readouterr().err, "--out", "cannot write")
 
 
 def test_ab_bench_missing_plot_only_as_a_script():
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / "ab_bench.py"), "--plot-only", "/missing.json",
-                        "--out", "/tmp"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "sglang_ddtree", "bench", "ab", "--plot-only", "/missing.json",
+                        "--out", "/tmp"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 2
     _one_line(r.stderr, "--plot-only", "/missing.json")

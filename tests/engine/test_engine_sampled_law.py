@@ -32,7 +32,7 @@ from sglang_ddtree.accept import sample_rows_torch
 from sglang_ddtree.engine import Engine
 from sglang_ddtree.engine import engine as engine_mod
 from sglang_ddtree.engine.data import heldout_prompts
-from sglang_ddtree.engine.demo import H200_GRAPH_MS
+from sglang_ddtree.tools.demo import H200_GRAPH_MS
 from sglang_ddtree.round import RoundOps
 from two_sample import chi2_homogeneity
 

@@ -1,8 +1,8 @@
 """Train the shipped tiny pairs: a byte-level target (Qwen3, or DeepSeek-V3 MLA) and its DFlash drafter.
 
-    python -m sglang_ddtree.engine.train [--arch qwen3|mla] [--out DIR] [--threads 2]
+    python -m sglang_ddtree train [--arch qwen3|mla] [--out DIR] [--threads 2]
 
---arch mla: the DeepSeek-V3 target of mla.py (real MLA shapes, 2 layers) and its drafter, into
+--arch mla: the DeepSeek-V3 target of engine/mla.py (real MLA shapes, 2 layers) and its drafter, into
 tiny-mla-target / tiny-mla-dflash, on the same split and corpus (split.json and the held-out prompts are
 written by the qwen3 run only). Its log: train_log_mla_<stage>.txt.
 
@@ -27,12 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import _cli
-from . import data
-from .checkpoint import save_model
-from .dflash import DFlashDraftModel, dflash_config
-from .mla import DeepseekV3Config, DeepseekV3ForCausalLM
-from .model import CausalLM, Qwen3Config, Qwen3ForCausalLM, init_weights
-from .tokenizer import EOS_ID, MASK_ID, VOCAB_SIZE, write_tokenizer
+from ..engine import data
+from ..engine.checkpoint import save_model
+from ..engine.dflash import DFlashDraftModel, dflash_config
+from ..engine.mla import DeepseekV3Config, DeepseekV3ForCausalLM
+from ..engine.model import CausalLM, Qwen3Config, Qwen3ForCausalLM, init_weights
+from ..engine.tokenizer import EOS_ID, MASK_ID, VOCAB_SIZE, write_tokenizer
 
 TARGET = dict(vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
               num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
@@ -249,7 +249,7 @@ def main(argv=None):
         with open(os.path.join(a.out, "heldout_prompts.json"), "w") as f:
             json.dump({"source": "held-out stdlib files (split.json)", "prompts": prompts}, f, indent=1)
     if a.stage in ("all", "drafter"):
-        from .checkpoint import load_target
+        from ..engine.checkpoint import load_target
         target = load_target(tdir)
         g = torch.Generator().manual_seed(5678)
         # the drafter's data: training text continued by the target itself (half greedy, half T=0.8)

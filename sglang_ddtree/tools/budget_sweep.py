@@ -6,14 +6,13 @@ chooses and what that costs on the shipped pair.
 from __future__ import annotations
 
 import collections
-import json
 import time
 
 import torch
 
 from .. import _cli
-from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
-from .engine import Engine, summarize
+from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
+from ..engine.engine import Engine, summarize
 
 FIT_PROMPTS = 100  # the shipped calibration's fit prompts (python -m sglang_ddtree calibration's default)
 
@@ -52,8 +51,7 @@ def main(argv=None) -> int:
                    "chosen": dict(collections.Counter(b for r in res for b in r.round_budgets))}
             out["rows"].append(row)
             print(row, flush=True)
-            with open(a.out, "w") as f:
-                json.dump(out, f, indent=1)
+            _cli.write_json(a.out, out)
     print(f"wrote {a.out}")
     return 0
 

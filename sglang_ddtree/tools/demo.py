@@ -20,8 +20,8 @@ import torch
 
 from .. import _cli
 from ..sizes import AUTO_LADDER, MAX_CUDA_BUDGET, verify_width
-from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
-from .engine import Engine, summarize
+from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
+from ..engine.engine import Engine, summarize
 
 PROG = _cli.prog("demo")
 QUICK = {"prompts": 16, "budgets": [31, 63]}

@@ -1,6 +1,6 @@
 """Train the shipped tiny DFlash2 drafter: a candidate selector on the shipped DFlash backbone.
 
-    python -m sglang_ddtree.engine.train_selector [--out DIR] [--threads 2] [--rank 32] [--top-k 16]
+    python -m sglang_ddtree train_selector [--out DIR] [--threads 2] [--rank 32] [--top-k 16]
 
 The backbone (tiny-dflash) and the target (tiny-target) stay frozen, so the selector's unary scores are the
 shipped drafter's own marginals and only the codebooks A, B and the projection W learn (docs/DESIGN.md §8.2).
@@ -28,10 +28,10 @@ import torch
 
 from .. import _cli
 from ..topk import topk_logprobs_torch
-from . import data
-from .checkpoint import load_drafter, load_target, save_model
-from .dflash2 import DFlash2DraftModel, attach_selector
-from .tokenizer import MASK_ID, write_tokenizer
+from ..engine import data
+from ..engine.checkpoint import load_drafter, load_target, save_model
+from ..engine.dflash2 import DFlash2DraftModel, attach_selector
+from ..engine.tokenizer import MASK_ID, write_tokenizer
 from .train import continue_text, corpus, lr_at, teacher_outputs, windows
 
 DRAFTER_DIR = "tiny-dflash2"

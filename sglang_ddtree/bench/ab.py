@@ -1,6 +1,6 @@
 """A/B of SGLang servers with SGLang's own client, `python -m sglang.bench_serving`, one server at a time.
 
-    python examples/ab_bench.py --out DIR --common "--model-path T --attention-backend triton" \
+    python -m sglang_ddtree bench ab --out DIR --common "--model-path T --attention-backend triton" \
         --server base="" \
         --server dflash="--speculative-algorithm DFLASH --speculative-draft-model-path D" \
         --server ddtree="--speculative-algorithm DDTREE --speculative-draft-model-path D" \
@@ -36,31 +36,21 @@ import threading
 import time
 import urllib.request
 
+from .. import _cli
+from .._cli import output_dir, positive_int
+
 FIELDS = ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms", "p99_ttft_ms",
           "median_itl_ms", "accept_length", "completed", "total_output_tokens", "duration")
 
 
-class Parser(argparse.ArgumentParser):
-    """One-line user errors, checked before any server starts (argparse's default prints the usage block)."""
-
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {message} (--help lists the options)\n")
-        sys.exit(2)
-
-
-def _int_at_least(low: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
-        return value
-    return parse
-
-
-positive_int, nonnegative_int = _int_at_least(1), _int_at_least(0)
+def nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def port(text: str) -> int:
@@ -106,18 +96,6 @@ def named(text: str) -> str:
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    return text
-
-
-def output_dir(text: str) -> str:
-    """The report folder, created now and probed with a file, so a bad path fails before any server starts."""
-    try:
-        os.makedirs(text, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=text, prefix=".write-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"cannot write into {text!r}: {e.strerror or e}") from None
     return text
 
 
@@ -337,7 +315,7 @@ def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str,
     SGLang answers /start_profile with num_steps only once those steps ran and the trace is written, so
     stacks are off (their export takes minutes), and a capture that has not returned when the load ends
     is stopped explicitly: never a hang."""
-    from sglang_ddtree.bench.trace import summarize_trace
+    from .trace import summarize_trace
 
     before = set(glob.glob(os.path.join(prof_dir, "**", "*.json*"), recursive=True))
     wave = argparse.Namespace(**{**vars(a), "num_prompts": conc, "prompts_per_conc": 1})
@@ -483,7 +461,7 @@ def write_outputs(report: dict, out: str) -> None:
 def profile_comparisons(profiles: dict) -> str:
     """Markdown: every profiled server's round (b) against each DFLASH server's (a) at the same concurrency,
     kernel by kernel (sglang_ddtree.bench.trace.compare); "" where no such pair was profiled."""
-    from sglang_ddtree.bench.trace import compare, compare_markdown
+    from .trace import compare, compare_markdown
 
     def split(key):  # "<server>_c<conc>" (a merged report may suffix " (<run>)")
         name, _, conc = key.split(" (")[0].rpartition("_c")
@@ -500,28 +478,29 @@ def profile_comparisons(profiles: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="examples/ab_bench.py", description=__doc__.split("\n")[0])
+    ap = _cli.Parser(prog=_cli.prog("bench", "ab"), description=__doc__.split("\n")[0])
     ap.add_argument("--server", type=named, action="append", default=[], metavar="NAME=ARGS",
                     help="launch and measure")
     ap.add_argument("--url", type=named, action="append", default=[], metavar="NAME=URL",
                     help="measure a running server")
     ap.add_argument("--common", default="", help="launch arguments shared by every --server")
-    ap.add_argument("--concurrency", type=positive_int, nargs="+", default=[1, 4, 16, 32])
-    ap.add_argument("--num-prompts", type=positive_int, default=64)
+    ap.add_argument("--concurrency", type=positive_int, nargs="+", default=[1, 4, 16, 32],
+                    help="client concurrencies measured, each a row")
+    ap.add_argument("--num-prompts", type=positive_int, default=64, help="prompts per measured pass (at least)")
     ap.add_argument("--prompts-per-conc", type=positive_int, default=4, help="at least this many prompts per slot")
-    ap.add_argument("--output-len", type=positive_int, default=64)
+    ap.add_argument("--output-len", type=positive_int, default=64, help="output tokens per request")
     ap.add_argument("--prompts-file", type=readable_file,
                     help="JSON list of prompt texts (sent as a ShareGPT-format file)")
     ap.add_argument("--random-input-len", nargs="+", metavar="LEN[@C,C..]",
                     help="random prompts of LEN tokens instead (several lengths allowed; @C,C.. gives that length "
                          "its own concurrencies, else --concurrency)")
     ap.add_argument("--tokenizer", help="tokenizer path for bench_serving (random prompts need one)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="bench_serving's seed (prompt order, random prompts)")
     ap.add_argument("--bench-args", default="", help="more bench_serving flags for every run, e.g. sampled traffic: "
                     "'--temperature 1.0' or '--temperature 0.6 --top-p 0.95'")
-    ap.add_argument("--port", type=port, default=31100)
-    ap.add_argument("--start-timeout", type=seconds, default=600)
-    ap.add_argument("--run-timeout", type=seconds, default=600)
+    ap.add_argument("--port", type=port, default=31100, help="first port of the launched servers")
+    ap.add_argument("--start-timeout", type=seconds, default=600, help="seconds a server may take to come up")
+    ap.add_argument("--run-timeout", type=seconds, default=600, help="seconds one bench_serving pass may take")
     ap.add_argument("--start-all", action="store_true",
                     help="start every --server at once (saves start-up time); each is still measured alone, "
                          "and every server gets --sleep-on-idle (an idle SGLang scheduler otherwise busy-polls "
@@ -530,8 +509,9 @@ def main(argv=None) -> int:
                     help="with --start-all: at each concurrency the servers take turns, one pass each, "
                          "--repeats times (rotating who goes first), instead of all of one server's passes in "
                          "a row; each pass still has one server under load")
-    ap.add_argument("--profile-concurrency", type=positive_int, nargs="*", default=[])
-    ap.add_argument("--profile-steps", type=positive_int, default=20)
+    ap.add_argument("--profile-concurrency", type=positive_int, nargs="*", default=[],
+                    help="concurrencies at which to capture a torch-profiler trace of decode rounds")
+    ap.add_argument("--profile-steps", type=positive_int, default=20, help="decode rounds per profile capture")
     ap.add_argument("--profile-margin", type=float, default=0.2,
                     help="seconds between the whole profile wave decoding (SGLang's /v1/loads) and the capture")
     ap.add_argument("--profile-delay", type=float, default=1.0,
@@ -539,7 +519,7 @@ def main(argv=None) -> int:
                          "least 2x the measured P99 TTFT + 0.5 s)")
     ap.add_argument("--profile-output-len", type=positive_int, default=512,
                     help="tokens per request of the profile load (its wave must outlast the capture)")
-    ap.add_argument("--profile-timeout", type=seconds, default=120)
+    ap.add_argument("--profile-timeout", type=seconds, default=120, help="seconds a profile capture may take")
     ap.add_argument("--warmup-passes", type=nonnegative_int, default=1,
                     help="unrecorded bench_serving passes at each concurrency before the measured one")
     ap.add_argument("--repeats", type=positive_int, default=1,

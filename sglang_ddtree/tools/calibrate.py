@@ -3,7 +3,7 @@ fitted on: reliability per depth, raw and calibrated, and held-out τ of the tre
 
 Two calibrations (calibration.py has the fits and the file format): the greedy one on the engine's greedy DDTree
 rounds, and the sampling one on sampled rounds (SAMPLED_LAWS) against the target's distribution; the sampled
-trees are scored by their exact expected commit on the held-out rounds (round_contexts.py), raw and calibrated.
+trees are scored by their exact expected commit on the held-out rounds (engine/round_contexts.py), raw and calibrated.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from ..keys import Calibration, DraftKeys
 from ..sampling import NodeLaw
 from ..sizes import MAX_CUDA_BUDGET
 from ..tree import build_tree_from_topk
-from . import round_contexts
-from .data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, MODELS_DIR, heldout_prompts
-from .engine import Engine, summarize
+from ..engine import round_contexts
+from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, MODELS_DIR, heldout_prompts
+from ..engine.engine import Engine, summarize
 
 # the laws sampled rounds are collected under (the issue's chat traffic: T = 1, and T = 0.6 with top-p 0.95), and the
 # budgets their trees are scored at
@@ -77,8 +77,7 @@ def main(argv=None) -> int:
                                         "identical_to_ar": sum(x.token_ids == y.token_ids for x, y in zip(r, ar))}
                 print(key, out["tau_test"][key], flush=True)
     sampling = sampled_fit(eng, fit_p, test_p, a.max_new, temps, out)
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
+    _cli.write_json(a.out, out)
     print(f"wrote {a.out}")
     if a.ship:
         dst = os.path.join(MODELS_DIR, "tiny-dflash", FILE)
