@@ -38,7 +38,8 @@ merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTR
   attention over SGLang's page table (req_to_token's page columns, as the fa3 backend builds it), the prefix
   lengths read on the device, so nothing is planned on the host and a graph replays at any length. `auto` on
   `--attention-backend fa3`.
-`auto` picks the FlashInfer cascade on triton and flashinfer (AUTO_GQA_PREFIX), FA3's on fa3 (else FlashInfer's).
+`auto` picks the FlashInfer cascade on triton and flashinfer, FA3's on fa3 (else FlashInfer's): choose.choose with
+host 'server' (attention/choose.py: its table says where the engine's `auto` differs, and why).
 `tree` keeps our kernel over prefix and tree everywhere.
 
 One instance serves every verify width the worker captures graphs for (the served auto budget): a forward's width
@@ -54,7 +55,8 @@ import logging
 import torch
 
 from sglang_ddtree import ops
-from sglang_ddtree.attention import flashinfer_graphs, libraries, native
+from sglang_ddtree.attention import choose, fa3, flashinfer_graphs, flashmla, native
+from sglang_ddtree.attention.prefixes import Shape
 
 from . import backends
 from .adapters import backend_override
@@ -66,12 +68,6 @@ logger = logging.getLogger("sglang_ddtree")
 # kernels never see a tree (class names, by KV pool)
 BACKENDS = {pool: tuple(by_name.values()) for pool, by_name in backends.BY_POOL.items()}
 MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
-PREFIXES = VARS["prefix"].choices
-# what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve: `tree`): the cascade, which a layer's
-# timing on the H200 puts well ahead of the whole-prefix kernel at long prefixes and wide trees and a few µs behind
-# at short prefixes (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md §3)
-AUTO_GQA_PREFIX = "flashinfer"
-FA3_BACKEND = backends.BY_POOL["MHATokenToKVPool"]["fa3"]  # SGLang's fa3 backend class: its own library first
 PAGED_PREFIXES = ("flashmla", "fa3")  # prefixes read through SGLang's page table and the lengths on the device
 PREFIX_NAMES = {"flashmla": "FlashMLA", "flashinfer": "FlashInfer", "fa3": "FA3"}  # for the logs
 
@@ -148,66 +144,25 @@ def no_full_mask(model_runner) -> str | None:
     return f"--attention-backend {name}" if name in backends.NO_FULL_MASK else None
 
 
-def flashmla_unsupported(model_runner, mla: bool) -> str | None:
-    """Why FlashMLA cannot take the prefix of this runner's tree verify (None: it can)."""
-    if not mla:
-        return "the target is not MLA"
-    name = verify_backend_name(model_runner)
-    if name != "FlashMLABackend":
-        return f"the target's attention backend is {name} (FlashMLA's page tables come with --attention-backend flashmla)"
-    page = int(getattr(model_runner, "page_size", 1) or 1)
-    if page != 64:
-        return f"the page size is {page} (FlashMLA reads pages of 64)"
-    if not libraries.available("flashmla"):
-        return "sgl_kernel's FlashMLA cannot be imported here"
-    return None
+def backend_flag(model_runner) -> str | None:
+    """The --attention-backend name of the backend serving this runner's TARGET_VERIFY (None: not one DDTree
+    verifies on)."""
+    pool = type(model_runner.token_to_kv_pool).__name__
+    names = {cls: name for name, cls in {**backends.BY_POOL.get(pool, {}), **backends.CPU.get(pool, {})}.items()}
+    return names.get(verify_backend_name(model_runner))
 
 
-def flashinfer_unsupported(model_runner, mla: bool) -> str | None:
-    """Why FlashInfer (its paged prefill; FlashInfer-MLA for an MLA target) cannot take the prefix of this runner's
-    tree verify (None: it can). An MLA target's latent shape is checked by `unsupported`."""
-    k = model_runner.token_to_kv_pool.get_key_buffer(0)
-    if not mla and int(k.shape[-1]) not in flashinfer_graphs.FI_HEAD_DIMS:
-        return (f"the head dim is {int(k.shape[-1])} (FlashInfer's paged prefill takes "
-                f"{', '.join(map(str, flashinfer_graphs.FI_HEAD_DIMS))})")
-    if not libraries.available("flashinfer"):
-        return "flashinfer cannot be imported here"
-    return None
-
-
-def fa3_unsupported(model_runner, mla: bool) -> str | None:
-    """Why FA3's paged attention cannot take the prefix of this runner's tree verify (None: it can)."""
-    if mla:
-        return "the target is MLA (the FA3 prefix is wired for MHA/GQA targets)"
-    k, v = model_runner.token_to_kv_pool.get_key_buffer(0), model_runner.token_to_kv_pool.get_value_buffer(0)
-    d, dv = int(k.shape[-1]), int(v.shape[-1])
-    if d != dv or d not in libraries.FA3_HEAD_DIMS:
-        return (f"the head dims are {d}/{dv} (the FA3 prefix takes equal key and value head dims in "
-                f"{', '.join(map(str, libraries.FA3_HEAD_DIMS))})")
-    if not libraries.available("fa3"):
-        return "sgl_kernel's FA3 library (flash_ops) cannot be imported here"
-    return None
-
-
-UNSUPPORTED = {"flashmla": flashmla_unsupported, "flashinfer": flashinfer_unsupported, "fa3": fa3_unsupported}
-
-
-def auto_prefix(model_runner, mla: bool) -> str:
-    """What `auto` runs the prefix through (module docstring): the first library that can serve, else `tree`."""
-    if mla:
-        order = ("flashmla",)
-    elif verify_backend_name(model_runner) == FA3_BACKEND:
-        order = ("fa3", AUTO_GQA_PREFIX)
-    else:
-        order = (AUTO_GQA_PREFIX,)
-    for lib in order:
-        if lib not in UNSUPPORTED:  # AUTO_GQA_PREFIX set to `tree`
-            return lib
-        why = UNSUPPORTED[lib](model_runner, mla)
-        if why is None:
-            return lib
-        logger.info("sglang-ddtree: the prefix not through %s (%s)", lib, why)
-    return "tree"
+def prefix_shape(model_runner) -> Shape:
+    """What the prefix choice (attention/choose.py) reads of this runner: the layout, the KV pool's head dims, the
+    page size and the backend (on SGLang's CPU backend: the CPU, where only `tree` serves). The KV dtype is the tree
+    kernel's to refuse (`unsupported`, asked first: every cascade's tail is the kernel)."""
+    pool = model_runner.token_to_kv_pool
+    k, v = pool.get_key_buffer(0), pool.get_value_buffer(0)
+    mla = type(pool).__name__ == "MLATokenToKVPool"
+    return Shape("mla" if mla else "gqa", int(k.shape[-1]), MLA_LATENT if mla else int(v.shape[-1]),
+                 page_size=int(getattr(model_runner, "page_size", 1) or 1),
+                 device="cpu" if on_cpu_backend(model_runner) else "cuda",
+                 backend=backend_flag(model_runner))
 
 
 def _sm_count(device) -> int:
@@ -245,19 +200,8 @@ class TreeVerifyAttention:
         self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
-        if prefix not in PREFIXES:
-            raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
-        asked = prefix
-        if on_cpu_backend(model_runner) and prefix in ("auto", "tree"):  # the torch path over prefix and tree
-            prefix = "tree"
-        elif on_cpu_backend(model_runner):
-            raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix} on the CPU (the prefix libraries are CUDA kernels)")
-        elif prefix == "auto":
-            prefix = auto_prefix(model_runner, self.mla)
-        elif prefix in UNSUPPORTED:
-            why = UNSUPPORTED[prefix](model_runner, self.mla)
-            if why is not None:
-                raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix}, but {why}")
+        asked = prefix  # the server's prefix choice, the engine's policy (attention/choose.py)
+        prefix = choose.choose(prefix_shape(model_runner), prefix, host="server", setting=VARS["prefix"].name)
         if prefix != "tree":
             self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
         if prefix == "flashinfer":
@@ -451,7 +395,7 @@ class TreeVerifyAttention:
         """FlashMLA's split plan for this forward, made here (out of any graph, every replay) into static buffers:
         SGLang runs a captured forward more than once after one metadata call (warm-up, then capture), so a plan
         made by the first layer would be the warm-up's tensors inside the graph, freed at the next metadata."""
-        tile, splits = libraries.flashmla_metadata(self.prefix_lens[:bs], n, self.hq)
+        tile, splits = flashmla.metadata(self.prefix_lens[:bs], n, self.hq)
         static = self._plans.get(n)
         if static is None or static[0].shape != tile.shape or static[1].shape[0] < bs + 1:
             rows = max(bs, self.prefix_lens.shape[0]) + 1
@@ -532,7 +476,7 @@ class TreeVerifyAttention:
 
     def _flashmla_prefix(self, q_full, kc, bs, n, hq, scale):
         """FlashMLA over the prefix through its page table: (O, LSE, its base: natural log)."""
-        o_p, lse_p = libraries.flashmla_attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
+        o_p, lse_p = flashmla.attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
                                                kc.view(-1, self.page, 1, MLA_LATENT + MLA_ROPE),
                                                self.block_table[:bs], self.prefix_lens[:bs], MLA_LATENT,
                                                self._plan, scale)
@@ -555,7 +499,7 @@ class TreeVerifyAttention:
         """FA3 over the prefix through the page table: (O, LSE, its base: natural log)."""
         hkv, d = kc.shape[-2], kc.shape[-1]
         pages = lambda c: c[: c.shape[0] // self.page * self.page].view(-1, self.page, hkv, c.shape[-1])  # noqa: E731
-        o_p, lse_p = libraries.fa3_attend(q.view(bs, n, hq, d), pages(kc), pages(vc), self.block_table[:bs],
+        o_p, lse_p = fa3.attend(q.view(bs, n, hq, d), pages(kc), pages(vc), self.block_table[:bs],
                                           self.prefix_lens[:bs], scale)
         return o_p, lse_p, "e"
 
