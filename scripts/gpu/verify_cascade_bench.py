@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 from sglang_ddtree import _cli, ops  # noqa: E402
-from sglang_ddtree.attention import flashinfer_graphs, libraries, native  # noqa: E402
+from sglang_ddtree.attention import flashinfer_graphs, native, prefixes  # noqa: E402
 from sglang_ddtree.bench.common import capture_graph, md_table, metadata, write_outputs  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
@@ -195,7 +195,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         sys.stderr.write(f"{ap.prog}: error: needs a CUDA device (none visible)\n")
         return 2
-    if not libraries.available("flashinfer"):
+    if not prefixes.installed("flashinfer"):
         sys.stderr.write(f"{ap.prog}: error: flashinfer is not importable\n")
         return 2
     ops.ensure_backend("cuda")

@@ -20,7 +20,7 @@ from .reference import reference_tree_attention
 BACKENDS = (*_choose.PREFIXES, "torch")  # the prefix vocabulary, and the portable torch path forced
 
 __all__ = ["tree_verify_attention", "reference_tree_attention", "merge_states", "lse_to_natural",
-           "lse_from_natural", "LN2", "BACKENDS", "resolve_backend", "make_problem", "unpack_mask", "Problem", "Shape"]
+           "lse_from_natural", "LN2", "BACKENDS", "resolve_backend", "engine_prefix", "make_problem", "unpack_mask", "Problem", "Shape"]
 
 
 def resolve_backend(prob: Problem, backend: str) -> str:
@@ -33,7 +33,13 @@ def resolve_backend(prob: Problem, backend: str) -> str:
     if backend == "tree" and not native.supports(prob):
         raise ValueError("backend='tree' needs CUDA bf16/fp16 tensors in the MLA (512+64 → 512) or GQA "
                          "(head dim 32, 64, 128 or 256) shapes")
-    return _choose.choose(Shape.of(prob), backend, host="engine", setting="backend")
+    return engine_prefix(Shape.of(prob), backend)
+
+
+def engine_prefix(shape: Shape, backend: str = "auto", setting: str = "backend") -> str:
+    """The engine's prefix choice for a shape the kernel takes: choose.choose with host 'engine' (a ValueError naming
+    `setting` where an asked library cannot serve)."""
+    return _choose.choose(shape, backend, host="engine", setting=setting)
 
 
 def tree_verify_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale: float, *,

@@ -11,6 +11,8 @@ import logging
 from . import native, prefixes
 from .prefixes import Shape
 
+__all__ = ["Shape", "choose", "verify", "canonical", "auto_order", "VERIFY", "PREFIXES"]
+
 logger = logging.getLogger("sglang_ddtree")
 
 VERIFY = ("auto", "tree", "mask")

@@ -24,7 +24,7 @@ import torch
 from .. import _checks as C
 from ..budget import AutoWidth
 from ..keys import Calibration, DraftKeys
-from ..attention import choose
+from ..attention import Shape, choose, engine_prefix
 from ..round import Round, RoundHost, RoundOps
 from ..sampling import NodeLaw, node_tokens
 from ..sizes import MAX_BUDGET, verify_width
@@ -69,7 +69,7 @@ class Engine:
         on the CPU), 'mask' (torch SDPA over the cache with a dense mask), 'auto' (tree where it applies); the
         earlier 'op' / 'sdpa' are read as tree / mask (attention/choose.py). prefix: who attends the prefix under
         the tree attention, as SGLANG_DDTREE_PREFIX says it — 'auto' (choose.choose for the engine), 'tree' or a
-        library ('flashmla', 'flashinfer', 'fa3'), refused at the verify where it cannot serve."""
+        library ('flashmla', 'flashinfer', 'fa3'), refused here where it cannot serve."""
         self.target, self.drafter = target, drafter
         self.draft_dir = None  # from_pretrained's drafter directory (its calibration file, if any)
         self.tokenizer = tokenizer or ByteTokenizer()
@@ -81,6 +81,12 @@ class Engine:
             "this target (it needs a CUDA bf16 target with head_dim 128, or an MLA target)"
         tree = choose.verify(asked, why, f"attention={attention!r}")
         self.attention = "tree" if tree else "mask"
+        if tree and self.prefix != "auto":  # a library that cannot serve this target is refused here, not mid-decode
+            mla = hasattr(target.config, "kv_lora_rank")
+            engine_prefix(Shape("mla" if mla else "gqa", device=self.device.type, dtype=self.dtype), self.prefix,
+                          setting="prefix")
+            if self.device.type != "cuda":  # `tree` on the CPU: the torch path, as the server's
+                self.prefix = "auto"
         self.ops = RoundOps(self.device)
         if drafter is not None:
             d = drafter.config
@@ -294,7 +300,7 @@ class Engine:
 
     def _op_attention(self, seq_lens, tree, cap):
         """The target's verify attention through the project's op (its `op_attention`), for this tree."""
-        return self.target.op_attention(seq_lens, tree.mask_bits, cap, prefix=self.prefix)
+        return self.target.op_attention(seq_lens, tree.mask_bits, cap, prefix_choice=self.prefix)
 
 
 def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:

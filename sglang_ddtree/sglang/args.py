@@ -141,6 +141,12 @@ def launch_shape(view) -> Shape:
     return Shape("gqa", d, d, page_size=int(getattr(view, "page_size", None) or 1), backend=verify_backend_flag(view))
 
 
+def launch_prefix(view, asked: str) -> str:
+    """The prefix the server binding will run for SGLANG_DDTREE_PREFIX=`asked` as far as the flags and the HF config
+    tell (choose.choose, host 'server'); a ValueError naming the variable where `asked` cannot serve."""
+    return choose.choose(launch_shape(view), asked, host="server", setting=env("prefix"))
+
+
 def _library_prefix_refusal(name: str, view, settings: Settings) -> tuple | None:
     """(what, fix) when SGLANG_DDTREE_PREFIX=`name` (a library) cannot serve this server, else None: the server
     binding's answer (choose.choose, host 'server'), given at start-up."""
@@ -149,7 +155,7 @@ def _library_prefix_refusal(name: str, view, settings: Settings) -> tuple | None
         return (f"{knob} with {env('verify_attention')}=mask (the prefix split is the tree kernel's; SGLang's "
                 f"FULL_MASK verify has none)", "unset one of the two")
     try:
-        choose.choose(launch_shape(view), name, host="server", setting=knob.split("=")[0])
+        launch_prefix(view, name)
     except ValueError as e:
         lib = prefixes.LIBRARIES[name]
         if str(e).endswith(f"without {lib.MISSING}"):

@@ -240,8 +240,6 @@ def test_flashmla_prefix_needs_an_mla_target_on_flashmla(resolve, monkeypatch, n
     for args, kw, why in ((("--attention-backend", "triton"), {"target": target},
                            "on --attention-backend triton \\(FlashMLA reads the prefix through the page tables of "
                            "--attention-backend flashmla\\)"),
-                          (("--attention-backend", "flashmla", "--page-size", "16"), {"target": target},
-                           "at page size 16 \\(FlashMLA reads pages of 64\\)"),
                           ((), {}, "for an MHA/GQA target \\(the FlashMLA prefix is wired for MLA targets\\)")):
         with pytest.raises(ValueError, match=f"SGLANG_DDTREE_PREFIX=flashmla {why}.*{fix}"):
             resolve(*args, **kw)
