@@ -23,7 +23,7 @@ from sglang.srt.plugins import load_plugins  # noqa: E402
 load_plugins()
 from test_sglang_tree_attention import Mode, make_mla_runner  # noqa: E402
 
-from sglang_ddtree.attention import libraries  # noqa: E402
+from sglang_ddtree.attention import flashmla  # noqa: E402
 from sglang_ddtree.bench.common import host_us as _host_us  # noqa: E402
 from sglang_ddtree.sglang import tree_attention as TA  # noqa: E402
 
@@ -54,7 +54,7 @@ for bs in (1, 16):
         out[f"{prefix}_bs{bs}_metadata_host_us"] = host_us(lambda: runner.attn_backend.init_forward_metadata(fb))
         if prefix == "flashmla":
             lens = ta.prefix_lens[:bs]
-            out[f"get_mla_metadata_bs{bs}_host_us"] = host_us(lambda: libraries.flashmla_metadata(lens, 16, 64))
+            out[f"get_mla_metadata_bs{bs}_host_us"] = host_us(lambda: flashmla.metadata(lens, 16, 64))
             rows = fb.req_pool_indices
             out[f"block_table_bs{bs}_host_us"] = host_us(  # as _metadata gathers it
                 lambda: torch.div(ta.req_to_token[:, :: ta.page].index_select(0, rows), ta.page,

@@ -152,18 +152,6 @@ class RoundOps:
         return CommitPlan.from_outputs(outs)
 
 
-def verify_attention(requested: str, why_not: str | None, setting: str) -> bool:
-    """The one verify-path choice of both hosts: True where the round's verify reads the tree's ancestor
-    bitsets through the project's tree attention, False where it reads the host's dense-mask attention.
-    requested: 'auto' (the tree attention wherever it can serve), 'tree' (required) or 'mask'; why_not: why
-    the tree attention cannot serve this host (None: it can); setting: how the user asked, for the error."""
-    if requested not in ("auto", "tree", "mask"):
-        raise ValueError(f"verify attention must be auto, tree or mask, got {requested!r}")
-    if requested == "tree" and why_not is not None:
-        raise ValueError(f"{setting}, but the tree attention cannot serve {why_not}")
-    return requested != "mask" and why_not is None
-
-
 class RoundHost:
     """What a decoder supplies to a round, for one batch; `Round.run` calls the verbs in the order below.
     SGLang's worker makes one host a decode call (sglang/decode_round.py), the engine one a batch of requests

@@ -7,8 +7,8 @@ set -u
 cd "$(dirname "$0")/../.."
 OUTD=${STEP_OUT:-${OUT:-/tmp}/fa3}; mkdir -p "$OUTD"
 ls -la /tmp/fa3-parts 2>/dev/null; cat /tmp/fa3-parts/MANIFEST 2>/dev/null
-python3 -c "from sglang_ddtree.attention import libraries as L; print('fa3 importable:', L.available('fa3'))" \
+python3 -c "from sglang_ddtree.attention import fa3; print('fa3 installed:', fa3.installed())" \
   | tee "$OUTD/fa3.txt"
-grep -q "importable: True" "$OUTD/fa3.txt" || exit 0
+grep -q "installed: True" "$OUTD/fa3.txt" || exit 0
 STEP_OUT=$OUTD GPU_TESTS="tests/attention/test_attention_gpu.py tests/sglang/test_sglang_tree_attention.py::test_library_prefix_cascade_on_the_gpu" \
   bash scripts/gpu/15_tests.sh

@@ -37,7 +37,7 @@ if want splits; then
 fi
 if want cascade; then
   # the FlashInfer prefix cascade: real FlashInfer against the reference (widths 16/32/64, batch 1/4/16, pages
-  # 1/16/64, CUDA-graph replay), then the per-layer timing that decides tree_attention.AUTO_GQA_PREFIX
+  # 1/16/64, CUDA-graph replay), then the per-layer timing that decides attention/choose.AUTO_GQA_PREFIX
   python3 -m pytest -q -p no:cacheprovider tests/attention/test_flashinfer_prefix_cpu.py \
     tests/attention/test_flashinfer_prefix_gpu.py 2>&1 | tee "$STEP_OUT/cascade_tests.log" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1

@@ -1,51 +1,45 @@
 """Tree verify attention: the n tree queries of each request over its prefix KV and its own tree KV.
 
 Cascade (docs/DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
-(FlashMLA, FlashInfer, FA3, or our kernel) → (O_p, LSE_p); the tree tail with the ancestor mask (our kernel)
-→ (O_t, LSE_t); merged by LSE with each library's base converted explicitly. backend="native" runs
-prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree tile last).
+(FlashMLA, FlashInfer, FA3: prefixes.py, one module each) → (O_p, LSE_p); the tree tail with the ancestor mask
+(our kernel) → (O_t, LSE_t); merged by LSE with each library's base converted explicitly. backend="tree" runs
+prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree tile last). Which one `auto`
+runs is choose.py's, the same policy the server's binding and launch gate ask.
 """
 from __future__ import annotations
 
 import torch
 
-from . import fallback, libraries, native
+from . import choose as _choose
+from . import fallback, native, prefixes
 from .merge import LN2, lse_from_natural, lse_to_natural, merge_states
+from .prefixes import Shape
 from .problem import Problem, check_contents, make_problem, unpack_mask
 from .reference import reference_tree_attention
 
-BACKENDS = ("auto", "native", "flashmla", "flashinfer", "fa3", "torch")
+BACKENDS = (*_choose.PREFIXES, "torch")  # the prefix vocabulary, and the portable torch path forced
 
 __all__ = ["tree_verify_attention", "reference_tree_attention", "merge_states", "lse_to_natural",
-           "lse_from_natural", "LN2", "BACKENDS", "resolve_backend", "make_problem", "unpack_mask", "Problem"]
+           "lse_from_natural", "LN2", "BACKENDS", "resolve_backend", "engine_prefix", "make_problem", "unpack_mask", "Problem", "Shape"]
 
 
 def resolve_backend(prob: Problem, backend: str) -> str:
-    """'auto', from the H200 measurements (docs/benchmarks/attention-notes.md): MLA → the FlashMLA cascade (page
-    size 64), else FlashInfer's, else our fused kernel (tensor cores, but mma.sync: slower than FlashMLA's wgmma
-    when compute-bound). GQA → our fused kernel while a request's n·G query rows fit one 64-row tile
-    (memory-bound: one KV pass), else the FlashInfer cascade. The torch path on the CPU and for dtypes/shapes
-    the kernel does not take."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "auto":
-        if not native.supports(prob):
-            return "torch"
-        if prob.layout == "gqa" and prob.n * prob.G <= native.ROWS_PER_CTA:
-            return "native"
-        for lib in ("flashmla", "flashinfer"):
-            if libraries.supports(lib, prob) and libraries.available(lib):
-                return lib
-        return "native"
-    if backend == "native" and not native.supports(prob):
-        raise ValueError("backend='native' needs CUDA bf16/fp16 tensors in the MLA (512+64 → 512) or GQA "
+    """What runs this call: `torch` (forced, or `auto` where the kernel does not take the tensors: the CPU, other
+    dtypes or head dims), else the engine's prefix choice (choose.choose, host 'engine'): `tree` (our fused
+    kernel over prefix and tree) or a library over the prefix with our kernel over the tree."""
+    backend = _choose.canonical(backend, BACKENDS, _choose.PREFIX_ALIASES, "backend")
+    if backend == "torch" or (backend == "auto" and not native.supports(prob)):
+        return "torch"
+    if backend == "tree" and not native.supports(prob):
+        raise ValueError("backend='tree' needs CUDA bf16/fp16 tensors in the MLA (512+64 → 512) or GQA "
                          "(head dim 32, 64, 128 or 256) shapes")
-    if backend in libraries.PREFIX:
-        if not libraries.supports(backend, prob):
-            raise ValueError(f"backend={backend!r} does not take these inputs (device, dtype, layout or page size)")
-        if not libraries.available(backend):
-            raise RuntimeError(f"backend={backend!r} is not importable here")
-    return backend
+    return engine_prefix(Shape.of(prob), backend)
+
+
+def engine_prefix(shape: Shape, backend: str = "auto", setting: str = "backend") -> str:
+    """The engine's prefix choice for a shape the kernel takes: choose.choose with host 'engine' (a ValueError naming
+    `setting` where an asked library cannot serve)."""
+    return _choose.choose(shape, backend, host="engine", setting=setting)
 
 
 def tree_verify_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_mask, sm_scale: float, *,
@@ -79,8 +73,8 @@ def tree_verify_attention(q, kv_cache, page_table, prefix_lens, tree_kv, tree_ma
     if backend == "torch":
         o, lse = fallback.attend(prob, max_prefix_len=max_prefix_len)
         return o.to(prob.dtype), lse.to(torch.float64 if prob.dtype == torch.float64 else torch.float32)
-    if backend == "native":
+    if backend == "tree":
         return native.attend(prob, max_prefix_len=max_prefix_len)
-    o_p, lse_p, base = libraries.PREFIX[backend](prob, {} if plan is None else plan)
+    o_p, lse_p, base = prefixes.run(backend, prob, {} if plan is None else plan)
     o_t, lse_t = native.attend(prob, with_prefix=False)
     return native.merge(o_p, lse_p, base, o_t, lse_t, "e", prob.dtype)

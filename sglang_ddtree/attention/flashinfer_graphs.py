@@ -5,7 +5,7 @@ overlap scheduling; reading the exact lengths would be a sync every round. So ea
 FlashInfer's plan only what does not depend on the lengths (made once), and one op writes the rest on the device
 every round from the exact lengths: `FlashInferPrefix` (fa2 paged prefill, MHA/GQA; `fa2_schedule`) and
 `FlashInferMLAPrefix` (FlashInfer-MLA; `mla_schedule`). The standalone cascade's library adapters, which plan on
-the host per batch, are libraries.py.
+the host per batch, is flashinfer.py.
 """
 from __future__ import annotations
 

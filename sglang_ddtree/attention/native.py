@@ -27,6 +27,19 @@ GQA_HEAD_DIMS = (32, 64, 128, 256)
 
 MLA_LATENT, MLA_ROPE = 512, 64  # the MLA layout kernels/verify_attn.cu takes (DeepSeek-V3 / Kimi-K2)
 
+# as the prefix library `tree` (prefixes.py): our kernel over prefix and tree in one pass; the tail of every cascade
+NAME, TITLE = "tree", "the tree kernel"
+LAYOUTS = ("gqa", "mla")
+HEAD_DIMS = GQA_HEAD_DIMS  # MHA/GQA; MLA: latent 512 + rope 64
+PAGE_SIZES = None
+BACKENDS = None
+MISSING, INSTALL = "the project's CUDA ops", "build them (python -m sglang_ddtree check)"
+
+
+def installed() -> bool:
+    """Built from the package's own sources on first use (ops.ensure_backend)."""
+    return True
+
 
 def shape_ok(layout: str, qk_dim: int, v_dim: int, latent: int | None = None) -> bool:
     """The head dims kernels/verify_attn.cu has instances for: MLA 512 + 64 -> 512, GQA 32-256 (keys = values)."""

@@ -203,3 +203,14 @@ def prefix_slots(prob: Problem, keys: torch.Tensor) -> torch.Tensor:
     pages = torch.clamp(keys // prob.page_size, max=prob.page_table.shape[1] - 1)
     table = prob.page_table.to(torch.int64)[:, pages].clamp(0, prob.k_cache.shape[0] // prob.page_size - 1)
     return table * prob.page_size + keys % prob.page_size
+
+
+def cache_4d(flat: torch.Tensor, page_size: int) -> torch.Tensor:
+    """[slots, Hkv, D] (a view of the paged cache) → [pages, page_size, Hkv, D], as the prefix libraries read it."""
+    return flat.unflatten(0, (-1, page_size))
+
+
+def empty_rows_to_neg_inf(prob: Problem, lse: torch.Tensor) -> torch.Tensor:
+    """Requests with no prefix have no keys: force LSE −inf whatever a prefix library wrote there."""
+    empty = (prob.prefix_lens == 0).repeat_interleave(prob.n).unsqueeze(1)
+    return torch.where(empty, torch.full_like(lse, -math.inf), lse)

@@ -22,7 +22,7 @@ import torch
 
 from .. import _cli
 from ..sizes import budget_of
-from ..attention import libraries, make_problem, native, tree_verify_attention
+from ..attention import Shape, make_problem, native, prefixes, tree_verify_attention
 from .common import capture_graph, metadata, time_fn, write_outputs
 
 MLA_H, MLA_DL, MLA_DR = 64, 512, 64
@@ -179,16 +179,16 @@ def naive_runner(args):
 
 def bench_grid(layout, Ns, Ts, Bs, ceil, *, with_naive=True, log=print):
     rows = []
-    libs = [lib for lib in ("flashmla", "flashinfer", "fa3") if libraries.available(lib)]
+    libs = [lib for lib in ("flashmla", "flashinfer", "fa3") if prefixes.installed(lib)]
     for N in Ns:
         for B in Bs:
             for n in Ts:
                 args = _setup(layout, B, N, n, seed=N + B + n)
                 prob = make_problem(*args)
                 flop, byts, t_flop, t_mem = floors(layout, B, N, n, ceil)
-                paths = {"native": lambda: tree_verify_attention(*args, backend="native", max_prefix_len=N)}
+                paths = {"native": lambda: tree_verify_attention(*args, backend="tree", max_prefix_len=N)}
                 for lib in libs:
-                    if libraries.supports(lib, prob):
+                    if prefixes.refusal(lib, Shape.of(prob)) is None:
                         plan = {}
                         tree_verify_attention(*args, backend=lib, plan=plan)  # plan (and JIT) once per batch
                         paths[lib] = (lambda lib=lib, plan=plan: tree_verify_attention(*args, backend=lib, plan=plan))
@@ -223,10 +223,10 @@ def breakdown(layout, N, n, B, ceil):
     out["prefix_native_us"], _ = _time_graph(lambda: native.attend(prob, with_tree=False, max_prefix_len=N))
     out["tail_native_us"], _ = _time_graph(lambda: native.attend(prob, with_prefix=False))
     for lib in ("flashmla", "flashinfer", "fa3"):
-        if libraries.available(lib) and libraries.supports(lib, prob):
+        if prefixes.refusal(lib, Shape.of(prob)) is None:
             plan = {}
-            libraries.PREFIX[lib](prob, plan)
-            out[f"prefix_{lib}_us"], _ = _time_graph(lambda lib=lib, plan=plan: libraries.PREFIX[lib](prob, plan))
+            prefixes.run(lib, prob, plan)
+            out[f"prefix_{lib}_us"], _ = _time_graph(lambda lib=lib, plan=plan: prefixes.run(lib, prob, plan))
     o_p, l_p = native.attend(prob, with_tree=False, max_prefix_len=N)
     o_t, l_t = native.attend(prob, with_prefix=False)
     out["merge_us"], _ = _time_graph(lambda: native.merge(o_p, l_p, "e", o_t, l_t, "e", torch.bfloat16))
@@ -240,13 +240,13 @@ def jit_times():
     FLASHINFER_WORKSPACE_BASE points at an empty cache (needs no native library of ours)."""
     out = {"flashinfer_cache": os.environ.get("FLASHINFER_WORKSPACE_BASE", "default")}
     t = time.perf_counter()
-    if not libraries.available("flashinfer"):
+    if not prefixes.installed("flashinfer"):
         return out
     out["import_flashinfer_s"] = time.perf_counter() - t
     for layout in ("mla", "gqa"):
         prob = make_problem(*_setup(layout, 1, 256, 9))
         t = time.perf_counter()
-        libraries.flashinfer_prefix(prob, {})
+        prefixes.run("flashinfer", prob, {})
         torch.cuda.synchronize()
         out[f"flashinfer_{layout}_first_call_s"] = time.perf_counter() - t
     return out

@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pair", default="qwen3", choices=sorted(PAIRS), help="the shipped tiny pair to check")
     ap.add_argument("--skip-8b", action="store_true", help="only the lossless part (e.g. on CPU)")
     ap.add_argument("--skip-lossless", action="store_true", help="only the 8B-shaped timing")
-    ap.add_argument("--attention", default="auto", choices=("auto", "op", "sdpa"), help="target verify attention")
+    ap.add_argument("--attention", default="auto", choices=("auto", "tree", "mask"), help="target verify attention")
     ap.add_argument("--no-heapq", action="store_true", help="timing: skip the ports' CPU heapq path")
     a = ap.parse_args(argv)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -173,11 +173,11 @@ def main(argv=None) -> int:
         try:
             timing(eng, *args, rows=out["timing"], save=save)
         except Exception as exc:  # keep the step's other numbers: retry with the SDPA verify path
-            if eng.attention != "op":
+            if eng.attention != "tree":
                 raise
             print(f"[timing] attention op failed ({exc!r}); retrying with SDPA", flush=True)
             out["attention_op_error"] = repr(exc)
-            eng.attention = "sdpa"
+            eng.attention = "mask"
             out["timing"] = []
             timing(eng, *args, rows=out["timing"], save=save)
         out["attention"] = eng.attention

@@ -37,7 +37,7 @@ import sys
 import torch
 
 from .. import _cli, ops
-from ..attention import flashinfer_graphs, libraries, native
+from ..attention import flashinfer_graphs, native, prefixes
 from .attention import _time_graph, ceilings
 from .common import graph_us, host_us, md_table, metadata, write_outputs
 
@@ -230,7 +230,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     missing = ("needs a CUDA device (none visible)" if not torch.cuda.is_available() else
                "--sweep cascade needs flashinfer, which is not importable"
-               if a.sweep == "cascade" and not libraries.available("flashinfer") else None)
+               if a.sweep == "cascade" and not prefixes.installed("flashinfer") else None)
     if missing:
         sys.stderr.write(f"{ap.prog}: error: {missing}\n")
         return 2

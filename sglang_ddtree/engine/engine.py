@@ -24,7 +24,8 @@ import torch
 from .. import _checks as C
 from ..budget import AutoWidth
 from ..keys import Calibration, DraftKeys
-from ..round import Round, RoundHost, RoundOps, verify_attention
+from ..attention import Shape, choose, engine_prefix
+from ..round import Round, RoundHost, RoundOps
 from ..sampling import NodeLaw, node_tokens
 from ..sizes import MAX_BUDGET, verify_width
 from ..stage_clock import StageClock
@@ -62,21 +63,30 @@ class Engine:
     shipped tiny Qwen3 pair; `Engine.from_pretrained(pair="mla")`: the MLA one."""
 
     def __init__(self, target: CausalLM, drafter: DFlashDraftModel | None, tokenizer=None,
-                 attention: str = "auto"):
-        """attention: verify attention — 'op' (the project's tree_verify_attention: for a Qwen3 target its
+                 attention: str = "auto", prefix: str = "auto"):
+        """attention: verify attention — 'tree' (the project's tree_verify_attention: for a Qwen3 target its
         CUDA kernel, bf16, head_dim 128; for an MLA target its absorbed MLA form on any device, the torch path
-        on the CPU), 'sdpa' (torch SDPA over the cache with a dense mask), 'auto' (op where it applies)."""
+        on the CPU), 'mask' (torch SDPA over the cache with a dense mask), 'auto' (tree where it applies); the
+        earlier 'op' / 'sdpa' are read as tree / mask (attention/choose.py). prefix: who attends the prefix under
+        the tree attention, as SGLANG_DDTREE_PREFIX says it — 'auto' (choose.choose for the engine), 'tree' or a
+        library ('flashmla', 'flashinfer', 'fa3'), refused here where it cannot serve."""
         self.target, self.drafter = target, drafter
         self.draft_dir = None  # from_pretrained's drafter directory (its calibration file, if any)
         self.tokenizer = tokenizer or ByteTokenizer()
         p = next(target.parameters())
         self.device, self.dtype = p.device, p.dtype
-        if attention not in ("auto", "op", "sdpa"):
-            raise ValueError(f"attention must be 'auto', 'op' or 'sdpa', got {attention!r}")
+        asked = choose.canonical(attention, choose.VERIFY, choose.VERIFY_ALIASES, "attention")
+        self.prefix = choose.canonical(prefix, choose.PREFIXES, choose.PREFIX_ALIASES, "prefix")
         why = None if target.op_attention_fits(self.device, self.dtype) else \
             "this target (it needs a CUDA bf16 target with head_dim 128, or an MLA target)"
-        tree = verify_attention({"op": "tree", "sdpa": "mask"}.get(attention, attention), why, f"attention={attention!r}")
-        self.attention = "op" if tree else "sdpa"
+        tree = choose.verify(asked, why, f"attention={attention!r}")
+        self.attention = "tree" if tree else "mask"
+        if tree and self.prefix != "auto":  # a library that cannot serve this target is refused here, not mid-decode
+            mla = hasattr(target.config, "kv_lora_rank")
+            engine_prefix(Shape("mla" if mla else "gqa", device=self.device.type, dtype=self.dtype), self.prefix,
+                          setting="prefix")
+            if self.device.type != "cuda":  # `tree` on the CPU: the torch path, as the server's
+                self.prefix = "auto"
         self.ops = RoundOps(self.device)
         if drafter is not None:
             d = drafter.config
@@ -89,7 +99,8 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, target_dir: str | None = None, draft_dir: str | None = None, device=None,
-                        dtype=torch.float32, attention: str = "auto", pair: str = "qwen3") -> "Engine":
+                        dtype=torch.float32, attention: str = "auto", pair: str = "qwen3",
+                        prefix: str = "auto") -> "Engine":
         """pair: which shipped tiny pair (data.PAIRS) when target_dir is None."""
         if target_dir is None:
             if pair not in PAIRS:
@@ -101,7 +112,7 @@ class Engine:
         drafter = load_drafter(draft_dir, dtype, device) if draft_dir else None
         tok = ByteTokenizer.from_dir(target_dir) if os.path.exists(os.path.join(target_dir, "tokenizer.json")) \
             else None
-        eng = cls(target, drafter, tok, attention)
+        eng = cls(target, drafter, tok, attention, prefix)
         eng.draft_dir = draft_dir
         return eng
 
@@ -279,7 +290,7 @@ class Engine:
             tree = build_tree(torch.zeros(B, self.block_size - 1, V, device=self.device), b,
                               root_tokens=0, seq_lens=seq_lens)
             slots = seq_lens[:, None] + torch.arange(tree.n, device=self.device)
-            if self.attention == "op":
+            if self.attention == "tree":
                 vmask, attn_fn = None, self._op_attention(seq_lens, tree, cap)
             else:
                 vmask, attn_fn = prefix_tree_mask(seq_lens, tree.tree_mask, cap), None
@@ -289,7 +300,7 @@ class Engine:
 
     def _op_attention(self, seq_lens, tree, cap):
         """The target's verify attention through the project's op (its `op_attention`), for this tree."""
-        return self.target.op_attention(seq_lens, tree.mask_bits, cap)
+        return self.target.op_attention(seq_lens, tree.mask_bits, cap, prefix_choice=self.prefix)
 
 
 def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
@@ -515,7 +526,7 @@ class _EngineBatch(RoundHost):
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """One target forward over the tree: the project's tree attention op, or SDPA under a dense mask."""
         eng = self.eng
-        if eng.attention == "op":
+        if eng.attention == "tree":
             vmask, attn_fn = None, eng._op_attention(self.seq_lens, tree, self.cap)
         else:
             vmask, attn_fn = prefix_tree_mask(self.seq_lens, tree.tree_mask, self.cap), None

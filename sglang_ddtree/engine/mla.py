@@ -155,7 +155,7 @@ class DeepseekV3ForCausalLM(CausalLM):
     def op_attention_fits(self, device: torch.device, dtype) -> bool:
         return True  # the MLA op takes every device and dtype (its torch path on the CPU and for fp32)
 
-    def op_attention(self, seq_lens, mask_bits, cap):
+    def op_attention(self, seq_lens, mask_bits, cap, prefix_choice: str = "auto"):
         """attn_fn for the verify forward: the latent cache [B, cap, 1, 576] seen as pages of PAGE_SIZE
         slots (request b's pages b·cap/PAGE_SIZE ...), the prefix its first seq_len slots, this step's latent
         rows the tree KV; sm_scale 1/sqrt(qk_nope + qk_rope)."""
@@ -172,7 +172,8 @@ class DeepseekV3ForCausalLM(CausalLM):
             (q_abs, q_pe), n = q, q[0].shape[1]
             o, _ = tree_verify_attention((q_abs.flatten(0, 1), q_pe.flatten(0, 1)),
                                          cache.view(B * pages, ps, cache.shape[-1]), page_table, prefix,
-                                         lat.reshape(B * n, -1), mask_bits, c.sm_scale, max_prefix_len=cap)
+                                         lat.reshape(B * n, -1), mask_bits, c.sm_scale, max_prefix_len=cap,
+                                         backend=prefix_choice)
             return o.view(B, n, *o.shape[1:])
         return fn
 

@@ -279,7 +279,7 @@ class Qwen3ForCausalLM(CausalLM):
     def op_attention_fits(self, device: torch.device, dtype) -> bool:
         return device.type == "cuda" and dtype == torch.bfloat16 and self.config.head_dim == 128
 
-    def op_attention(self, seq_lens, mask_bits, cap):
+    def op_attention(self, seq_lens, mask_bits, cap, prefix_choice: str = "auto"):
         """attn_fn for the verify forward through the project's kernel: the dense cache is a paged cache
         with one page of `cap` slots per request; the prefix is the first seq_len slots, the tree K/V are
         this step's (mask_bits: TreeBatch.mask_bits)."""
@@ -294,7 +294,7 @@ class Qwen3ForCausalLM(CausalLM):
             n = q.shape[1]
             o, _ = tree_verify_attention(q.reshape(B * n, *q.shape[2:]), (ck, cv), page_table, prefix,
                                          (k.reshape(B * n, *k.shape[2:]), v.reshape(B * n, *v.shape[2:])),
-                                         mask_bits, scale, max_prefix_len=cap)
+                                         mask_bits, scale, max_prefix_len=cap, backend=prefix_choice)
             return o.view(B, n, *o.shape[1:])
         return fn
 

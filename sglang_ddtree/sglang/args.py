@@ -26,6 +26,9 @@ import os
 
 from sglang_ddtree.sizes import AUTO_LADDER, MAX_CUDA_BUDGET, budget_of, verify_width
 
+from sglang_ddtree.attention import choose, prefixes
+from sglang_ddtree.attention.prefixes import Shape
+
 from . import backends
 from .adapters import registration as sgl
 from .settings import DEFAULT_BUDGET, Settings, env
@@ -127,53 +130,39 @@ def head_dim(view) -> int | None:
     return None if d is None else int(d)
 
 
-def _flashinfer_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("flashinfer") is not None
-
-
-def _fa3_installed() -> bool:
-    """sgl_kernel with its FA3 library (flash_ops), found without importing it (the import loads CUDA)."""
-    import glob
-    import importlib.util
-    import os
-
-    spec = importlib.util.find_spec("sgl_kernel")
-    return any(glob.glob(os.path.join(d, "flash_ops*.so")) for d in (spec.submodule_search_locations or ())) \
-        if spec is not None else False
+def launch_shape(view) -> Shape:
+    """What the prefix choice (attention/choose.py) knows at launch: the layout and head dims from the target's HF
+    config, the page size and the backend that will serve TARGET_VERIFY (dtype and width are not known yet)."""
+    dims = mla_dims(view)
+    if dims is not None:
+        return Shape("mla", sum(dims), dims[0], page_size=int(getattr(view, "page_size", None) or 1),
+                     backend=verify_backend_flag(view))
+    d = head_dim(view)
+    return Shape("gqa", d, d, page_size=int(getattr(view, "page_size", None) or 1), backend=verify_backend_flag(view))
 
 
-def _prefix_library(name: str) -> dict:
-    """What SGLANG_DDTREE_PREFIX=`name` (a library) needs: head dims, an install check and words for the user."""
-    from sglang_ddtree.attention.flashinfer_graphs import FI_HEAD_DIMS
-    from sglang_ddtree.attention.libraries import FA3_HEAD_DIMS
-
-    if name == "fa3":
-        return dict(dims=FA3_HEAD_DIMS, installed=_fa3_installed, what="FA3", missing="sgl_kernel's FA3 library "
-                    "(flash_ops) installed", install="install sglang-kernel with it",
-                    mla="the FA3 prefix is wired for MHA/GQA targets")
-    return dict(dims=FI_HEAD_DIMS, installed=_flashinfer_installed, what="FlashInfer's paged prefill",
-                missing="flashinfer installed", install="pip install flashinfer-python",
-                mla=None)  # an MLA target's prefix goes through FlashInfer-MLA (its latent shape is checked apart)
+def launch_prefix(view, asked: str) -> str:
+    """The prefix the server binding will run for SGLANG_DDTREE_PREFIX=`asked` as far as the flags and the HF config
+    tell (choose.choose, host 'server'); a ValueError naming the variable where `asked` cannot serve."""
+    return choose.choose(launch_shape(view), asked, host="server", setting=env("prefix"))
 
 
-def _library_prefix_refusal(name: str, view, mla: bool, settings: Settings) -> tuple | None:
-    """(what, fix) when SGLANG_DDTREE_PREFIX=`name` (flashinfer or fa3) cannot serve this server, else None."""
-    lib, knob = _prefix_library(name), f"{env('prefix')}={name}"
-    unset = f"unset {env('prefix')}"
-    if mla and lib["mla"] is not None:
-        return (f"{knob} for an MLA target ({lib['mla']})",
-                f"{unset}, or {env('prefix')}=flashmla with --attention-backend flashmla --page-size 64")
-    if settings.verify_attention == "full_mask":
-        return (f"{knob} with {env('verify_attention')}=full_mask (the prefix split is the tree kernel's; SGLang's "
+def _library_prefix_refusal(name: str, view, settings: Settings) -> tuple | None:
+    """(what, fix) when SGLANG_DDTREE_PREFIX=`name` (a library) cannot serve this server, else None: the server
+    binding's answer (choose.choose, host 'server'), given at start-up."""
+    knob, unset = f"{env('prefix')}={name}", f"unset {env('prefix')}"
+    if settings.verify_attention == "mask":
+        return (f"{knob} with {env('verify_attention')}=mask (the prefix split is the tree kernel's; SGLang's "
                 f"FULL_MASK verify has none)", "unset one of the two")
-    d = None if mla else head_dim(view)
-    if d is not None and d not in lib["dims"]:
-        return (f"{knob} for a target of head dim {d} ({lib['what']} takes head dims "
-                f"{', '.join(map(str, lib['dims']))})", unset)
-    if not lib["installed"]():
-        return f"{knob} without {lib['missing']}", f"{lib['install']}, or {unset}"
+    try:
+        launch_prefix(view, name)
+    except ValueError as e:
+        lib = prefixes.LIBRARIES[name]
+        if str(e).endswith(f"without {lib.MISSING}"):
+            return str(e), f"{lib.INSTALL}, or {unset}"
+        if name == "flashmla":
+            return str(e), f"serve the MLA target with --attention-backend flashmla --page-size 64, or {unset}"
+        return str(e), unset
     return None
 
 
@@ -235,8 +224,8 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
     round-cost-h200-2026-12-04-long-context.md); elsewhere its multi-width verify is CPU-tested only."""
     backend = verify_backend_flag(view)
     page = int(getattr(view, "page_size", None) or 1)
-    if settings.verify_attention == "full_mask":
-        return f"{env('verify_attention')}=full_mask"
+    if settings.verify_attention == "mask":
+        return f"{env('verify_attention')}=mask"
     if backend not in backends.MHA:
         return f"--attention-backend {backend}"
     if backend == "fa3":
@@ -250,7 +239,7 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
         return f"--page-size {page}"
     if settings.prefix == "tree":
         return f"{env('prefix')}=tree"
-    refusal = _library_prefix_refusal("flashinfer", view, False, settings)
+    refusal = _library_prefix_refusal("flashinfer", view, settings)
     return None if refusal is None else f"--attention-backend {backend} --page-size {page} without the FlashInfer " \
                                         f"prefix ({refusal[0]})"
 
@@ -372,11 +361,11 @@ def validate_server_args(server_args) -> None:
                 _reject(f"{flag} {backend} for an MLA target (the tree kernel verifies MLA trees inside "
                         f"{', '.join(backends.MLA)} only)", f"pass {flag} triton (or flashmla / flashinfer)")
             continue
-        if backend == "fa3" and not _fa3_installed():
+        if backend == "fa3" and not prefixes.installed("fa3"):
             _reject(f"{flag} fa3 without sgl_kernel's FA3 library (flash_ops) installed",
                     f"install sglang-kernel with it, or pass {flag} triton (or flashinfer)")
-        if backend == "fa3" and settings.verify_attention == "full_mask":
-            _reject(f"{flag} fa3 with {env('verify_attention')}=full_mask (SGLang's fa3 backend applies a tree mask "
+        if backend == "fa3" and settings.verify_attention == "mask":
+            _reject(f"{flag} fa3 with {env('verify_attention')}=mask (SGLang's fa3 backend applies a tree mask "
                     f"only in its topk > 1 cascade mode, which DDTree does not enable)",
                     f"unset {env('verify_attention')} (the tree kernel verifies on fa3), or pass {flag} triton "
                     f"(or flashinfer)")
@@ -385,22 +374,18 @@ def validate_server_args(server_args) -> None:
         why = (f"the tree kernel is not wired into {backend}'s TARGET_VERIFY" if backend == "fa4"
                else f"{backend} cannot apply a tree mask in TARGET_VERIFY")
         _reject(f"{flag} {backend} ({why})", f"pass {flag} triton (or flashinfer, fa3)")
-    if mla and settings.verify_attention == "full_mask":
-        _reject(f"{env('verify_attention')}=full_mask for an MLA target (SGLang's MLA backends cannot apply a "
+    if mla and settings.verify_attention == "mask":
+        _reject(f"{env('verify_attention')}=mask for an MLA target (SGLang's MLA backends cannot apply a "
                 "tree mask)",
                 f"leave {env('verify_attention')} unset: the tree kernel verifies MLA trees")
-    if settings.prefix == "flashmla" and not (mla and getattr(view, "attention_backend", None) == "flashmla"):
-        _reject(f"{env('prefix')}=flashmla without an MLA target on --attention-backend flashmla (FlashMLA reads "
-                f"the prefix from SGLang's FlashMLA page tables, page size 64)",
-                f"serve the MLA target with --attention-backend flashmla --page-size 64, or unset {env('prefix')}")
-    refusal = _library_prefix_refusal(settings.prefix, view, mla, settings) \
-        if settings.prefix in ("flashinfer", "fa3") else None
+    refusal = _library_prefix_refusal(settings.prefix, view, settings) \
+        if device != "cpu" and settings.prefix not in ("auto", "tree") else None
     if refusal is not None:
         _reject(*refusal)
     page = getattr(view, "page_size", None)
-    if page is not None and int(page) != 1 and settings.verify_attention == "full_mask":
+    if page is not None and int(page) != 1 and settings.verify_attention == "mask":
         # the tree kernel reads token-level slots (any page size); SGLang's FULL_MASK verify assumes page 1
-        _reject(f"--page-size {page} with {env('verify_attention')}=full_mask",
+        _reject(f"--page-size {page} with {env('verify_attention')}=mask",
                 f"use --page-size 1, or leave {env('verify_attention')} unset (the tree kernel serves any page size)")
     block = draft_block_size(view)
     budget = resolve_budget(view, settings, block)

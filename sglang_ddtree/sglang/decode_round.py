@@ -23,7 +23,8 @@ import torch
 
 from sglang_ddtree import penalties
 from sglang_ddtree.budget import AutoWidth
-from sglang_ddtree.round import Round, RoundHost, RoundOps, verify_attention
+from sglang_ddtree.attention import choose
+from sglang_ddtree.round import Round, RoundHost, RoundOps
 from sglang_ddtree.sampling import request_seeds
 from sglang_ddtree.sizes import budget_of, verify_width
 from sglang_ddtree.stage_clock import StageClock
@@ -135,7 +136,7 @@ class DecodeRound:
         runner = self.sgl.target_runner()
         why = tree_attention.unsupported(runner) if self._tree_ops(runner) else "the CUDA ops are unavailable"
         choice = self.knobs.verify_attention
-        if not verify_attention({"full_mask": "mask"}.get(choice, choice), why, f"{env('verify_attention')}={choice}"):
+        if not choose.verify(choice, why, f"{env('verify_attention')}={choice}"):
             page = int(getattr(runner, "page_size", 1) or 1)
             if self.auto is not None and self.knobs.auto_default:  # auto was only the default: keep the widest
                 logger.warning("sglang-ddtree: no budget was given and auto needs the tree kernel, which is not in "
@@ -153,7 +154,7 @@ class DecodeRound:
                                 "mask only in its topk > 1 cascade mode, which DDTree does not enable)")):
                 if needs:
                     raise ValueError(f"DDTREE: {needs} needs the tree kernel, which is not in use here ("
-                                     f"{why or 'SGLANG_DDTREE_VERIFY_ATTENTION=full_mask'}). Fix: {fix}")
+                                     f"{why or env('verify_attention') + '=mask'}). Fix: {fix}")
             if why is not None:
                 logger.warning("sglang-ddtree: tree verify through SGLang's FULL_MASK path (slower) because of %s", why)
             self.sgl.install_verify_mask_policy()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from sglang_ddtree.attention import choose
 from sglang_ddtree.ops import NATIVE_BACKENDS
 from sglang_ddtree.sizes import MAX_CUDA_BUDGET
 from sglang_ddtree.tree import ANCHORS
@@ -37,6 +38,7 @@ class Var:
     flag: str = ""             # `python -m sglang_ddtree.launch_server`'s flag that sets it
     metavar: str = ""
     alias: str = ""            # an earlier name, read when `name` is unset
+    earlier: tuple = ()        # (earlier value, its value now) pairs, read as the value now
 
     def raw(self, environ) -> str:
         """The variable's text (its earlier name's where it is unset); both set and different is refused."""
@@ -58,6 +60,7 @@ class Var:
                 raise ValueError(f"{self.name} must be 0 or 1, got {text!r}")
             return text == "1"
         if self.kind == "choice":
+            text = dict(self.earlier).get(text.lower(), text)
             if text.lower() not in self.choices:
                 raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, got {text.lower()!r}")
             return text.lower()
@@ -81,7 +84,8 @@ class Var:
         return value
 
     def docs_values(self) -> str:
-        return self.values or " / ".join(f"`{c}`" for c in self.choices)
+        earlier = "".join(f" (`{old}`: `{new}`'s earlier name)" for old, new in self.earlier)
+        return self.values or " / ".join(f"`{c}`" for c in self.choices) + earlier
 
     def docs_flag(self) -> str:
         """How the docs write the flag: `--flag B` or `auto`, `--flag chain` or `none`."""
@@ -112,11 +116,11 @@ TABLE = (
         help="where the tree stage runs"),
     Var("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "draft_graph_head", "bit", True, values="`0` / `1`",
         help="build the tree inside the draft CUDA graph"),
-    Var("SGLANG_DDTREE_VERIFY_ATTENTION", "verify_attention", "choice", "auto", choices=("auto", "tree", "full_mask"),
-        help="our tree-verify kernel inside the target's attention backend, or SGLang's dense-mask path as a "
-             "fallback"),
-    Var("SGLANG_DDTREE_PREFIX", "prefix", "choice", "auto",
-        choices=("auto", "tree", "flashmla", "flashinfer", "fa3"), alias="SGLANG_DDTREE_MLA_PREFIX",
+    Var("SGLANG_DDTREE_VERIFY_ATTENTION", "verify_attention", "choice", "auto", choices=choose.VERIFY,
+        earlier=(("full_mask", choose.VERIFY_ALIASES["full_mask"]),),
+        help="our tree-verify kernel inside the target's attention backend (`tree`), or SGLang's dense-mask path "
+             "(`mask`) as a fallback; `auto`: `tree` wherever it can serve"),
+    Var("SGLANG_DDTREE_PREFIX", "prefix", "choice", "auto", choices=choose.PREFIXES, alias="SGLANG_DDTREE_MLA_PREFIX",
         help="who attends each tree query's committed prefix; our kernel always attends the tree, and the two are "
              "merged by LSE. `auto` (default): FlashInfer's paged prefill for MHA/GQA targets with head dim "
              "64/128/256 (any page size, triton or flashinfer backend), FA3's paged attention on "

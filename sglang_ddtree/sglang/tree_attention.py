@@ -38,7 +38,8 @@ merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTR
   attention over SGLang's page table (req_to_token's page columns, as the fa3 backend builds it), the prefix
   lengths read on the device, so nothing is planned on the host and a graph replays at any length. `auto` on
   `--attention-backend fa3`.
-`auto` picks the FlashInfer cascade on triton and flashinfer (AUTO_GQA_PREFIX), FA3's on fa3 (else FlashInfer's).
+`auto` picks the FlashInfer cascade on triton and flashinfer, FA3's on fa3 (else FlashInfer's): choose.choose with
+host 'server' (attention/choose.py: its table says where the engine's `auto` differs, and why).
 `tree` keeps our kernel over prefix and tree everywhere.
 
 One instance serves every verify width the worker captures graphs for (the served auto budget): a forward's width
@@ -54,10 +55,12 @@ import logging
 import torch
 
 from sglang_ddtree import ops
-from sglang_ddtree.attention import flashinfer_graphs, libraries, native
+from sglang_ddtree.attention import choose, fa3, flashinfer_graphs, flashmla, native
+from sglang_ddtree.attention.prefixes import Shape
 
 from . import backends
 from .adapters import backend_override
+from .adapters.target_runner import Runner, is_target_verify
 from .settings import VARS
 
 logger = logging.getLogger("sglang_ddtree")
@@ -66,45 +69,35 @@ logger = logging.getLogger("sglang_ddtree")
 # kernels never see a tree (class names, by KV pool)
 BACKENDS = {pool: tuple(by_name.values()) for pool, by_name in backends.BY_POOL.items()}
 MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
-PREFIXES = VARS["prefix"].choices
-# what `auto` picks for an MHA/GQA target (where FlashInfer cannot serve: `tree`): the cascade, which a layer's
-# timing on the H200 puts well ahead of the whole-prefix kernel at long prefixes and wide trees and a few µs behind
-# at short prefixes (docs/benchmarks/h200-2026-12-04-requests-and-cascade.md §3)
-AUTO_GQA_PREFIX = "flashinfer"
-FA3_BACKEND = backends.BY_POOL["MHATokenToKVPool"]["fa3"]  # SGLang's fa3 backend class: its own library first
 PAGED_PREFIXES = ("flashmla", "fa3")  # prefixes read through SGLang's page table and the lengths on the device
 PREFIX_NAMES = {"flashmla": "FlashMLA", "flashinfer": "FlashInfer", "fa3": "FA3"}  # for the logs
 
 
 def is_mla(model_runner) -> bool:
-    """SGLang's ModelConfig.attention_arch is an IntEnum (AttentionArch.MLA): its str() is a number, so read
-    its name."""
-    arch = getattr(getattr(model_runner, "model_config", None), "attention_arch", None)
-    return getattr(arch, "name", None) == "MLA"
+    return Runner(model_runner).is_mla()
 
 
 def verify_backend_name(model_runner) -> str:
-    """The class of the backend that serves the runner's TARGET_VERIFY (inside SGLang's hybrid backend, the one it
-    routes TARGET_VERIFY to: adapters/backend_override.verify_backend)."""
-    return type(backend_override.verify_backend(model_runner.attn_backend)).__name__
+    """The class of the backend that serves the runner's TARGET_VERIFY (adapters/target_runner.Runner)."""
+    return Runner(model_runner).verify_backend_name()
 
 
 def unsupported(model_runner) -> str | None:
     """Why the tree kernel cannot serve this target runner's TARGET_VERIFY (None: it can)."""
-    pool = model_runner.token_to_kv_pool
-    pool_name = type(pool).__name__
+    sgl = Runner(model_runner)
+    pool_name = sgl.pool_name()
     if on_cpu_backend(model_runner):
         return cpu_unsupported(model_runner)
-    if pool_name not in BACKENDS or getattr(pool, "use_hnd", False):
+    if pool_name not in BACKENDS or sgl.head_major():
         return (f"KV pool {pool_name} (plain {', '.join(BACKENDS)} only: no SWA, hybrid, quantized-latent or "
                 f"head-major pools)")
-    name = verify_backend_name(model_runner)
+    name = sgl.verify_backend_name()
     if name not in BACKENDS[pool_name]:
         return (f"attention backend {name} (the tree kernel is wired for {', '.join(BACKENDS[pool_name])} "
                 f"on {pool_name})")
-    if (pool_name == "MLATokenToKVPool") != is_mla(model_runner):
-        return f"KV pool {pool_name} for {'an MLA' if is_mla(model_runner) else 'a non-MLA'} target"
-    k, v = pool.get_key_buffer(0), pool.get_value_buffer(0)
+    if (pool_name == "MLATokenToKVPool") != sgl.is_mla():
+        return f"KV pool {pool_name} for {'an MLA' if sgl.is_mla() else 'a non-MLA'} target"
+    k, v = sgl.kv_buffers(0)
     head_dim, v_dim = int(k.shape[-1]), int(v.shape[-1])
     if pool_name == "MLATokenToKVPool":
         if not native.supports_shape("cuda", k.dtype, "mla", head_dim, v_dim, v_dim) or v.data_ptr() != k.data_ptr():
@@ -113,9 +106,9 @@ def unsupported(model_runner) -> str | None:
     elif not native.supports_shape("cuda", k.dtype, "gqa", head_dim, v_dim):
         return (f"KV cache {k.dtype} with head dims {head_dim}/{v_dim} (the kernel takes bf16/fp16, equal key and "
                 f"value head dims in {native.GQA_HEAD_DIMS})")
-    if getattr(model_runner, "sliding_window_size", None):
+    if sgl.sliding_window():
         return "sliding-window attention"
-    if int(getattr(model_runner.server_args, "dcp_size", 1) or 1) > 1:
+    if sgl.dcp_size() > 1:
         return "decode context parallelism"
     if k.device.type != "cuda":
         return f"a KV cache on {k.device} (the kernel runs on CUDA)"
@@ -124,18 +117,20 @@ def unsupported(model_runner) -> str | None:
 
 def on_cpu_backend(model_runner) -> bool:
     """Whether TARGET_VERIFY is served by SGLang's CPU backend (torch_native): the project's torch path verifies."""
-    if getattr(model_runner, "attn_backend", None) is None:  # a runner without a backend yet (tools, doubles)
+    sgl = Runner(model_runner)
+    if not sgl.has_backend():  # a runner without a backend yet (tools, doubles)
         return False
-    return verify_backend_name(model_runner) in {c for by_name in backends.CPU.values() for c in by_name.values()}
+    return sgl.verify_backend_name() in {c for by_name in backends.CPU.values() for c in by_name.values()}
 
 
 def cpu_unsupported(model_runner) -> str | None:
     """Why the torch path (native.attend_ragged on CPU tensors: any float dtype and head dims) cannot serve this CPU
     runner's TARGET_VERIFY (None: it can)."""
-    pool_name = type(model_runner.token_to_kv_pool).__name__
-    if pool_name not in backends.CPU or getattr(model_runner.token_to_kv_pool, "use_hnd", False):
+    sgl = Runner(model_runner)
+    pool_name = sgl.pool_name()
+    if pool_name not in backends.CPU or sgl.head_major():
         return f"KV pool {pool_name} on the CPU (plain {', '.join(backends.CPU)} only)"
-    if getattr(model_runner, "sliding_window_size", None):
+    if sgl.sliding_window():
         return "sliding-window attention"
     return None
 
@@ -148,94 +143,45 @@ def no_full_mask(model_runner) -> str | None:
     return f"--attention-backend {name}" if name in backends.NO_FULL_MASK else None
 
 
-def flashmla_unsupported(model_runner, mla: bool) -> str | None:
-    """Why FlashMLA cannot take the prefix of this runner's tree verify (None: it can)."""
-    if not mla:
-        return "the target is not MLA"
-    name = verify_backend_name(model_runner)
-    if name != "FlashMLABackend":
-        return f"the target's attention backend is {name} (FlashMLA's page tables come with --attention-backend flashmla)"
-    page = int(getattr(model_runner, "page_size", 1) or 1)
-    if page != 64:
-        return f"the page size is {page} (FlashMLA reads pages of 64)"
-    if not libraries.available("flashmla"):
-        return "sgl_kernel's FlashMLA cannot be imported here"
-    return None
+def backend_flag(model_runner) -> str | None:
+    """The --attention-backend name of the backend serving this runner's TARGET_VERIFY (None: not one DDTree
+    verifies on)."""
+    pool = Runner(model_runner).pool_name()
+    names = {cls: name for name, cls in {**backends.BY_POOL.get(pool, {}), **backends.CPU.get(pool, {})}.items()}
+    return names.get(verify_backend_name(model_runner))
 
 
-def flashinfer_unsupported(model_runner, mla: bool) -> str | None:
-    """Why FlashInfer (its paged prefill; FlashInfer-MLA for an MLA target) cannot take the prefix of this runner's
-    tree verify (None: it can). An MLA target's latent shape is checked by `unsupported`."""
-    k = model_runner.token_to_kv_pool.get_key_buffer(0)
-    if not mla and int(k.shape[-1]) not in flashinfer_graphs.FI_HEAD_DIMS:
-        return (f"the head dim is {int(k.shape[-1])} (FlashInfer's paged prefill takes "
-                f"{', '.join(map(str, flashinfer_graphs.FI_HEAD_DIMS))})")
-    if not libraries.available("flashinfer"):
-        return "flashinfer cannot be imported here"
-    return None
-
-
-def fa3_unsupported(model_runner, mla: bool) -> str | None:
-    """Why FA3's paged attention cannot take the prefix of this runner's tree verify (None: it can)."""
-    if mla:
-        return "the target is MLA (the FA3 prefix is wired for MHA/GQA targets)"
-    k, v = model_runner.token_to_kv_pool.get_key_buffer(0), model_runner.token_to_kv_pool.get_value_buffer(0)
-    d, dv = int(k.shape[-1]), int(v.shape[-1])
-    if d != dv or d not in libraries.FA3_HEAD_DIMS:
-        return (f"the head dims are {d}/{dv} (the FA3 prefix takes equal key and value head dims in "
-                f"{', '.join(map(str, libraries.FA3_HEAD_DIMS))})")
-    if not libraries.available("fa3"):
-        return "sgl_kernel's FA3 library (flash_ops) cannot be imported here"
-    return None
-
-
-UNSUPPORTED = {"flashmla": flashmla_unsupported, "flashinfer": flashinfer_unsupported, "fa3": fa3_unsupported}
-
-
-def auto_prefix(model_runner, mla: bool) -> str:
-    """What `auto` runs the prefix through (module docstring): the first library that can serve, else `tree`."""
-    if mla:
-        order = ("flashmla",)
-    elif verify_backend_name(model_runner) == FA3_BACKEND:
-        order = ("fa3", AUTO_GQA_PREFIX)
-    else:
-        order = (AUTO_GQA_PREFIX,)
-    for lib in order:
-        if lib not in UNSUPPORTED:  # AUTO_GQA_PREFIX set to `tree`
-            return lib
-        why = UNSUPPORTED[lib](model_runner, mla)
-        if why is None:
-            return lib
-        logger.info("sglang-ddtree: the prefix not through %s (%s)", lib, why)
-    return "tree"
+def prefix_shape(model_runner) -> Shape:
+    """What the prefix choice (attention/choose.py) reads of this runner: the layout, the KV pool's head dims, the
+    page size and the backend (on SGLang's CPU backend: the CPU, where only `tree` serves). The KV dtype is the tree
+    kernel's to refuse (`unsupported`, asked first: every cascade's tail is the kernel)."""
+    sgl = Runner(model_runner)
+    k, v = sgl.kv_buffers(0)
+    mla = sgl.pool_name() == "MLATokenToKVPool"
+    return Shape("mla" if mla else "gqa", int(k.shape[-1]), MLA_LATENT if mla else int(v.shape[-1]),
+                 page_size=sgl.page_size(),
+                 device="cpu" if on_cpu_backend(model_runner) else "cuda",
+                 backend=backend_flag(model_runner))
 
 
 def _sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _q_heads(model_runner, tp: int = 1) -> int:
-    """Query heads of every layer on this rank: the model's own count split over its tp tensor-parallel ranks, as
-    SGLang splits them."""
-    mc = model_runner.model_config
-    return int(mc.get_num_attention_heads(tp) if hasattr(mc, "get_num_attention_heads") else mc.num_attention_heads // tp)
-
-
 class TreeVerifyAttention:
     """The static buffers and the patched methods of one target backend (module docstring)."""
 
     def __init__(self, model_runner, *, n: int, max_bs: int, widths=(), prefix: str = "auto", tp: int = 1):
-        self.runner = model_runner
+        self.sgl = Runner(model_runner)  # SGLang's object model, read through the adapter's verbs
         self.tp = int(tp)  # tensor-parallel ranks: this rank serves its share of the query heads
-        self.backend = backend_override.verify_backend(model_runner.attn_backend)  # a hybrid's TARGET_VERIFY one
-        self.pool = model_runner.token_to_kv_pool
-        self.req_to_token = model_runner.req_to_token_pool.req_to_token
+        self.backend = self.sgl.verify_backend()  # a hybrid's TARGET_VERIFY one
+        self.req_to_token = self.sgl.req_to_token()
         self.n = int(n)  # the widest verify (the server's --speculative-num-draft-tokens)
         self.widths = sorted({int(w) for w in widths} | {self.n})
         if self.widths[-1] != self.n or self.widths[0] < 1:
             raise ValueError(f"verify widths must lie in [1, {self.n}], got {widths!r}")
         self.context = int(self.req_to_token.shape[1])
-        self.mla = type(self.pool).__name__ == "MLATokenToKVPool"
+        self.mla = self.sgl.pool_name() == "MLATokenToKVPool"
         dev = self.req_to_token.device
         self.device = dev
         ops.ensure_backend("cuda" if dev.type == "cuda" else "cpu")
@@ -245,19 +191,8 @@ class TreeVerifyAttention:
         self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
-        if prefix not in PREFIXES:
-            raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
-        asked = prefix
-        if on_cpu_backend(model_runner) and prefix in ("auto", "tree"):  # the torch path over prefix and tree
-            prefix = "tree"
-        elif on_cpu_backend(model_runner):
-            raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix} on the CPU (the prefix libraries are CUDA kernels)")
-        elif prefix == "auto":
-            prefix = auto_prefix(model_runner, self.mla)
-        elif prefix in UNSUPPORTED:
-            why = UNSUPPORTED[prefix](model_runner, self.mla)
-            if why is not None:
-                raise ValueError(f"SGLANG_DDTREE_PREFIX={prefix}, but {why}")
+        asked = prefix  # the server's prefix choice, the engine's policy (attention/choose.py)
+        prefix = choose.choose(prefix_shape(model_runner), prefix, host="server", setting=VARS["prefix"].name)
         if prefix != "tree":
             self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
         if prefix == "flashinfer":
@@ -269,11 +204,11 @@ class TreeVerifyAttention:
                 prefix = "tree"
         self.prefix = prefix
         if prefix in PAGED_PREFIXES:  # SGLang's page table of the prefix and its lengths, in static buffers
-            self.page = int(getattr(model_runner, "page_size", 1) or 1)
+            self.page = self.sgl.page_size()
             self.block_table = torch.zeros(int(max_bs), -(-self.context // self.page), dtype=torch.int32, device=dev)
             self.prefix_lens = torch.zeros(int(max_bs), dtype=torch.int32, device=dev)
         if prefix == "flashmla":
-            self.hq = int(self.backend.num_q_heads)  # FlashMLA's plan is made before the layers see any query
+            self.hq = self.sgl.flashmla_q_heads()  # FlashMLA's plan is made before the layers see any query
             self._plans = {}  # verify width -> FlashMLA's split plan in static buffers (graphs read their addresses)
             self._plan = None  # the plan of the forward under way: (tile metadata, num_splits[:bs + 1])
         self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
@@ -284,18 +219,18 @@ class TreeVerifyAttention:
         """FlashInfer's prefix for every verify width (FlashInfer-MLA's for an MLA target), planned once here at the
         widest width and batch 1, so that a FlashInfer that cannot compile or plan is known before any request
         (None: it planned)."""
-        k = self.pool.get_key_buffer(0)
+        k, _ = self.sgl.kv_buffers(0)
         self.fi_width = None  # the width the metadata planned (checked by each layer)
-        workspace = getattr(self.backend, "workspace_buffer", None)
+        workspace = self.sgl.workspace()
         try:
             if self.mla:
                 self.fi = flashinfer_graphs.FlashInferMLAPrefix(
-                    self.device, heads=_q_heads(self.runner, self.tp), dtype=k.dtype, context=self.context, max_bs=max_bs,
+                    self.device, heads=self.sgl.q_heads(self.tp), dtype=k.dtype, context=self.context, max_bs=max_bs,
                     widths=self.widths, sms=self.sms, workspace=workspace)
                 self.fi.plan(self.n)
                 return None
             self.fi = flashinfer_graphs.FlashInferPrefix(
-                self.device, q_heads=_q_heads(self.runner, self.tp), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
+                self.device, q_heads=self.sgl.q_heads(self.tp), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
                 dtype=k.dtype, context=self.context, max_bs=max_bs, widths=self.widths, sms=self.sms,
                 workspace=workspace)
             self.fi.plan(self.n, 1)
@@ -338,7 +273,7 @@ class TreeVerifyAttention:
     @property
     def layers(self) -> int:
         """The target's attention layers (each runs one verify attention a round)."""
-        return int(getattr(self.pool, "layer_num", 0) or 1)
+        return self.sgl.layers()
 
     def time_verify(self, bs: int, n: int, prefix: int, reps: int = 5, calls: int = 4) -> float | None:
         """Seconds of GPU time of one layer's verify attention (the metadata excluded) for bs requests of verify
@@ -352,13 +287,13 @@ class TreeVerifyAttention:
         rt = self.req_to_token
         if bs > rt.shape[0] or prefix + n > rt.shape[1] or n not in self.masks:
             return None
-        kc, vc = self.pool.get_key_buffer(0), self.pool.get_value_buffer(0)
+        kc, vc = self.sgl.kv_buffers(0)
         dev, dt = self.device, kc.dtype
         saved = rt[:bs].clone()
         span = prefix + n
         rt[:bs, :span] = ((torch.arange(bs * span, device=dev) % (kc.shape[0] - 1)) + 1).view(bs, span).to(rt.dtype)
         rows = torch.arange(bs, device=dev)
-        hq = _q_heads(self.runner, self.tp)
+        hq = self.sgl.q_heads(self.tp)
         hkv, d, dv = (1, kc.shape[-1], MLA_LATENT) if self.mla else (int(kc.shape[1]), int(kc.shape[-1]), int(vc.shape[-1]))
         layer = types.SimpleNamespace(layer_id=0, tp_q_head_num=hq, tp_k_head_num=hkv, qk_head_dim=d, v_head_dim=dv,
                                       scaling=d ** -0.5, logit_cap=0)
@@ -451,7 +386,7 @@ class TreeVerifyAttention:
         """FlashMLA's split plan for this forward, made here (out of any graph, every replay) into static buffers:
         SGLang runs a captured forward more than once after one metadata call (warm-up, then capture), so a plan
         made by the first layer would be the warm-up's tensors inside the graph, freed at the next metadata."""
-        tile, splits = libraries.flashmla_metadata(self.prefix_lens[:bs], n, self.hq)
+        tile, splits = flashmla.metadata(self.prefix_lens[:bs], n, self.hq)
         static = self._plans.get(n)
         if static is None or static[0].shape != tile.shape or static[1].shape[0] < bs + 1:
             rows = max(bs, self.prefix_lens.shape[0]) + 1
@@ -474,22 +409,22 @@ class TreeVerifyAttention:
         self._ensure_indices(int(max_bs))  # graphs capture these addresses: allocate before any capture
 
     def _init_forward_metadata(self, forward_batch):
-        if forward_batch.forward_mode.is_target_verify():
+        if is_target_verify(forward_batch):
             return self._metadata(forward_batch)
         return self._orig["init_forward_metadata"](forward_batch)
 
     def _init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False, *args, **kwargs):
-        if forward_batch.forward_mode.is_target_verify():
+        if is_target_verify(forward_batch):
             return self._metadata(forward_batch)
         return self._orig["init_forward_metadata_out_graph"](forward_batch, in_capture, *args, **kwargs)
 
     def _init_forward_metadata_in_graph(self, forward_batch, *args, **kwargs):
-        if forward_batch.forward_mode.is_target_verify():
+        if is_target_verify(forward_batch):
             return None
         return self._orig["init_forward_metadata_in_graph"](forward_batch, *args, **kwargs)
 
     def _forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
-        if not forward_batch.forward_mode.is_target_verify():
+        if not is_target_verify(forward_batch):
             return self._orig["forward_extend"](q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)
         if k is None or v is None:
             raise RuntimeError("DDTREE tree verify needs the layer's K and V (cross-layer KV sharing is not supported)")
@@ -504,7 +439,7 @@ class TreeVerifyAttention:
         else:
             k3, v3 = k.view(-1, hkv, d), v.view(-1, hkv, layer.v_head_dim)
             if save_kv_cache:
-                self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, v3)
+                self.sgl.store_kv(layer, forward_batch.out_cache_loc, k3, v3)
             q = q.view(-1, hq, d)
         bs = self.bs
         rows = q.shape[0]
@@ -512,7 +447,7 @@ class TreeVerifyAttention:
             raise RuntimeError(f"DDTREE tree verify: {rows} query rows for {bs} requests is no verify width of "
                                f"{self.widths}")
         n = rows // bs
-        kc, vc = self.pool.get_key_buffer(layer.layer_id), self.pool.get_value_buffer(layer.layer_id)
+        kc, vc = self.sgl.kv_buffers(layer.layer_id)
         if self.prefix == "tree":
             splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
             o, _ = native.attend_ragged(q, q_pe, kc, vc, self.kv_indptr[: bs + 1], self.kv_indices, k3, v3,
@@ -532,7 +467,7 @@ class TreeVerifyAttention:
 
     def _flashmla_prefix(self, q_full, kc, bs, n, hq, scale):
         """FlashMLA over the prefix through its page table: (O, LSE, its base: natural log)."""
-        o_p, lse_p = libraries.flashmla_attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
+        o_p, lse_p = flashmla.attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
                                                kc.view(-1, self.page, 1, MLA_LATENT + MLA_ROPE),
                                                self.block_table[:bs], self.prefix_lens[:bs], MLA_LATENT,
                                                self._plan, scale)
@@ -555,7 +490,7 @@ class TreeVerifyAttention:
         """FA3 over the prefix through the page table: (O, LSE, its base: natural log)."""
         hkv, d = kc.shape[-2], kc.shape[-1]
         pages = lambda c: c[: c.shape[0] // self.page * self.page].view(-1, self.page, hkv, c.shape[-1])  # noqa: E731
-        o_p, lse_p = libraries.fa3_attend(q.view(bs, n, hq, d), pages(kc), pages(vc), self.block_table[:bs],
+        o_p, lse_p = fa3.attend(q.view(bs, n, hq, d), pages(kc), pages(vc), self.block_table[:bs],
                                           self.prefix_lens[:bs], scale)
         return o_p, lse_p, "e"
 
@@ -575,6 +510,6 @@ class TreeVerifyAttention:
             q_a, q_b = q.reshape(rows, hq, MLA_LATENT), q_rope.reshape(rows, hq, MLA_ROPE)
             k3 = torch.cat([k.reshape(rows, 1, MLA_LATENT), k_rope.reshape(rows, 1, MLA_ROPE)], dim=-1)
         if save_kv_cache:
-            self.pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k3, k3[..., :MLA_LATENT])
+            self.sgl.store_kv(layer, forward_batch.out_cache_loc, k3, k3[..., :MLA_LATENT])
         q_a, q_b = (t if t.stride(-1) == 1 else t.contiguous() for t in (q_a, q_b))
         return q3, q_a, q_b, k3, k3[..., :MLA_LATENT]

@@ -159,8 +159,12 @@ def test_rejects_bad_arguments():
         tree_verify_attention(q, cache, table, lens, tree_kv, bits, -1.0)
     with pytest.raises(ValueError, match="kv_cache"):
         tree_verify_attention(q, cache[..., :512], table, lens, tree_kv, bits, scale)
-    with pytest.raises(ValueError, match="native"):
-        tree_verify_attention(*args, backend="native")  # CPU float64 is not a kernel input
+    for kernel in ("tree", "native"):  # `native`: the earlier name of `tree`
+        with pytest.raises(ValueError, match="backend='tree' needs CUDA"):
+            tree_verify_attention(*args, backend=kernel)  # CPU float64 is not a kernel input
+    for lib in ("flashmla", "flashinfer", "fa3"):  # the libraries are CUDA kernels: refused naming the argument
+        with pytest.raises(ValueError, match=f"backend={lib} on the CPU"):
+            tree_verify_attention(*args, backend=lib)
     gq, gcache, *_ = A.make_case("gqa", 2, 8, [4, 9], page_size=1)[0]
     with pytest.raises(TypeError, match="kv_cache"):
         tree_verify_attention(gq, gcache[0], table, lens, tree_kv, bits, scale)
@@ -168,11 +172,11 @@ def test_rejects_bad_arguments():
 
 def test_flashinfer_page_lists_from_page_table():
     """The CSR page lists handed to FlashInfer's plan, against a per-request loop."""
-    from sglang_ddtree.attention import libraries
+    from sglang_ddtree.attention import flashinfer
     for ps, lens in ((1, [0, 5, 3]), (64, [0, 64, 65, 200]), (16, [31, 0])):
         args, _ = A.make_case("gqa", len(lens), 8, lens, page_size=ps, seed=ps)
         prob = make_problem(*args)
-        qo, indptr, indices, last = libraries._paged_indices(prob)
+        qo, indptr, indices, last = flashinfer.paged_indices(prob)
         assert qo.tolist() == [b * prob.n for b in range(len(lens) + 1)]
         want, ptr, want_last = [], [0], []
         for b, L in enumerate(lens):

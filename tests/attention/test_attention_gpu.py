@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attn_cases as A
-from sglang_ddtree.attention import (BACKENDS, LN2, libraries, make_problem, merge_states, native,
+from sglang_ddtree.attention import (BACKENDS, LN2, Shape, make_problem, merge_states, native, prefixes,
                                      reference_tree_attention, tree_verify_attention)
 from sglang_ddtree.attention import fallback
 
@@ -57,8 +57,8 @@ def _case(layout, B, budget, spec, ps, heads, kv_heads, dtype=torch.bfloat16, se
 
 def _paths(args):
     prob = make_problem(*args)
-    out = ["native"]
-    out += [lib for lib in ("flashmla", "flashinfer", "fa3") if libraries.supports(lib, prob) and libraries.available(lib)]
+    out = ["tree"]
+    out += [lib for lib in ("flashmla", "flashinfer", "fa3") if prefixes.refusal(lib, Shape.of(prob)) is None]
     return out
 
 
@@ -114,9 +114,10 @@ def test_library_lse_base_is_what_we_assume(lib, layout):
     heads, kvh = (64, 1) if layout == "mla" else (32, 8)
     args, _ = _case(layout, 2, 16, [777, 64], 64, heads, kvh, seed=3)
     prob = make_problem(*args)
-    if not (libraries.supports(lib, prob) and libraries.available(lib)):
-        pytest.skip(f"{lib} not usable for {layout} here")
-    o_p, lse_p, base = libraries.PREFIX[lib](prob, {})
+    why = prefixes.refusal(lib, Shape.of(prob))
+    if why is not None:
+        pytest.skip(f"{lib} not usable for {layout} here: {why}")
+    o_p, lse_p, base = prefixes.run(lib, prob, {})
     ref_o, ref_l = fallback.attend(prob, with_tree=False)
     natural = lse_p.float() * (LN2 if base == "2" else 1.0)
     assert A.rel_err(natural, ref_l) <= 1e-3 and A.rel_err(o_p, ref_o) <= BF16_TOL
@@ -155,7 +156,7 @@ def test_native_path_replays_in_a_cuda_graph_with_new_lengths(layout):
     heads, kvh = (64, 1) if layout == "mla" else (32, 8)
     args, _ = _case(layout, 2, 16, [3000, 3000], 64, heads, kvh, seed=9)
     lens = args[3]
-    fn = lambda: tree_verify_attention(*args, backend="native", max_prefix_len=4096)
+    fn = lambda: tree_verify_attention(*args, backend="tree", max_prefix_len=4096)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -173,4 +174,4 @@ def test_native_path_replays_in_a_cuda_graph_with_new_lengths(layout):
 
 
 def test_backends_listed():
-    assert set(BACKENDS) >= {"auto", "native", "flashmla", "flashinfer", "torch"}
+    assert BACKENDS == ("auto", "tree", "flashmla", "flashinfer", "fa3", "torch")

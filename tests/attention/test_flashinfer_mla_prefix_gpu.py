@@ -13,12 +13,12 @@ import torch
 import fi_mla_emulator as FE
 from sglang_ddtree import ops
 from sglang_ddtree.attention import flashinfer_graphs as L
-from sglang_ddtree.attention import libraries
+from sglang_ddtree.attention import prefixes
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(),
                                  reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)"),
-              pytest.mark.skipif(not libraries.available("flashinfer"), reason="flashinfer is not importable here")]
+              pytest.mark.skipif(not prefixes.installed("flashinfer"), reason="flashinfer is not installed here")]
 
 TOL = 2e-2  # bf16 inputs, 512-wide latent values
 SCALE = 0.07

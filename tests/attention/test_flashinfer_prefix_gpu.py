@@ -14,12 +14,12 @@ import attn_cases as A
 import fi_emulator as FE
 from sglang_ddtree import ops
 from sglang_ddtree.attention import flashinfer_graphs as L
-from sglang_ddtree.attention import libraries
+from sglang_ddtree.attention import prefixes
 from sglang_ddtree.attention import native, reference_tree_attention
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)"),
-              pytest.mark.skipif(not libraries.available("flashinfer"), reason="flashinfer is not importable here")]
+              pytest.mark.skipif(not prefixes.installed("flashinfer"), reason="flashinfer is not installed here")]
 
 HQ, HKV, D = 32, 8, 128
 TOL = 1e-2  # bf16 relative error, as the kernel's own tests

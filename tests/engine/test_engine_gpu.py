@@ -1,8 +1,9 @@
-"""The engine on CUDA: fp32 losslessness of the shipped pair, and the verify forward through the
-project's tree attention kernel against the dense-mask SDPA path."""
+"""The engine on CUDA: fp32 losslessness of the shipped pair, and the verify forward through the project's tree
+attention (the engine's own prefix choice, and the server's: `server_prefix`) against the dense-mask SDPA path."""
 import pytest
 import torch
 
+from sglang_ddtree.attention import Shape, choose, prefixes
 from sglang_ddtree.engine import Engine
 from sglang_ddtree.engine.data import heldout_prompts
 from sglang_ddtree.engine.dflash import DFlashDraftModel, dflash_config
@@ -21,15 +22,34 @@ def test_fp32_greedy_identical_to_ar_on_cuda():
         assert got == ar, (method, budget)
 
 
-def test_verify_forward_op_attention_matches_sdpa():
+def server_prefix(config, n: int, backend: str = "triton") -> str:
+    """The prefix a server on `--attention-backend backend` runs for this target's verify of width n (the server
+    binding's choice: choose.choose with host 'server'), so the engine can run the same cascade."""
+    shape = Shape("gqa", config.head_dim, config.head_dim,
+                  rows=n * (config.num_attention_heads // config.num_key_value_heads), backend=backend)
+    return choose.choose(shape, host="server")
+
+
+def _tiny_bf16():
     c = Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=128)
     m = Qwen3ForCausalLM(c)
     init_weights(m, std=0.05, seed=0)
     m = m.cuda().bfloat16().eval()
     d = DFlashDraftModel(dflash_config(c, num_layers=1, block_size=8, target_layer_ids=[0], mask_token_id=5))
-    eng = Engine(m, d.cuda().bfloat16(), attention="op")
+    return c, m, d.cuda().bfloat16()
+
+
+@pytest.mark.parametrize("prefix", ["auto", "server"], ids=["engine-auto", "server-choice"])
+def test_verify_forward_tree_attention_matches_sdpa(prefix):
+    """The verify forward through the tree attention (the engine's own `auto`, and the cascade a server picks for
+    this shape) against the dense-mask SDPA path."""
+    c, m, d = _tiny_bf16()
     B, P, cap, budget = 3, 40, 128, 24
+    if prefix == "server":
+        prefix = server_prefix(c, budget + 1)
+        assert prefix in ("flashinfer", "tree") and (prefix == "flashinfer") == prefixes.installed("flashinfer")
+    eng = Engine(m, d, attention="tree", prefix=prefix)
     g = torch.Generator(device="cuda").manual_seed(0)
     lens = torch.tensor([40, 17, 29], device="cuda")
     ids = torch.randint(0, 512, (B, P), device="cuda", generator=g)

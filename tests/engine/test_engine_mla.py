@@ -68,7 +68,7 @@ def tiny_mla(seed=3) -> DeepseekV3ForCausalLM:
     return m.double().eval()
 
 
-@pytest.mark.parametrize("attention", ["op", "sdpa"])
+@pytest.mark.parametrize("attention", ["tree", "mask"])
 def test_absorbed_tree_verify_equals_plain_causal_forward_of_each_path(attention):
     """Latent cache + q absorbed through kv_b_proj (the verify op's MLA layout, or SDPA over the latent cache)
     at positions seq_len + depth under the ancestor mask == the plain decompressed causal forward of
@@ -95,7 +95,7 @@ def test_absorbed_tree_verify_equals_plain_causal_forward_of_each_path(attention
     with torch.no_grad():
         m(prefix, pos, (ar[None, None] <= pos[..., None]) & (ar[None, None] < lens[:, None, None]), cache, pos)
         slots, positions = lens[:, None] + ar[:n], lens[:, None] + torch.tensor(depth)
-        if attention == "op":
+        if attention == "tree":
             from sglang_ddtree.tree import pack_mask
             got, _ = m(toks, positions, None, cache, slots, attn_fn=m.op_attention(lens, pack_mask(tmask, 1), cap))
         else:
@@ -132,7 +132,7 @@ def test_shipped_drafter_reads_the_mla_target(target):
     assert dc.hidden_size == target.config.hidden_size and dc.vocab_size == target.config.vocab_size
     assert all(0 <= i <= target.config.num_hidden_layers - 2 for i in dc.target_layer_ids)
     eng = Engine.from_pretrained(pair="mla", device="cpu")
-    assert isinstance(eng.target, DeepseekV3ForCausalLM) and eng.attention == "op"
+    assert isinstance(eng.target, DeepseekV3ForCausalLM) and eng.attention == "tree"
 
 
 def test_bad_mla_configs_are_refused():
@@ -164,3 +164,25 @@ def test_shipped_pair_declares_one_serving_dtype(pair):
         with open(os.path.join(d, "config.json")) as f:
             dtypes.append(json.load(f)["torch_dtype"])
     assert dtypes[0] == dtypes[1], f"{pair}: target {dtypes[0]}, drafter {dtypes[1]}"
+
+
+def test_engine_attention_and_prefix_speak_the_one_vocabulary():
+    """Engine(attention=) takes auto / tree / mask (the earlier op / sdpa read as tree / mask), Engine(prefix=) the
+    server's SGLANG_DDTREE_PREFIX values; a bad value, or a prefix library this target cannot use (the CPU: the
+    libraries are CUDA kernels), is one ValueError naming the argument at construction. On the CPU `tree` is the
+    torch path, as on a CPU server."""
+    for given, want in (("tree", "tree"), ("op", "tree"), ("mask", "mask"), ("sdpa", "mask"), ("auto", "tree")):
+        assert Engine.from_pretrained(pair="mla", device="cpu", attention=given).attention == want, given
+    with pytest.raises(ValueError, match="attention must be one of auto, tree, mask, got 'dense'"):
+        Engine.from_pretrained(pair="mla", device="cpu", attention="dense")
+    with pytest.raises(ValueError, match="prefix must be one of auto, tree, flashmla, flashinfer, fa3, got 'fa2'"):
+        Engine.from_pretrained(pair="mla", device="cpu", prefix="fa2")
+    for lib in ("flashmla", "flashinfer", "fa3"):
+        with pytest.raises(ValueError, match=f"prefix={lib} on the CPU"):
+            Engine.from_pretrained(pair="mla", device="cpu", prefix=lib)
+    Engine.from_pretrained(pair="mla", device="cpu", attention="mask", prefix="fa3")  # no tree attention: unused
+    eng = Engine.from_pretrained(pair="mla", device="cpu", prefix="tree")
+    ref = Engine.from_pretrained(pair="mla", device="cpu")
+    prompts = ["the tree verify", "of two requests"]
+    assert [r.token_ids for r in eng.generate(prompts, 12, budget=8)] == \
+        [r.token_ids for r in ref.generate(prompts, 12, budget=8)]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 def test_mla_fp32_greedy_identical_to_ar_on_cuda():
     eng = Engine.from_pretrained(pair="mla", device="cuda", dtype=torch.float32)
-    assert eng.attention == "op"
+    assert eng.attention == "tree"
     prompts = heldout_prompts(64)
     ar = [r.token_ids for r in eng.generate(prompts, 48, method="ar")]
     for method, budget, anchor in (("chain", None, None), ("ddtree", 8, None), ("ddtree", 64, None),
@@ -34,7 +34,7 @@ def test_mla_bf16_verify_through_kernel_matches_float64_plain_forward():
     eng = Engine.from_pretrained(pair="mla", device="cuda", dtype=torch.bfloat16)
     m, c = eng.target, eng.target.config
     ref = checkpoint.load_target(os.path.join(data.MODELS_DIR, data.PAIRS["mla"][0]), torch.float64)
-    # what resolve_backend('auto') needs to pick a kernel (FlashMLA cascade or the fused one) over torch
+    # what tree_verify_attention's `auto` needs to pick a kernel (FlashMLA cascade or the fused one) over torch
     assert native.supports_shape("cuda", torch.bfloat16, "mla", c.kv_lora_rank + c.qk_rope_head_dim,
                                  c.kv_lora_rank, c.kv_lora_rank)
     B, P, cap, budget = 3, 150, 256, 24

@@ -16,7 +16,7 @@ N_PROMPTS, MAX_NEW = 12, 32
 def engine():
     torch.manual_seed(0)
     eng = Engine.from_pretrained(pair="mla", device="cpu")
-    assert eng.attention == "op"
+    assert eng.attention == "tree"
     return eng
 
 
@@ -51,5 +51,5 @@ def test_ddtree_greedy_identical_to_ar(engine, prompts, ar, budget, anchor):
 
 def test_sdpa_verify_path_identical_to_ar(prompts, ar):
     """The same decode with the verify over the latent cache by SDPA and a dense mask (no verify op)."""
-    eng = Engine.from_pretrained(pair="mla", device="cpu", attention="sdpa")
+    eng = Engine.from_pretrained(pair="mla", device="cpu", attention="mask")
     assert_identical(eng.generate(prompts, MAX_NEW, method="ddtree", budget=8, anchor="chain"), ar)

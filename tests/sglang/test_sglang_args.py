@@ -82,10 +82,11 @@ def test_default_budget_is_auto_with_the_flashinfer_prefix(resolve, monkeypatch)
     on flashinfer and at page sizes 1 / 16 / 64 on either backend, as it served on the GPU; not at another page
     size, not with SGLANG_DDTREE_PREFIX=tree (our kernel over the prefix there, not served with auto), and not
     for a head dim FlashInfer's prefill does not take."""
+    from sglang_ddtree.attention import flashinfer
     from sglang_ddtree.sglang import args
     from sglang_ddtree.sglang.settings import DEFAULT_BUDGET
 
-    monkeypatch.setattr(args, "_flashinfer_installed", lambda: True)
+    monkeypatch.setattr(flashinfer, "installed", lambda: True)
     for extra in [("--attention-backend", "flashinfer"), ("--page-size", "16"),
                   ("--attention-backend", "flashinfer", "--page-size", "64")]:
         assert resolve(*extra).speculative_num_draft_tokens == 64, extra
@@ -193,9 +194,10 @@ def test_page_size_above_one_serves_on_the_tree_kernel(resolve, page):
 
 
 def test_page_size_above_one_is_refused_with_the_full_mask_fallback(resolve, monkeypatch):
-    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
-    with pytest.raises(ValueError, match="page-size 16 with SGLANG_DDTREE_VERIFY_ATTENTION=full_mask"):
-        resolve("--page-size", "16")
+    for value in ("mask", "full_mask"):  # full_mask: mask's earlier name
+        monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", value)
+        with pytest.raises(ValueError, match="page-size 16 with SGLANG_DDTREE_VERIFY_ATTENTION=mask"):
+            resolve("--page-size", "16")
 
 
 def test_rejects_missing_drafter(resolve):
@@ -219,7 +221,7 @@ def test_mla_target_serves_on_the_tree_kernel_backends(resolve, monkeypatch):
     with pytest.raises(ValueError, match="latent rank 64 and rope dim 16"):
         resolve(target="tiny_mla_target")  # the small fixture's shapes
     monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
-    with pytest.raises(ValueError, match="full_mask for an MLA target"):
+    with pytest.raises(ValueError, match="VERIFY_ATTENTION=mask for an MLA target"):
         resolve(target=target)
 
 
@@ -228,13 +230,22 @@ def test_flashmla_prefix_needs_an_mla_target_on_flashmla(resolve, monkeypatch, n
     """SGLANG_DDTREE_PREFIX=flashmla (or by its earlier name SGLANG_DDTREE_MLA_PREFIX) reads the prefix through
     FlashMLA's page tables: an MLA target on --attention-backend flashmla; elsewhere it is refused at start-up
     naming the fix."""
+    from sglang_ddtree.attention import flashmla
+
     monkeypatch.setenv(name, "flashmla")
+    monkeypatch.setattr(flashmla, "installed", lambda: True)
     target = os.path.abspath(SHIPPED_MLA)
     assert resolve("--attention-backend", "flashmla", "--page-size", "64", target=target).attention_backend == "flashmla"
-    for args, kw in ((("--attention-backend", "triton"), {"target": target}), ((), {})):
-        with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla without an MLA target on --attention-"
-                                             "backend flashmla.*Fix: serve the MLA target with --attention-backend flashmla"):
+    fix = "Fix: serve the MLA target with --attention-backend flashmla --page-size 64, or unset SGLANG_DDTREE_PREFIX"
+    for args, kw, why in ((("--attention-backend", "triton"), {"target": target},
+                           "on --attention-backend triton \\(FlashMLA reads the prefix through the page tables of "
+                           "--attention-backend flashmla\\)"),
+                          ((), {}, "for an MHA/GQA target \\(the FlashMLA prefix is wired for MLA targets\\)")):
+        with pytest.raises(ValueError, match=f"SGLANG_DDTREE_PREFIX=flashmla {why}.*{fix}"):
             resolve(*args, **kw)
+    monkeypatch.setattr(flashmla, "installed", lambda: False)
+    with pytest.raises(ValueError, match="PREFIX=flashmla without sgl_kernel's FlashMLA.*Fix: install sglang-kernel"):
+        resolve("--attention-backend", "flashmla", "--page-size", "64", target=target)
 
 
 def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch):
@@ -242,11 +253,11 @@ def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch
     MLA one): served on triton and flashinfer at any page size for head dims 64/128/256 with flashinfer installed,
     and for the shipped MLA target on each MLA backend; the FULL_MASK path, another head dim (the shipped tiny
     pair's 32) or no flashinfer are refused at start-up naming the fix. The two names of the knob must agree."""
+    from sglang_ddtree.attention import flashinfer
     from sglang_ddtree.engine.data import MODELS_DIR
-    from sglang_ddtree.sglang import args as A
     from sglang_ddtree.sglang.settings import Settings
 
-    monkeypatch.setattr(A, "_flashinfer_installed", lambda: True)
+    monkeypatch.setattr(flashinfer, "installed", lambda: True)
     monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "flashinfer")
     assert Settings.from_env().prefix == Settings.from_env().mla_prefix == "flashinfer"
     for extra in ((), ("--attention-backend", "flashinfer"), ("--page-size", "16"), ("--page-size", "64")):
@@ -256,10 +267,10 @@ def test_flashinfer_prefix_is_refused_where_it_cannot_serve(resolve, monkeypatch
     with pytest.raises(ValueError, match="head dim 32 .*takes head dims 64, 128, 256.*Fix: unset SGLANG_DDTREE_PREFIX"):
         resolve(target=os.path.join(MODELS_DIR, "tiny-target"))
     monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
-    with pytest.raises(ValueError, match="flashinfer with SGLANG_DDTREE_VERIFY_ATTENTION=full_mask"):
+    with pytest.raises(ValueError, match="flashinfer with SGLANG_DDTREE_VERIFY_ATTENTION=mask"):
         resolve()
     monkeypatch.delenv("SGLANG_DDTREE_VERIFY_ATTENTION")
-    monkeypatch.setattr(A, "_flashinfer_installed", lambda: False)
+    monkeypatch.setattr(flashinfer, "installed", lambda: False)
     with pytest.raises(ValueError, match="without flashinfer installed.*Fix: pip install flashinfer-python"):
         resolve()
     monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
@@ -272,13 +283,14 @@ def test_fa3_backend_serves_where_sgl_kernel_has_fa3(resolve, monkeypatch):
     library is installed, with a fixed default budget (auto has not run there on the GPU); refused at start-up
     naming the fix without FA3, with the FULL_MASK path (SGLang's fa3 verify applies no tree mask at topk 1), and
     as SGLANG_DDTREE_PREFIX=fa3 for an MLA target, another head dim or without FA3."""
+    from sglang_ddtree.attention import fa3
     from sglang_ddtree.engine.data import MODELS_DIR
     from sglang_ddtree.sglang import args as A
 
-    monkeypatch.setattr(A, "_fa3_installed", lambda: False)
+    monkeypatch.setattr(fa3, "installed", lambda: False)
     with pytest.raises(ValueError, match="fa3 without sgl_kernel's FA3 library.*Fix: install sglang-kernel"):
         resolve("--attention-backend", "fa3")
-    monkeypatch.setattr(A, "_fa3_installed", lambda: True)
+    monkeypatch.setattr(fa3, "installed", lambda: True)
     sa = resolve("--attention-backend", "fa3")
     assert sa.attention_backend == "fa3" and sa.speculative_num_draft_tokens == A.verify_width(A.DEFAULT_BUDGET)
     monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "fa3")
@@ -290,11 +302,11 @@ def test_fa3_backend_serves_where_sgl_kernel_has_fa3(resolve, monkeypatch):
         resolve(target=os.path.join(MODELS_DIR, "tiny-target"))
     monkeypatch.delenv("SGLANG_DDTREE_PREFIX")
     monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
-    with pytest.raises(ValueError, match="fa3 with SGLANG_DDTREE_VERIFY_ATTENTION=full_mask.*Fix: unset"):
+    with pytest.raises(ValueError, match="fa3 with SGLANG_DDTREE_VERIFY_ATTENTION=mask.*Fix: unset"):
         resolve("--attention-backend", "fa3")
     monkeypatch.delenv("SGLANG_DDTREE_VERIFY_ATTENTION")
     monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "fa3")
-    monkeypatch.setattr(A, "_fa3_installed", lambda: False)
+    monkeypatch.setattr(fa3, "installed", lambda: False)
     with pytest.raises(ValueError, match="PREFIX=fa3 without sgl_kernel's FA3 library"):
         resolve()
 
@@ -437,18 +449,3 @@ def test_default_flags_log_no_override(resolve, arg_warnings):
     assert not [m for m in arg_warnings if "overridden" in m]
 
 
-def test_fa3_is_found_by_its_library_file_without_importing_it(tmp_path, monkeypatch):
-    """sgl_kernel's FA3 counts as installed only with its flash_ops library in the package (a copy moved aside,
-    flash_ops.abi3.so.off, does not count); nothing is imported to find out."""
-    from sglang_ddtree.sglang import args as A
-
-    pkg = tmp_path / "sgl_kernel"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "sgl_kernel", raising=False)
-    assert not A._fa3_installed()
-    (pkg / "flash_ops.abi3.so.off").write_bytes(b"")
-    assert not A._fa3_installed()
-    (pkg / "flash_ops.abi3.so").write_bytes(b"")
-    assert A._fa3_installed()

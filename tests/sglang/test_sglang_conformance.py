@@ -185,3 +185,44 @@ def test_backend_names_and_classes_are_sglangs(sglang_release):
         for name, cls in by_name.items():
             assert name in creators, f"{name} is not an --attention-backend of SGLang {sglang_release}"
             assert cls in creators[name], f"SGLang {sglang_release}'s {name} creator makes no {cls} ({pool})"
+
+
+def test_every_runner_member_the_tree_verify_reads_exists(sglang_release):
+    """adapters/target_runner.py's lists name every member of SGLang's object model the tree verify touches (checked
+    on the adapter's source), and each exists on this release: the model runner's attributes (set in its source),
+    both KV pools' methods, the forward batch's fields, ForwardMode.is_target_verify, the model config's members
+    and the backend attributes read (set in the backends' sources, which are read, not imported: importing them
+    loads CUDA libraries)."""
+    import dataclasses
+
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    from sglang_ddtree.sglang.adapters import target_runner as TR
+
+    seen = {"runner": set(), "pool": set()}  # members read on self.runner / self.pool, directly or by getattr
+    for n in ast.walk(ast.parse((SGL / "adapters" / "target_runner.py").read_text())):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute) and n.value.attr in seen \
+                and isinstance(n.value.value, ast.Name) and n.value.value.id == "self":
+            seen[n.value.attr].add(n.attr)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "getattr" and isinstance(n.args[0], ast.Attribute) \
+                and n.args[0].attr in seen and isinstance(n.args[1], ast.Constant):
+            seen[n.args[0].attr].add(n.args[1].value)
+    assert seen["runner"] - set(TR.RUNNER_ATTRS) == set() and len(seen["runner"]) >= 6
+    assert seen["pool"] - set(TR.POOL_MEMBERS) - set(TR.POOL_ATTRS) == {"use_hnd"}  # a layout flag some pools have
+    runner_src = inspect.getsource(ModelRunner)
+    assert [a for a in TR.RUNNER_ATTRS if f"self.{a} =" not in runner_src and f"self.{a}:" not in runner_src] == []
+    for pool in (MHATokenToKVPool, MLATokenToKVPool):
+        assert [m for m in TR.POOL_MEMBERS if not callable(getattr(pool, m, None))] == [], pool
+        src = inspect.getsource(pool.__mro__[1]) + inspect.getsource(pool)
+        assert [a for a in TR.POOL_ATTRS if f"self.{a} =" not in src] == [], pool
+    assert set(TR.BATCH_FIELDS) <= {f.name for f in dataclasses.fields(ForwardBatch)}
+    assert callable(ForwardMode.is_target_verify)
+    assert [m for m in TR.MODEL_CONFIG_MEMBERS if m != "attention_arch" and not hasattr(ModelConfig, m)] == []
+    assert "self.attention_arch =" in inspect.getsource(ModelConfig)
+    for cls, attrs in TR.BACKEND_ATTRS.items():
+        module = {"FlashInferAttnBackend": "flashinfer_backend", "FlashMLABackend": "flashmla_backend"}[cls]
+        src = Path(importlib.util.find_spec(f"sglang.srt.layers.attention.{module}").origin).read_text()
+        assert f"class {cls}(" in src and all(f"self.{a} =" in src for a in attrs), cls

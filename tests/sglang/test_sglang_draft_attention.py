@@ -13,6 +13,8 @@ import types
 import pytest
 import torch
 
+from sglang_ddtree.attention import prefixes
+
 import test_sglang_decode_round as R
 import test_sglang_tree_attention as T
 from test_sglang_decode_round import release  # noqa: F401  (its fixture: the installed release's adapter module)
@@ -150,7 +152,7 @@ def test_draft_block_on_the_gpu(plugins_loaded, backend, page):
     from sglang_ddtree.sglang import draft_attention as DA
     from sglang_ddtree.sglang import tree_attention as TA
 
-    if not TA.libraries.available("flashinfer"):
+    if not prefixes.installed("flashinfer"):
         pytest.skip("flashinfer is not importable here")
     hq, hkv, d, bs, block = 32, 8, 128, 4, 16
     runner, g = T._gqa_runner(backend, ctx=8192, rows=6, hq=hq, hkv=hkv, d=d, page=page, dtype=torch.bfloat16,

@@ -69,10 +69,18 @@ def test_auto_budget_server_of_the_mla_pair_starts(resolve, kimi_pair, monkeypat
 
 def test_flashmla_prefix_server_of_the_mla_pair_starts(resolve, kimi_pair, monkeypatch):
     """The FlashMLA-prefix split demanded (SGLANG_DDTREE_MLA_PREFIX=flashmla) on the Kimi-K2-shaped pair passes
-    start-up."""
+    start-up where sgl_kernel's FlashMLA is installed, and is refused at start-up naming it where not (the server
+    binding's answer, attention/choose.py)."""
+    from sglang_ddtree.attention import flashmla
+
     monkeypatch.setenv("SGLANG_DDTREE_MLA_PREFIX", "flashmla")
-    sa = resolve("--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--dtype", "bfloat16",
-                 "--speculative-num-draft-tokens", "16", "--attention-backend", "flashmla", "--page-size", "64",
-                 "--speculative-draft-attention-backend", "triton", target=kimi_pair["target"],
-                 drafter=kimi_pair["drafter"])
+    start = lambda: resolve("--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--dtype",  # noqa: E731
+                            "bfloat16", "--speculative-num-draft-tokens", "16", "--attention-backend", "flashmla",
+                            "--page-size", "64", "--speculative-draft-attention-backend", "triton",
+                            target=kimi_pair["target"], drafter=kimi_pair["drafter"])
+    monkeypatch.setattr(flashmla, "installed", lambda: True)
+    sa = start()
     assert sa.attention_backend == "flashmla" and sa.page_size == 64
+    monkeypatch.setattr(flashmla, "installed", lambda: False)
+    with pytest.raises(ValueError, match="PREFIX=flashmla without sgl_kernel's FlashMLA"):
+        start()

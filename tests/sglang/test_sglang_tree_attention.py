@@ -20,6 +20,7 @@ import torch
 from sglang.srt.configs.model_config import AttentionArch  # an IntEnum: str() is a number
 
 from sglang_ddtree import ops
+from sglang_ddtree.attention import prefixes
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "attention"))
 import fi_emulator as FE  # noqa: E402  (FlashInfer's graph-mode paged prefill, emulated on the CPU)
@@ -116,6 +117,7 @@ def test_only_target_verify_is_rerouted_and_its_metadata_is_the_prefix_slot_list
     mask = torch.randint(0, 2**16, (3, n, 1), dtype=torch.int32)
     ta.load_mask(mask)
     seen = {}
+    runner.token_to_kv_pool.events.clear()  # the construction's read (the prefix choice reads the pool's head dims)
 
     def fake_kernel(q, q_pe, kc, vc, indptr, indices, kt, vt, mask_bits, scale, splits):
         seen.update(q=q, kc=kc, indptr=indptr.clone(), kt=kt, mask=mask_bits.clone(), scale=scale, splits=splits,
@@ -264,6 +266,7 @@ def test_mla_verify_hands_the_kernel_the_latent_layout(plugins_loaded, monkeypat
     ta = TA.TreeVerifyAttention(runner, n=5, max_bs=4)
     assert ta.mla
     ta.install()
+    pool.events.clear()  # the construction's read (the prefix choice reads the pool's head dims)
     bs, n, h = 2, 5, 16
     fb = types.SimpleNamespace(forward_mode=Mode("TARGET_VERIFY"), batch_size=bs, req_pool_indices=torch.tensor([1, 3]),
                                seq_lens=torch.tensor([4, 9]), out_cache_loc=torch.arange(200, 200 + bs * n))
@@ -397,10 +400,10 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
     tree computed from req_to_token and the ancestor mask."""
     from sglang_ddtree.sglang import tree_attention as TA
 
-    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
+    monkeypatch.setattr(prefixes, "installed", lambda name: True)
     runner = make_mla_runner("FlashMLABackend", ctx=128, rows=4)
     runner.page_size, runner.attn_backend.num_q_heads = 16, 4
-    with pytest.raises(ValueError, match="page size is 16"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla at page size 16 \\(FlashMLA reads pages of 64\\)"):
         TA.TreeVerifyAttention(runner, n=3, max_bs=4, prefix="flashmla")
     h, n, bs, page = 4, 3, 2, 64
     plans = []
@@ -410,7 +413,7 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
         splits = torch.cat([prefix_lens.new_zeros(1), prefix_lens.cumsum(0)]).int()  # [bs + 1], as FlashMLA's
         return torch.full((2, 8), sum(prefix_lens.tolist()), dtype=torch.int32), splits
 
-    monkeypatch.setattr(TA.libraries, "flashmla_metadata", fake_plan)
+    monkeypatch.setattr(TA.flashmla, "metadata", fake_plan)
     runner, ta, fb, pages, q, k, layer, want = _mla_cascade_case(TA, "cpu", torch.float32, h)
     assert plans == [([70, 5], n, h)]  # planned by the metadata, before any layer
 
@@ -427,7 +430,7 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
                 o.append(ob), lse.append(lb)
         return torch.stack(o).float(), torch.stack(lse).float()
 
-    monkeypatch.setattr(TA.libraries, "flashmla_attend", fake_flashmla)
+    monkeypatch.setattr(TA.flashmla, "attend", fake_flashmla)
     monkeypatch.setattr(TA.native, "attend_ragged", _fake_mla_tail)
     # SGLang's capture: one metadata call, then the forward run more than once (warm-up, capture); no layer plans
     for _ in range(3):
@@ -470,7 +473,7 @@ def test_flashmla_prefix_cascade_on_the_gpu(plugins_loaded, h, n, bs):
     random trees and prefixes of up to 15 pages, long enough that FlashMLA splits them."""
     from sglang_ddtree.sglang import tree_attention as TA
 
-    if not TA.libraries.available("flashmla"):
+    if not prefixes.installed("flashmla"):
         pytest.skip("sgl_kernel's FlashMLA is not importable here")
     if n == 3:
         case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h)
@@ -496,7 +499,7 @@ def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypa
         monkeypatch.delenv(name, raising=False)
     assert Settings.from_env().prefix == Settings.from_env().mla_prefix == "auto"
     have = {"flashmla": True}
-    monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
+    monkeypatch.setattr(prefixes, "installed", lambda name: have.get(name, True))
     for backend, page, importable, want in (("FlashMLABackend", 64, True, "flashmla"),
                                             ("FlashMLABackend", 1, True, "tree"),
                                             ("FlashMLABackend", 64, False, "tree"),
@@ -506,7 +509,7 @@ def test_mla_prefix_auto_takes_flashmla_wherever_it_can(plugins_loaded, monkeypa
         runner.page_size, runner.attn_backend.num_q_heads, have["flashmla"] = page, 16, importable
         assert TA.TreeVerifyAttention(runner, n=3, max_bs=2).prefix == want, (backend, page, importable)
         if want == "tree":
-            with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla, but"):
+            with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla (at page size|without sgl_kernel|on --attention-backend)"):
                 TA.TreeVerifyAttention(runner, n=3, max_bs=2, prefix="flashmla")
     have["flashinfer"] = False
     assert TA.TreeVerifyAttention(make_runner(), n=3, max_bs=2).prefix == "tree"  # not MLA (and no FlashInfer)
@@ -536,7 +539,7 @@ def test_flashinfer_mla_prefix_cascade_equals_attention_over_prefix_and_tree(plu
     from sglang_ddtree.attention.problem import unpack_mask
     from sglang_ddtree.sglang import tree_attention as TA
 
-    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
+    monkeypatch.setattr(prefixes, "installed", lambda name: True)
     monkeypatch.setattr(TA.flashinfer_graphs, "_fi_mla_wrapper_class", lambda: FME.Wrapper)
     monkeypatch.setattr(TA, "_sm_count", lambda device: 8)
     monkeypatch.setattr(FME.Wrapper, "sms", 8)
@@ -576,7 +579,7 @@ def test_flashinfer_mla_prefix_cascade_on_the_gpu(plugins_loaded, backend, page,
     and prefixes of up to 1k tokens, long enough that FlashInfer splits them."""
     from sglang_ddtree.sglang import tree_attention as TA
 
-    if not TA.libraries.available("flashinfer"):
+    if not prefixes.installed("flashinfer"):
         pytest.skip("flashinfer is not importable here")
     if n == 3:
         case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h, backend=backend, prefix="flashinfer", page=page)
@@ -614,7 +617,7 @@ def _gqa_runner(backend="TritonAttnBackend", ctx=256, rows=5, hq=8, hkv=2, d=64,
 
 def _fake_flashinfer(monkeypatch, TA, sms=8):
     """FlashInfer replaced by its CPU emulation, on a device of `sms` SMs (small: so short prefixes are split)."""
-    monkeypatch.setattr(TA.libraries, "available", lambda name: True)
+    monkeypatch.setattr(prefixes, "installed", lambda name: True)
     monkeypatch.setattr(TA.flashinfer_graphs, "_fi_wrapper_class", lambda: FE.Wrapper)
     monkeypatch.setattr(TA, "_sm_count", lambda device: sms)
     monkeypatch.setattr(FE.Wrapper, "sms", sms)
@@ -757,9 +760,9 @@ def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
 
     _fake_flashinfer(monkeypatch, TA)
     have = {"flashinfer": True}
-    monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
+    monkeypatch.setattr(prefixes, "installed", lambda name: have.get(name, True))
     mk = lambda backend, d: _gqa_runner(backend, ctx=64, rows=2, d=d)[0]  # noqa: E731
-    assert TA.AUTO_GQA_PREFIX == "flashinfer"
+    assert TA.choose.AUTO_GQA_PREFIX == "flashinfer"
     for backend in ("TritonAttnBackend", "FlashInferAttnBackend"):
         for d in (32, 64, 128):
             for importable in (True, False):
@@ -769,29 +772,29 @@ def test_flashinfer_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
                 assert got == ("flashinfer" if serves else "tree"), (backend, d, importable)
                 assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="tree").prefix == "tree"
                 with monkeypatch.context() as m:
-                    m.setattr(TA, "AUTO_GQA_PREFIX", "tree")
+                    m.setattr(TA.choose, "AUTO_GQA_PREFIX", "tree")
                     assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2).prefix == "tree"
                 if serves:
                     assert TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="flashinfer").prefix == "flashinfer"
                 else:
-                    why = "the head dim is 32" if d == 32 else "flashinfer cannot be imported"
-                    with pytest.raises(ValueError, match=f"SGLANG_DDTREE_PREFIX=flashinfer, but {why}"):
+                    why = "for a target of head dim 32" if d == 32 else "without flashinfer installed"
+                    with pytest.raises(ValueError, match=f"SGLANG_DDTREE_PREFIX=flashinfer {why}"):
                         TA.TreeVerifyAttention(mk(backend, d), n=3, max_bs=2, prefix="flashinfer")
     have["flashinfer"] = True
     FE.Wrapper.fail_plan = RuntimeError("nvcc exited with status 1")  # a JIT failure, known before any request
     with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer, but RuntimeError: nvcc exited"):
         TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashinfer")
-    monkeypatch.setattr(TA, "AUTO_GQA_PREFIX", "flashinfer")
+    monkeypatch.setattr(TA.choose, "AUTO_GQA_PREFIX", "flashinfer")
     assert TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2).prefix == "tree"
     FE.Wrapper.fail_plan = None
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla, but the target is not MLA"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashmla for an MHA/GQA target"):
         TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashmla")
     mla = make_mla_runner("FlashInferMLAAttnBackend", ctx=64, rows=2)
     have["flashinfer"] = False
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer, but flashinfer cannot be imported"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=flashinfer without flashinfer installed"):
         TA.TreeVerifyAttention(mla, n=3, max_bs=2, prefix="flashinfer")
     have["flashinfer"] = True
-    with pytest.raises(ValueError, match="prefix must be one of auto, tree, flashmla, flashinfer"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX must be one of auto, tree, flashmla, flashinfer"):
         TA.TreeVerifyAttention(mk("TritonAttnBackend", 128), n=3, max_bs=2, prefix="flashattn")
 
 
@@ -833,7 +836,7 @@ def test_fa3_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded
     """SGLANG_DDTREE_PREFIX=fa3 (`auto` on the fa3 backend): FA3's paged attention over each request's prefix
     through SGLang's page table (req_to_token's page columns / page size, in a static buffer) and the lengths on
     the device, our kernel over the tree alone, merged by natural-log LSE. FA3 is a float64 implementation of
-    flash_attn_with_kvcache's contract (so libraries.fa3_attend's layouts are the code under test), the tail a
+    flash_attn_with_kvcache's contract (so attention/fa3.attend's layouts are the code under test), the tail a
     float64 one of our kernel's; checked against attention over prefix + tree from req_to_token and the ancestor
     mask at both verify widths, after a later round's metadata (same buffers: the graph's addresses), and at a
     padded graph replay."""
@@ -841,7 +844,7 @@ def test_fa3_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded
 
     calls = []
     _fake_fa3(monkeypatch, calls)
-    monkeypatch.setattr(TA.libraries, "available", lambda name: name == "fa3")
+    monkeypatch.setattr(prefixes, "installed", lambda name: name in ("tree", "fa3"))
     hq, hkv, d = 8, 2, 64
     runner, g = _gqa_runner(backend, page=page)
     ta = TA.TreeVerifyAttention(runner, n=9, max_bs=4, widths=(5, 9),
@@ -876,7 +879,7 @@ def test_fa3_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
 
     _fake_flashinfer(monkeypatch, TA)
     have = {"fa3": True, "flashinfer": True}
-    monkeypatch.setattr(TA.libraries, "available", lambda name: have[name])
+    monkeypatch.setattr(prefixes, "installed", lambda name: have.get(name, True))
     mk = lambda backend, d=128: _gqa_runner(backend, ctx=64, rows=2, d=d)[0]  # noqa: E731
     for fa3, fi, want in ((True, True, "fa3"), (False, True, "flashinfer"), (False, False, "tree")):
         have.update(fa3=fa3, flashinfer=fi)
@@ -884,12 +887,12 @@ def test_fa3_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
         assert TA.TreeVerifyAttention(mk("TritonAttnBackend"), n=3, max_bs=2).prefix == ("flashinfer" if fi else "tree")
     have.update(fa3=True, flashinfer=True)
     assert TA.TreeVerifyAttention(mk("FlashAttentionBackend", 32), n=3, max_bs=2).prefix == "tree"  # head dim 32
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3, but the head dims are 32/32"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3 for a target of head dim 32 \\(FA3 takes head dims 64, 96, 128, 192, 256\\)"):
         TA.TreeVerifyAttention(mk("TritonAttnBackend", 32), n=3, max_bs=2, prefix="fa3")
     have["fa3"] = False
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3, but sgl_kernel's FA3 library"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3 without sgl_kernel's FA3 library"):
         TA.TreeVerifyAttention(mk("FlashAttentionBackend"), n=3, max_bs=2, prefix="fa3")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3, but the target is MLA"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_PREFIX=fa3 for an MLA target"):
         TA.TreeVerifyAttention(make_mla_runner("TritonAttnBackend", ctx=64, rows=2), n=3, max_bs=2, prefix="fa3")
     r = make_runner()  # bf16
     r.attn_backend = type("FlashAttentionBackend", (TritonAttnBackend,), {})()
@@ -899,10 +902,10 @@ def test_fa3_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
 
 
 def test_fa3_library_prefix_matches_the_reference(monkeypatch):
-    """The standalone cascade (tree_verify_attention backend='fa3'): libraries.fa3_prefix through FA3's contract
+    """The standalone cascade (tree_verify_attention backend='fa3'): attention/fa3.run through FA3's contract
     (float64, above) equals the prefix part of the reference, its LSE natural, at page sizes 1 and 16 with an empty
     prefix among the requests (LSE -inf there)."""
-    from sglang_ddtree.attention import fallback, libraries
+    from sglang_ddtree.attention import Shape, fa3, fallback
     from sglang_ddtree.attention.problem import make_problem
 
     calls = []
@@ -918,8 +921,8 @@ def test_fa3_library_prefix_matches_the_reference(monkeypatch):
         tree = (torch.randn(B * n, hkv, d, generator=g), torch.randn(B * n, hkv, d, generator=g))
         mask = torch.ones(B, n, 1, dtype=torch.int32)
         prob = make_problem(q, (k.view(-1, page, hkv, d), v.view(-1, page, hkv, d)), table, lens, tree, mask, 0.1)
-        assert libraries.supports("fa3", prob) is False  # a CPU problem: the standalone path never picks it
-        o, lse, base = libraries.fa3_prefix(prob, {})
+        assert "on the CPU" in prefixes.refusal("fa3", Shape.of(prob))  # the standalone path never picks it here
+        o, lse, base = fa3.run(prob, {})
         ref_o, ref_l = fallback.attend(prob, with_tree=False)
         assert base == "e" and calls[-1]["q"] == (B, n, hq, d) and calls[-1]["k"] == (pages + 1, page, hkv, d)
         assert torch.isinf(lse[:n]).all() and (lse[:n] < 0).all()
@@ -961,7 +964,7 @@ def test_library_prefix_cascade_on_the_gpu(plugins_loaded, prefix, backend, page
     row 0), against float64 attention."""
     from sglang_ddtree.sglang import tree_attention as TA
 
-    if not TA.libraries.available(prefix):
+    if not prefixes.installed(prefix):
         pytest.skip(f"{prefix} is not importable here")
     hq, hkv, d, bs = 32, 8, 128, 4
     runner, g = _gqa_runner(backend, ctx=4096, rows=6, hq=hq, hkv=hkv, d=d, page=page, dtype=torch.bfloat16,
