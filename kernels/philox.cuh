@@ -1,5 +1,5 @@
 // The project's sampling generator on the GPU (kernels/tree_accept.cu documents it; the CPU mirror is
-// sglang_ddtree/accept.py:uniform_noise / gumbel_noise): Philox4x32-10, key (seed lo, seed hi), counter
+// sglang_ddtree/sampling.py:uniform_noise / gumbel_noise): Philox4x32-10, key (seed lo, seed hi), counter
 // (entry >> 2, stream, step lo, step hi), entry e's word e & 3.
 #pragma once
 
@@ -21,7 +21,7 @@ __device__ __forceinline__ void philox4x32_10(uint32_t c[4], uint32_t k0, uint32
   }
 }
 
-// u = float32((x + 0.5) * 2^-32), rounded to nearest, clamped below 1 (accept.uniform_noise).
+// u = float32((x + 0.5) * 2^-32), rounded to nearest, clamped below 1 (sampling.uniform_noise).
 __device__ __forceinline__ float uniform_from_word(uint32_t x) {
   const float u = __double2float_rn((static_cast<double>(x) + 0.5) * 0x1p-32);
   return fminf(u, 0x1.fffffep-1f);

@@ -2,7 +2,7 @@
 // plan (the walk plus KV moves, committed tokens, hidden-state rows; kernels/tree_walk.h) and the per-node
 // target token (argmax, or Gumbel-max at temperature > 0).
 //
-// ---- The sampling RNG (the CPU mirror, sglang_ddtree/accept.py:gumbel_noise, must match it) ----------
+// ---- The sampling RNG (the CPU mirror, sglang_ddtree/sampling.py:gumbel_noise, must match it) ----------
 //   Generator  Philox4x32-10 (Salmon et al. 2011): multipliers M0 = 0xD2511F53, M1 = 0xCD9E8D57,
 //              Weyl key increments W0 = 0x9E3779B9, W1 = 0xBB67AE85; per round
 //                (c0, c1, c2, c3) <- (hi(M1*c2) ^ c1 ^ k0, lo(M1*c2), hi(M0*c0) ^ c3 ^ k1, lo(M0*c0)),

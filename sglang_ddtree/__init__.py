@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "TreeBatch": "tree", "build_tree": "tree", "build_tree_from_topk": "tree",
     "build_tree_from_lattice": "tree", "build_tree_from_lattice_rows": "tree",
-    "AcceptResult": "accept", "accept_tree": "accept", "sample_node_tokens": "accept",
+    "AcceptResult": "accept", "accept_tree": "accept", "sample_node_tokens": "sampling",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -3,7 +3,7 @@
 Schemas are declared here, once; kernels/cpu/*.cpp and kernels/torch_cuda/*.cpp only register
 implementations (TORCH_LIBRARY_IMPL), so CPU and CUDA cannot disagree on a signature. Fake impls let
 torch.compile / CUDA-graph tooling trace shapes without running kernels. Public wrappers with argument
-checking live in tree.py / accept.py / attention.py; these ops trust their inputs' dtypes and shapes.
+checking live in tree.py / accept.py / sampling.py / attention.py; these ops trust their inputs' dtypes and shapes.
 """
 from __future__ import annotations
 

@@ -26,8 +26,7 @@ import dataclasses
 import torch
 
 from . import ops
-from .accept import gumbel_noise, uniform_noise
-from .sampling import NodeLaw, _mark_no_token, filter_logits, node_tokens
+from .sampling import NodeLaw, _mark_no_token, filter_logits, gumbel_noise, node_tokens, uniform_noise
 
 ACCEPT_STREAM = 2 << 24
 BONUS_STREAM = 3 << 24

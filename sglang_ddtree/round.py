@@ -30,10 +30,9 @@ import logging
 import torch
 
 from . import ops
-from .accept import sample_rows_torch
 from .budget import truncate
 from .rejection import draw_children, rejection_targets
-from .sampling import node_tokens
+from .sampling import node_tokens, sample_rows_torch
 from .sizes import budget_of
 from .tree import TreeBatch, build_tree_from_topk
 
@@ -128,7 +127,7 @@ class RoundOps:
     def sample_tokens(self, logits: torch.Tensor, seed: torch.Tensor, step: torch.Tensor,
                       stream: int = 0) -> torch.Tensor:
         """Per-node Gumbel-max draws at temperature 1 from logits [B, n, V] (already divided by each request's
-        temperature); seed / step int64 [B]; node i draws from Philox stream `stream` + i (accept.sample_node_tokens
+        temperature); seed / step int64 [B]; node i draws from Philox stream `stream` + i (sampling.sample_node_tokens
         documents the generator)."""
         B, n, V = logits.shape
         dev = logits.device

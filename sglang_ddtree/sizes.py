@@ -5,8 +5,6 @@ from ._build import header_constants
 _H = header_constants()
 MAX_BUDGET = _H["kMaxBudget"]               # every builder's largest budget (it bounds the B·n² mask memory)
 MAX_CUDA_BUDGET = _H["kMaxTreeSlots"] - 1   # the CUDA builder's largest budget (what a server can serve)
-# the served auto budget's default candidates, with the drafter chain's budget (block - 1) always among them
-AUTO_LADDER = (15, 31, 63)
 
 
 def verify_width(budget: int) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..accept import gumbel_noise
+from ..sampling import gumbel_noise
 from ..topk import topk_logprobs
 from ..tree import TreeBatch, build_tree_from_lattice, build_tree_from_topk
 from .dflash import DFlashConfig, DFlashDraftModel

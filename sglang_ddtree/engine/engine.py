@@ -26,6 +26,7 @@ from ..budget import AutoWidth
 from ..keys import Calibration, DraftKeys
 from ..attention import Shape, choose, engine_prefix
 from ..round import Round, RoundHost, RoundOps
+from ..round_config import DEFAULT_BUDGET, RoundConfig, auto_candidates
 from ..sampling import NodeLaw, node_tokens
 from ..sizes import MAX_BUDGET, verify_width
 from ..stage_clock import StageClock
@@ -40,8 +41,8 @@ from .tokenizer import ByteTokenizer
 STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "accept", "commit")
 METHODS = ("ddtree", "chain", "ar", "lattice", "walk")
 SELECTOR_METHODS = ("lattice", "walk")  # a DFlash2 drafter's own (engine/dflash2.py, docs/DESIGN.md §8.2)
-KEYS = ("draft", "law")
-CHILDREN = ("top", "drawn")
+KEYS = ("draft", "law")  # round_config.KEYS, in the engine's order (the default first)
+CHILDREN = ("top", "drawn")  # round_config.CHILDREN, likewise
 
 
 @dataclasses.dataclass
@@ -119,15 +120,16 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
                  temperature=0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
-                 on_round=None, anchor=None, draft_temperature=None, auto_budgets=(8, 16, 32, 64),
+                 on_round=None, anchor=None, draft_temperature=None, auto_budgets=None,
                  round_cost=None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, keys: str = "draft",
                  sampling_temperature=None, children: str = "top") -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar', and with a DFlash2 drafter
         (pair='dflash2') 'lattice' (DDTree over its selector's lattice) | 'walk' (the selector's own walk, verified
         as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node budget (default
-        32; 'lattice' too), or 'auto': each round uses the budget of `auto_budgets` that the previous round's
-        tree (the first round: its own) predicts commits the most tokens per unit of `round_cost` (one time per
-        candidate, for this batch; default: measured here at start; sglang_ddtree/budget.py).
+        round_config.DEFAULT_BUDGET, the server's; 'lattice' too), or 'auto': each round uses the budget of
+        `auto_budgets` (default: the server's, round_config.auto_candidates for this drafter's block) that the
+        previous round's tree (the first round: its own) predicts commits the most tokens per unit of `round_cost`
+        (one time per candidate, for this batch; default: measured here at start; sglang_ddtree/budget.py).
         anchor: DDTree's tree ('ddtree', 'lattice'), None (the paper's) or 'chain' (the greedy chain always in the
         tree: tree.build_tree_from_topk; the lattice's is the selector's greedy walk). draft_temperature: None, L
         positive floats (depth d's draft logits divided by the d-th before the tree is built) or 'drafter' (the
@@ -143,29 +145,39 @@ class Engine:
         law, verified by recursive rejection sampling: rejection.py); greedy requests take the top ones either way.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
-        ids, seeds, stops, temps, law, budget, auto, calibration = self._checked_args(
+        ids, seeds, stops, temps, law, config, costs, calibration = self._checked_args(
             prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size, on_round, anchor,
             draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature, children)
-        L = self.block_size - 1
-        draft_keys = DraftKeys(L, calibration, self.device) if method == "ddtree" else None
-        tree_args = {"ddtree": (budget, None, anchor, draft_keys, keys == "law", auto),
-                     "chain": (L, 1, None, None, False, None), "ar": (0, 1, None, None, False, None),
-                     "lattice": (budget, None, anchor, None, False, None),
-                     "walk": (L, None, None, None, False, None)}[method]
+        draft_keys = DraftKeys(self.block_size - 1, calibration, self.device) if method == "ddtree" else None
         bs = batch_size or len(ids)
         out = []
         for i in range(0, len(ids), bs):
-            out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, tree_args,
-                                temps[i:i + bs], law, stops, on_round, children == "drawn")
+            out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, config, draft_keys, costs,
+                                temps[i:i + bs], law, stops, on_round)
         return out
+
+    def round_config(self, method: str, budget: int, auto_budgets=(), anchor=None, keys: str = "draft",
+                     children: str = "top") -> RoundConfig:
+        """The round of `method` (arguments already checked): DDTree's and the lattice's from the arguments; the
+        chain's tree is the drafter's block (budget L, one candidate a depth), AR's the root alone, the walk's L
+        nodes of the selector's walk."""
+        L = self.block_size - 1
+        fixed = dict(calibration=None, children="top")  # the engine's calibration: _checked_args' Calibration
+        if method == "ddtree":
+            return RoundConfig(budget=budget, auto_budgets=auto_budgets, anchor=anchor, keys=keys, children=children,
+                               calibration=None)
+        if method == "lattice":
+            return RoundConfig(budget=budget, anchor=anchor, **fixed)
+        return RoundConfig(budget={"chain": L, "ar": 0, "walk": L}[method], topk=None if method == "walk" else 1,
+                           anchor=None, **fixed)
 
     def _checked_args(self, prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size,
                       on_round, anchor, draft_temperature, auto_budgets, round_cost, top_k=0, top_p=1.0, min_p=0.0,
                       keys="draft", sampling_temperature=None, children="top"):
         """generate's arguments checked, every one, before any work (a bad one raises ValueError / TypeError in
         one line naming it), and normalised: (token ids per prompt, seed per prompt, stop ids, temperature per
-        prompt, the filters (top_k, top_p, min_p) as floats, budget, auto budget (candidates, costs) or None,
-        keys.Calibration)."""
+        prompt, the filters (top_k, top_p, min_p) as floats, the method's RoundConfig, the auto budget's round
+        costs or None, keys.Calibration)."""
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if method != "ar" and self.drafter is None:
@@ -195,25 +207,27 @@ class Engine:
                 raise ValueError(f"seed must be an int or one int per prompt, got {len(seeds)} for {len(ids)}")
         stops = [self.tokenizer.eos_token_id] if stop_token_ids is None else \
             _id_list("stop_token_ids", stop_token_ids, V)
-        auto = None
+        cands, costs = (), None
         if budget == "auto":
             if method == "lattice":
                 raise ValueError("budget='auto' applies to method 'ddtree' only, got method 'lattice'")
-            if isinstance(auto_budgets, (str, bytes)) or not isinstance(auto_budgets, Iterable) or not auto_budgets:
+            if auto_budgets is None:  # the server's candidates for this drafter's block
+                cands = auto_candidates(self.block_size, max_budget=MAX_BUDGET) if method == "ddtree" else ()
+            elif isinstance(auto_budgets, (str, bytes)) or not isinstance(auto_budgets, Iterable) or not auto_budgets:
                 raise ValueError(f"auto_budgets must be positive ints, got {auto_budgets!r}")
-            cands = sorted({_int("auto_budgets", b, 1, MAX_BUDGET) for b in auto_budgets})
-            costs = None
-            if round_cost is not None:
+            else:
+                cands = tuple(sorted({_int("auto_budgets", b, 1, MAX_BUDGET) for b in auto_budgets}))
+            if round_cost is not None and cands:
                 costs = _reals("round_cost", round_cost)
                 if len(costs) != len(cands) or not all(math.isfinite(c) and c > 0 for c in costs):
                     raise ValueError(f"round_cost must hold one positive time per auto budget {cands}, got "
                                      f"{round_cost!r}")
-            auto, budget = (cands, costs), cands[-1]
+            budget = cands[-1] if cands else None  # other methods than DDTree ignore the budget
         elif budget is not None:
             if isinstance(budget, str):
                 raise ValueError(f"budget must be a positive int or 'auto', got {budget!r}")
             budget = _int("budget", budget, 1, MAX_BUDGET)
-        budget = 32 if budget is None else budget
+        budget = DEFAULT_BUDGET if budget is None else budget
         chain_pops(anchor, L)
         if anchor is not None and method not in ("ddtree", "lattice"):
             raise ValueError(f"anchor applies to methods 'ddtree' and 'lattice' only, got method {method!r}")
@@ -227,7 +241,8 @@ class Engine:
             raise ValueError(f"children='drawn' applies to method 'ddtree' only, got method {method!r}")
         calibration = Calibration(self._depth_temperatures("draft_temperature", draft_temperature, method, L),
                                   self._depth_temperatures("sampling_temperature", sampling_temperature, method, L))
-        return ids, seeds, stops, temps, law, budget, auto, calibration
+        config = self.round_config(method, budget, cands if method == "ddtree" else (), anchor, keys, children)
+        return ids, seeds, stops, temps, law, config, costs, calibration
 
     def _depth_temperatures(self, name: str, value, method: str, L: int):
         """A calibration argument (draft_temperature, sampling_temperature) as L floats or None: 'drafter' reads
@@ -255,10 +270,11 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _decode(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round=None,
-                drawn=False):
-        batch = _EngineBatch(self, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round)
-        rounds = Round(self.ops, batch.widest, auto=batch.auto, drawn=drawn)
+    def _decode(self, ids, seeds, max_new, method, config, draft_keys, costs, temperatures, law, stops,
+                on_round=None):
+        batch = _EngineBatch(self, ids, seeds, max_new, method, config, draft_keys, costs, temperatures, law, stops,
+                             on_round)
+        rounds = Round(self.ops, batch.widest, auto=batch.auto, drawn=config.children == "drawn")
         while True:
             batch.clock.mark("loop")
             if bool(batch.done.all()):  # the loop's one host sync per round
@@ -389,9 +405,12 @@ class _EngineBatch(RoundHost):
 
     stops_on_nonfinite = True
 
-    def __init__(self, eng: Engine, ids, seeds, max_new, method, tree_args, temperatures, law, stops, on_round):
+    def __init__(self, eng: Engine, ids, seeds, max_new, method, config: RoundConfig, draft_keys, costs, temperatures,
+                 law, stops, on_round):
+        """config: the method's round (Engine.round_config); draft_keys: DDTree's keys.DraftKeys (None: the raw
+        draft's top-k); costs: the auto budget's round cost per candidate (None: measured here)."""
         dev, tgt = eng.device, eng.target
-        budget, self.topk, self.anchor, self.keys, law_keys, auto = tree_args
+        budget, self.topk, self.anchor, self.keys = config.budget, config.topk, config.anchor, draft_keys
         self.eng, self.max_new, self.on_round, self.stops = eng, max_new, on_round, stops
         self.use_draft = method != "ar"
         self.selector = method if method in SELECTOR_METHODS else None  # a DFlash2 drafter's round (draft)
@@ -399,7 +418,7 @@ class _EngineBatch(RoundHost):
         self.candidates = None  # the keys of the round's DDTree tree (draft_keys)
         self.B, L, Bs = len(ids), eng.block_size - 1, eng.block_size
         B = self.B
-        self.widest = verify_width(budget)
+        self.widest = config.verify_width
         P = max(len(x) for x in ids)
         self.cap = -(-(P + max_new + self.widest + Bs + 2) // 64) * 64
         self.clock = StageClock(dev, STAGES)
@@ -420,7 +439,7 @@ class _EngineBatch(RoundHost):
         self.law = None if not any(temperatures) else NodeLaw(
             torch.tensor(temperatures, dtype=torch.float32, device=dev), full(int(top_k), torch.int64), full(top_p),
             full(min_p), filtered=top_k > 0 or top_p < 1 or min_p > 0)
-        self.key_law = self.law if law_keys else None  # the tree's keys: under each request's law, or the draft's
+        self.key_law = self.law if config.keys == "law" else None  # the tree's keys: under each request's law, or the draft's
 
         # prefill: causal over each prompt; keys beyond a prompt's length are never visible
         self.tcache = tgt.new_cache(B, self.cap, eng.dtype, dev)
@@ -436,15 +455,15 @@ class _EngineBatch(RoundHost):
             self.mask_ids = torch.full((B, L), eng.mask_token_id, dtype=torch.long, device=dev)
 
         self.auto = None
-        if auto is not None:  # budget='auto': candidates, and the cost table of this batch (measured if absent)
-            cands, costs = auto
+        if config.auto:  # budget='auto': candidates, and the cost table of this batch (measured if absent)
+            cands = list(config.auto_budgets)
             self.root = root
             if costs is None:  # the round's fixed part (draft, top-k, largest build) plus each verify width
                 self.clock.mark("cost")
                 costs = eng._round_costs(cands, B, self.seq_lens, self.tcache, self.cap, lambda: self._tree(
                     self._draft_logits(), cands[-1]))
             # the costs are whole rounds of this batch (one bucket): nothing beyond them to learn, so no clock
-            widths = [verify_width(b) for b in cands]
+            widths = list(config.widths)
             self.auto = AutoWidth(widths, [B], {(B, w): c for w, c in zip(widths, costs)},
                                   device=dev, clock=lambda: 0.0, first="own")
 

@@ -9,6 +9,8 @@ Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
   page size 1, or on triton / flashinfer at page sizes 1/16/64 with the FlashInfer prefix; the tree kernel
   verifying), else the fixed DEFAULT_BUDGET (`default_budget_is_auto`);
 - `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads;
+- the budget and the round's other knobs are one round_config.RoundConfig, resolved once (`resolve_round`, in
+  validate_server_args, which SGLang runs before handle_server_args) and published for the scheduler processes;
 - drafter block size: `--speculative-dflash-block-size`, else the drafter config's `block_size`, else 16.
   It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
 
@@ -24,14 +26,15 @@ from __future__ import annotations
 import logging
 import os
 
-from sglang_ddtree.sizes import AUTO_LADDER, MAX_CUDA_BUDGET, budget_of, verify_width
+from sglang_ddtree.round_config import DEFAULT_BUDGET, RoundConfig, auto_candidates
+from sglang_ddtree.sizes import MAX_CUDA_BUDGET, budget_of, verify_width
 
 from sglang_ddtree.attention import choose, prefixes
 from sglang_ddtree.attention.prefixes import Shape
 
 from . import backends
 from .adapters import registration as sgl
-from .settings import DEFAULT_BUDGET, Settings, env
+from .settings import AUTO, Settings, env, round_knobs
 
 logger = logging.getLogger(__name__)
 
@@ -57,26 +60,20 @@ DEFAULT_ATTENTION_BACKEND = "triton"
 AUTO_DEFAULT_PAGES = (1, 16, 64)
 
 
-def auto_budgets(settings: Settings, block: int) -> tuple:
-    """The candidate budgets of SGLANG_DDTREE_BUDGET=auto, ascending, the chain's (block − 1) always first:
-    a round never verifies less than the DFlash chain."""
-    chain = budget_of(block)
-    ladder = [b for b in AUTO_LADDER if verify_width(b) > int(block)]
-    cands = set(settings.auto_budgets or ladder) | {chain}
-    low = [b for b in cands if b < chain]
-    if low:
-        raise ValueError(f"{env('auto_budgets')}: budgets {sorted(low)} are below the drafter block size − 1 = "
-                         f"{chain} (the chain alone needs {chain} nodes); list budgets >= {chain}")
-    return tuple(sorted(check_budget(b) for b in cands))
+def auto_budgets(given, block: int) -> tuple:
+    """The candidate budgets of SGLANG_DDTREE_BUDGET=auto (`given`: SGLANG_DDTREE_AUTO_BUDGETS' list, () the
+    default ladder), ascending, the chain's (block − 1) always first: a round never verifies less than the DFlash
+    chain; each within the CUDA builder's limit."""
+    return tuple(check_budget(b) for b in auto_candidates(block, given, max_budget=None, name=env("auto_budgets")))
 
 
-def drafter_calibration(settings: Settings, draft_path, depth_limit: int):
+def drafter_calibration(config: RoundConfig, draft_path, depth_limit: int):
     """The drafter's per-depth calibration (sglang_ddtree/calibration.py: keys.Calibration, greedy and, where the
     file has it, sampling) the tree ranks by, or None. 'auto' uses the drafter directory's file when there is one;
     a file that is there but wrong, or an explicit path that is wrong, is refused naming the knob."""
     from sglang_ddtree.calibration import FILE, load_calibration
 
-    choice = settings.calibration
+    choice = config.calibration
     if choice == "off":
         return None
     if choice == "auto":
@@ -198,13 +195,6 @@ def check_budget(budget: int) -> int:
     return budget
 
 
-def budget_given(view, settings: Settings) -> bool:
-    """Whether the user chose the budget (the knob, auto, or --speculative-num-draft-tokens); an auto-default
-    left in this process's environment by an earlier server's arguments is not a choice."""
-    return ((settings.auto and not settings.auto_default) or settings.budget is not None
-            or getattr(view, "speculative_num_draft_tokens", None) is not None)
-
-
 def verify_backend_flag(view) -> str:
     """The backend name, from the flags, that will serve TARGET_VERIFY (tree_attention.verify_backend_name reads
     the live instance later): with --prefill-attention-backend / --decode-attention-backend SGLang's hybrid backend
@@ -244,30 +234,41 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
                                         f"prefix ({refusal[0]})"
 
 
-def resolve_budget(view, settings: Settings, block: int) -> int:
-    """Tree budget B from the environment knob or --speculative-num-draft-tokens (= B + 1); with
-    SGLANG_DDTREE_BUDGET=auto the largest candidate; with none of them, the default's."""
-    ndt = getattr(view, "speculative_num_draft_tokens", None)
-    if not budget_given(view, settings) and default_budget_is_auto(view, settings) is None:
-        return auto_budgets(settings, block)[-1]
-    if settings.auto:
-        top = auto_budgets(settings, block)[-1]
-        if ndt is not None and int(ndt) != verify_width(top):
+def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
+    """The server's RoundConfig, from the round's variables (settings.round_knobs, read here only: once per server,
+    in the launching process) and --speculative-num-draft-tokens (= B + 1). The budget: SGLANG_DDTREE_BUDGET, or
+    with =auto the largest candidate, else --speculative-num-draft-tokens − 1, else the default's (auto where
+    default_budget_is_auto says it has served, else DEFAULT_BUDGET). Every bad value is one line naming it."""
+    knobs = round_knobs()
+    given, ndt = knobs["budget"], getattr(view, "speculative_num_draft_tokens", None)
+    rest = {k: knobs[k] for k in ("topk", "anchor", "children", "calibration")}
+    if given is None and ndt is None:
+        why_not = default_budget_is_auto(view, settings)
+        logger.info("DDTREE: no budget given: %s", "auto, chosen every round" if why_not is None else
+                    f"the fixed budget {DEFAULT_BUDGET} (auto is the default for MHA/GQA targets on triton, "
+                    f"and with the FlashInfer prefix on flashinfer and at page sizes "
+                    f"{' / '.join(map(str, AUTO_DEFAULT_PAGES))}, not with {why_not}; {env('budget')}=auto asks "
+                    f"for it)")
+        if why_not is not None:
+            return RoundConfig(budget=DEFAULT_BUDGET, **rest)
+        cands = auto_budgets(knobs["auto_budgets"], block)
+        return RoundConfig(budget=cands[-1], auto_budgets=cands, auto_default=True, **rest)
+    if given == AUTO:
+        cands = auto_budgets(knobs["auto_budgets"], block)
+        if ndt is not None and int(ndt) != verify_width(cands[-1]):
             raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal the largest auto budget + 1 "
-                             f"= {verify_width(top)} ({env('budget')}=auto); drop it, or set {env('auto_budgets')}")
-        return top
-    if settings.budget is not None:
-        if ndt is not None and int(ndt) != verify_width(settings.budget):
-            raise ValueError(
-                f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal budget + 1 = "
-                f"{verify_width(settings.budget)} ({env('budget')}={settings.budget}); drop one of the two")
-        return check_budget(settings.budget)
-    if ndt is not None:
-        if int(ndt) < 2:
-            raise ValueError(f"DDTREE: --speculative-num-draft-tokens is the tree verify width budget + 1 and "
-                             f"must be >= 2, got {ndt}")
-        return check_budget(budget_of(ndt))
-    return DEFAULT_BUDGET
+                             f"= {verify_width(cands[-1])} ({env('budget')}=auto); drop it, or set "
+                             f"{env('auto_budgets')}")
+        return RoundConfig(budget=cands[-1], auto_budgets=cands, **rest)
+    if given is not None:
+        if ndt is not None and int(ndt) != verify_width(given):
+            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal budget + 1 = "
+                             f"{verify_width(given)} ({env('budget')}={given}); drop one of the two")
+        return RoundConfig(budget=check_budget(given), **rest)
+    if int(ndt) < 2:
+        raise ValueError(f"DDTREE: --speculative-num-draft-tokens is the tree verify width budget + 1 and "
+                         f"must be >= 2, got {ndt}")
+    return RoundConfig(budget=check_budget(budget_of(ndt)), **rest)
 
 
 def choose_attention_backend(view) -> str | None:
@@ -388,7 +389,8 @@ def validate_server_args(server_args) -> None:
         _reject(f"--page-size {page} with {env('verify_attention')}=mask",
                 f"use --page-size 1, or leave {env('verify_attention')} unset (the tree kernel serves any page size)")
     block = draft_block_size(view)
-    budget = resolve_budget(view, settings, block)
+    config = resolve_round(view, settings, block)
+    budget = config.budget
     if verify_width(budget) < block:
         _reject(f"a tree budget {budget} below the drafter block size − 1 = {block - 1} (SGLang reserves "
                 f"2 × (budget + 1) KV slots per request and round; the drafter writes {block})",
@@ -397,30 +399,23 @@ def validate_server_args(server_args) -> None:
     if topk is not None and int(topk) != 1:
         _reject(f"--speculative-eagle-topk {topk}",
                 f"drop it; cap DDTree's per-depth candidates with {env('topk')} instead")
-    drafter_calibration(settings, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here
+    drafter_calibration(config, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here
+    config.publish()  # for apply_ddtree_defaults, next in this process, and the scheduler processes it spawns
 
 
 def apply_ddtree_defaults(server_args) -> None:
     """SGLang's handle_server_args hook: write the DDTree mapping onto the (stand-in) record."""
     view = sgl.read_view(server_args)
-    settings = Settings.from_env()
+    config = RoundConfig.published()  # validate_server_args, which SGLang runs first, resolved and published it
     block = draft_block_size(view)
-    if not budget_given(view, settings):
-        why_not = default_budget_is_auto(view, settings)
-        settings = settings.with_budget_default(auto=why_not is None)
-        logger.info("DDTREE: no budget given: %s", "auto, chosen every round" if why_not is None else
-                    f"the fixed budget {DEFAULT_BUDGET} (auto is the default for MHA/GQA targets on triton, "
-                    f"and with the FlashInfer prefix on flashinfer and at page sizes "
-                    f"{' / '.join(map(str, AUTO_DEFAULT_PAGES))}, not with {why_not}; {env('budget')}=auto asks "
-                    f"for it)")
-    budget = resolve_budget(view, settings, block)
+    budget = config.budget
     steps = getattr(view, "speculative_num_steps", None)
     if steps is not None and int(steps) != 1:
         logger.warning("DDTREE: --speculative-num-steps %s overridden to 1 (one drafter pass proposes the whole "
                        "block; the tree's size is the budget, %d)", steps, budget)
     server_args.speculative_num_steps = 1
     server_args.speculative_eagle_topk = 1
-    server_args.speculative_num_draft_tokens = verify_width(budget)
+    server_args.speculative_num_draft_tokens = config.verify_width
     server_args.speculative_dflash_block_size = block
     sgl.resolve_draft_attention_backend(server_args)
     if str(getattr(view, "device", None) or "") == "cpu":  # SGLang's DFlash picks a CUDA backend for the drafter
@@ -436,5 +431,5 @@ def apply_ddtree_defaults(server_args) -> None:
                        "without mixed chunked prefill)")
         server_args.enable_mixed_chunk = False
     logger.info("DDTREE: budget=%s (verify width %d), drafter block=%d, topk=%s",
-                f"auto {list(auto_budgets(settings, block))}" if settings.auto else budget, verify_width(budget), block,
-                settings.topk or "min(budget, vocab)")
+                f"auto {list(config.auto_budgets)}" if config.auto else budget, config.verify_width, block,
+                config.topk or "min(budget, vocab)")

@@ -25,13 +25,13 @@ from sglang_ddtree import penalties
 from sglang_ddtree.budget import AutoWidth
 from sglang_ddtree.attention import choose
 from sglang_ddtree.round import Round, RoundHost, RoundOps
+from sglang_ddtree.round_config import RoundConfig
 from sglang_ddtree.sampling import request_seeds
-from sglang_ddtree.sizes import budget_of, verify_width
 from sglang_ddtree.stage_clock import StageClock
 
 from . import draft_attention, tree_attention
 from .adapters import registration
-from .args import auto_budgets, drafter_calibration
+from .args import drafter_calibration
 from .draft_head import DraftTreeHead
 from .settings import Settings, env
 from .tp import TpAgreement
@@ -45,12 +45,14 @@ AUTO_CONTEXTS = (1024, 4096, 16384, 65536)
 class DecodeRound:
     """Built once per DDTree worker (DDTreeWorkerV2.__init__), after DFlashWorkerV2's own constructor."""
 
-    def __init__(self, sgl, server_args, knobs: Settings):
+    def __init__(self, sgl, server_args, knobs: Settings, config: RoundConfig):
         self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
-        self.knobs = knobs
+        self.knobs, self.config = knobs, config  # the server's settings; its round (args.resolve_round)
         server_args = registration.read_view(server_args)  # 0.5.23 keeps resolved values off the record
-        self.verify_width = int(server_args.speculative_num_draft_tokens)  # n = budget + 1
-        self.budget = budget_of(self.verify_width)
+        self.verify_width, self.budget = config.verify_width, config.budget  # n = budget + 1, the widest tree
+        if int(server_args.speculative_num_draft_tokens) != self.verify_width:
+            raise ValueError(f"DDTREE: the round's widest tree verifies {self.verify_width} tokens, but the server "
+                             f"verifies {server_args.speculative_num_draft_tokens} (the argument hook did not run?)")
         self.block_size = int(server_args.speculative_dflash_block_size)
         if self.verify_width < self.block_size:
             raise ValueError(f"DDTREE: verify width {self.verify_width} < drafter block {self.block_size}")
@@ -60,20 +62,16 @@ class DecodeRound:
         self._node_offsets = torch.arange(self.verify_width, device=self.device, dtype=torch.int64)
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = registration.max_batch_size(server_args)
-        self._calibration = drafter_calibration(knobs, server_args.speculative_draft_model_path, self.block_size - 1)
-        if self._calibration is not None and knobs.children == "drawn":  # drawn trees rank by the raw law (§3.12)
+        self._calibration = drafter_calibration(config, server_args.speculative_draft_model_path, self.block_size - 1)
+        if self._calibration is not None and config.children == "drawn":  # drawn trees rank by the raw law (§3.12)
             self._calibration = dataclasses.replace(self._calibration, sampling=None)
         # the round; .auto: budget.AutoWidth with budget auto
-        self.core = Round(self.round, self.verify_width, drawn=knobs.children == "drawn")
+        self.core = Round(self.round, self.verify_width, drawn=config.children == "drawn")
         tp = int(getattr(server_args, "tp_size", 1) or 1)
         self.tp = TpAgreement(sgl.tp_group(), check=knobs.tp_check) if tp > 1 else None  # tp.py
         self._tp_size = 1 if self.tp is None else self.tp.size
-        if knobs.auto:
-            widths = [verify_width(b) for b in auto_budgets(knobs, self.block_size)]
-            if widths[-1] != self.verify_width:
-                raise ValueError(f"DDTREE: {env('budget')}=auto's widest candidate is {widths[-1]}, but the server "
-                                 f"verifies {self.verify_width} tokens (the argument hook did not run?)")
-            self.auto = AutoWidth(widths, device=self.device)  # its costs come in capture_widths
+        if config.auto:
+            self.auto = AutoWidth(list(config.widths), device=self.device)  # its costs come in capture_widths
         self.verify_runners = {}  # width -> the target's verify graph runner at that width (auto only)
         self.head = self._make_head()
         self.tree_attn = None  # set by choose_verify_attention, once the target's backend exists
@@ -100,8 +98,8 @@ class DecodeRound:
         tp = {} if self.tp is None else dict(tp=self.tp, vocab=int(lm_head.org_vocab_size),
                                              vocab_start=int(shard.org_vocab_start_index))
         return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size, **tp,
-                             budget=self.budget, topk=self.knobs.topk, max_bs=self._max_bs, ops=self.round,
-                             tree_in_graph=self.knobs.draft_graph_head, anchor=self.knobs.anchor,
+                             budget=self.budget, topk=self.config.topk, max_bs=self._max_bs, ops=self.round,
+                             tree_in_graph=self.knobs.draft_graph_head, anchor=self.config.anchor,
                              calibration=self._calibration,
                              predict=None if self.auto is None else self.auto.predict)
 
@@ -123,10 +121,10 @@ class DecodeRound:
     def describe(self) -> str:
         cal = self._calibration
         temps = lambda t: "raw" if t is None else "T=" + ",".join(f"{x:.2f}" for x in t)  # noqa: E731
-        budget = self.budget if self.auto is None else f"auto {[budget_of(w) for w in self.auto.widths]}"
+        budget = f"auto {list(self.config.auto_budgets)}" if self.config.auto else self.budget
         return (f"budget={budget} verify width={self.verify_width} drafter block={self.block_size} "
                 f"k={self.head.k} ops={self.round.backend} tree-in-graph={self.head.tree_in_graph} "
-                f"anchor={self.knobs.anchor or 'none'} children={self.knobs.children} calibration="
+                f"anchor={self.config.anchor or 'none'} children={self.config.children} calibration="
                 + ("off" if cal is None else f"greedy {temps(cal.greedy)}, sampled {temps(cal.sampling)}"))
 
     def choose_verify_attention(self) -> None:
@@ -138,10 +136,10 @@ class DecodeRound:
         choice = self.knobs.verify_attention
         if not choose.verify(choice, why, f"{env('verify_attention')}={choice}"):
             page = int(getattr(runner, "page_size", 1) or 1)
-            if self.auto is not None and self.knobs.auto_default:  # auto was only the default: keep the widest
+            if self.auto is not None and self.config.auto_default:  # auto was only the default: keep the widest
                 logger.warning("sglang-ddtree: no budget was given and auto needs the tree kernel, which is not in "
                                "use here (%s): serving the fixed budget %d instead", why or choice, self.budget)
-                self.auto = None
+                self.auto, self.config = None, self.config.fixed()
                 self.head = self._make_head()
             for needs, fix in ((self.auto is not None and f"{env('budget')}=auto", "set a fixed budget"),
                                (page != 1 and f"--page-size {page}",

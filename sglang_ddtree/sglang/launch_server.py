@@ -1,8 +1,9 @@
 """`python -m sglang_ddtree.launch_server`: SGLang's launch_server plus DDTree's own flags.
 
 DDTree's flags are the settings table's (settings.py: `--speculative-ddtree-budget`, `-topk`, `-anchor`); each
-sets its environment variable, which SGLang's spawned scheduler processes inherit, and every other argument goes
-to SGLang unchanged. `--speculative-algorithm ddtree` is added when absent. `--help` shows these flags, then
+sets its environment variable, which the argument hooks (args.py) read in this process (the round's into one
+RoundConfig, published to the scheduler processes SGLang spawns), and every other argument goes to SGLang
+unchanged. `--speculative-algorithm ddtree` is added when absent. `--help` shows these flags, then
 SGLang's own.
 """
 from __future__ import annotations

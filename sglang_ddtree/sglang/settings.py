@@ -1,9 +1,10 @@
 """DDTree's server settings: every `SGLANG_DDTREE_*` variable declared once (name, type, default, choices, help;
 SGLang's srt/environ.py is the model), parsed and checked here only, into one `Settings`.
 
-Environment variables are the transport: the launcher's argument hook (args.py) resolves the settings and
-publishes what it settled on (`publish_budget`), and SGLang's spawned scheduler processes, which inherit the
-environment, read the same `Settings` back (`Settings.from_env`). A bad value is one line naming the variable.
+The round's variables (ROUND_FIELDS: budget, candidates, topk, anchor, children, calibration) are parsed by
+`round_knobs` only, which args.resolve_round calls once in the launching process to build the server's
+round_config.RoundConfig (published to the scheduler processes as one variable); the others are `Settings`,
+which every process reads (`Settings.from_env`). A bad value is one line naming the variable.
 docs/SERVING.md's tables are `markdown_tables()` (tests/sglang/test_sglang_settings.py checks they agree).
 """
 from __future__ import annotations
@@ -13,15 +14,11 @@ import os
 
 from sglang_ddtree.attention import choose
 from sglang_ddtree.ops import NATIVE_BACKENDS
+from sglang_ddtree.round_config import DEFAULT_BUDGET
 from sglang_ddtree.sizes import MAX_CUDA_BUDGET
 from sglang_ddtree.tree import ANCHORS
 
-DEFAULT_BUDGET = 32  # a server given no budget where auto is not the default (args.default_budget_is_auto)
 AUTO = "auto"
-# the budget the argument hook publishes when no budget was given and auto is the default: auto, except that
-# where the tree kernel turns out not to serve (known only in the scheduler) the server keeps its widest budget
-# instead of refusing, as it refuses an explicit auto (decode_round.choose_verify_attention)
-AUTO_DEFAULT = "auto-default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +61,7 @@ class Var:
             if text.lower() not in self.choices:
                 raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, got {text.lower()!r}")
             return text.lower()
-        if self.kind == "budget" and text.lower() in (AUTO, AUTO_DEFAULT):
+        if self.kind == "budget" and text.lower() == AUTO:
             return text.lower()
         if self.kind == "ints":
             try:
@@ -160,21 +157,17 @@ def env(field: str) -> str:
     return VARS[field].name
 
 
+# the round's variables: parsed by round_knobs alone, into the server's RoundConfig (args.resolve_round)
+ROUND_FIELDS = ("budget", "topk", "anchor", "children", "auto_budgets", "calibration")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The server's DDTree settings (TABLE says what each one is)."""
+    """The server's DDTree settings outside the round's configuration (TABLE says what each one is)."""
 
-    budget: int | None = None     # None: from --speculative-num-draft-tokens, or auto
-    topk: int | None = None       # per-depth candidate cap k; None: k = min(budget, vocab), as in the paper
     ops_backend: str = "auto"
     draft_graph_head: bool = True
     verify_attention: str = "auto"
-    anchor: str | None = "chain"  # tree.ANCHORS' value of the name given
-    children: str = "drawn"       # a sampled request's tree tokens: drawn (rejection.py) or the top candidates
-    calibration: str = "auto"     # 'auto' (the drafter directory's ddtree_calibration.json if any) | 'off' | path
-    auto: bool = False            # the budget is chosen every round (budget is None)
-    auto_default: bool = False    # ... because no budget was given (AUTO_DEFAULT), not asked for
-    auto_budgets: tuple = ()      # auto's candidates; () = the default ladder
     prefix: str = "auto"
     draft_attention: str = "sglang"  # the drafter's context attention: SGLang's backend, or DDTree's cascade
     mla_kv_move: str = "layers"
@@ -189,26 +182,15 @@ class Settings:
     @classmethod
     def from_env(cls, environ=None) -> "Settings":
         environ = os.environ if environ is None else environ
-        values = {v.field: v.parse(v.raw(environ)) for v in TABLE}
-        budget = values.pop("budget")
-        auto = budget in (AUTO, AUTO_DEFAULT)
-        return cls(budget=None if auto else budget, auto=auto, auto_default=budget == AUTO_DEFAULT,
-                   **{**values, "anchor": ANCHORS[values["anchor"]]})
-
-    def with_budget_default(self, auto: bool) -> "Settings":
-        """No budget was given: auto (published as AUTO_DEFAULT for the scheduler processes) or the fixed default
-        (an auto-default an earlier server's arguments left in this process's environment is dropped)."""
-        publish_budget(AUTO_DEFAULT if auto else None)
-        return dataclasses.replace(self, budget=None, auto=auto, auto_default=auto)
+        return cls(**{v.field: v.parse(v.raw(environ)) for v in TABLE if v.field not in ROUND_FIELDS})
 
 
-def publish_budget(text: str | None) -> None:
-    """Set (None: unset) the budget variable for this process and the scheduler processes it spawns."""
-    name = env("budget")
-    if text is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = str(text)
+def round_knobs(environ=None) -> dict:
+    """The round's variables as given: budget (None, an int or 'auto'), auto_budgets (() = the default ladder),
+    topk, anchor (tree.ANCHORS' value), children, calibration. Called once per server, by args.resolve_round."""
+    environ = os.environ if environ is None else environ
+    values = {f: VARS[f].parse(VARS[f].raw(environ)) for f in ROUND_FIELDS}
+    return {**values, "anchor": ANCHORS[values["anchor"]]}
 
 
 def markdown_tables() -> tuple[str, str]:

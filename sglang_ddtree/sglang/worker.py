@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from sglang_ddtree.round_config import RoundConfig
+
 from . import adapters
 from .settings import Settings
 from .decode_round import DecodeRound
@@ -23,7 +25,8 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
         adapters.check_version()
         super().__init__(server_args, gpu_id, nccl_port, target_worker, ps=ps, **kwargs)
         self.sgl = self.ADAPTER(self)
-        self.ddtree = DecodeRound(self.sgl, server_args, Settings.from_env())
+        # the round as the launching process resolved it (args.resolve_round): no budget variable is parsed here
+        self.ddtree = DecodeRound(self.sgl, server_args, Settings.from_env(), RoundConfig.published())
         self.sgl.install_eager_embeds_dtype_fix()
         logger.info("DDTREE worker (sglang %s): %s", self.sgl.RELEASE, self.ddtree.describe())
 

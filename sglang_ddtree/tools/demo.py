@@ -19,7 +19,8 @@ import time
 import torch
 
 from .. import _cli
-from ..sizes import AUTO_LADDER, MAX_CUDA_BUDGET, verify_width
+from ..round_config import AUTO_LADDER
+from ..sizes import MAX_CUDA_BUDGET, verify_width
 from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from ..engine.engine import Engine, summarize
 

@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 
 from sglang_ddtree import accept_tree, rejection
-from sglang_ddtree.accept import gumbel_noise, uniform_noise
+from sglang_ddtree.sampling import gumbel_noise, uniform_noise
 from sglang_ddtree.reference import chain_rejection_reference, node_rejection_reference
 from sglang_ddtree.round import RoundOps
 from sglang_ddtree.sampling import NodeLaw

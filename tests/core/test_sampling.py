@@ -5,7 +5,7 @@ import torch
 from scipy import stats
 
 from sglang_ddtree import sample_node_tokens
-from sglang_ddtree.accept import philox4x32
+from sglang_ddtree.sampling import philox4x32
 
 
 def test_philox_known_answers():

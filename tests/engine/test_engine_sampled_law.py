@@ -28,7 +28,7 @@ import torch
 from scipy import stats
 
 from sglang_ddtree import rejection
-from sglang_ddtree.accept import sample_rows_torch
+from sglang_ddtree.sampling import sample_rows_torch
 from sglang_ddtree.engine import Engine
 from sglang_ddtree.engine import engine as engine_mod
 from sglang_ddtree.engine.data import heldout_prompts

@@ -11,7 +11,7 @@ import torch
 
 from gpu_tree_util import load, random_topk
 from sglang_ddtree import accept_tree, build_tree_from_topk, flags as F
-from sglang_ddtree.accept import sample_rows_torch
+from sglang_ddtree.sampling import sample_rows_torch
 from sglang_ddtree.reference import walk_reference
 
 pytestmark = pytest.mark.gpu

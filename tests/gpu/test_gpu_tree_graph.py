@@ -62,7 +62,7 @@ def test_public_api_graph_capture():
     """The same through the public wrappers (tree.py / accept.py): they must not sync either."""
     load()
     from sglang_ddtree import accept_tree, build_tree
-    from sglang_ddtree.accept import sample_node_tokens
+    from sglang_ddtree.sampling import sample_node_tokens
     gen = torch.Generator(device="cuda").manual_seed(12)
     draft, target, roots, lens, seed, step = fresh(gen)
 

@@ -25,16 +25,18 @@ def test_budget_from_environment(resolve, monkeypatch):
 def test_auto_budget_reserves_the_widest_candidate(resolve, monkeypatch):
     """SGLANG_DDTREE_BUDGET=auto: the server verifies (and reserves KV for) the largest candidate; the default
     candidates are the chain's budget (block − 1 = 7 for the test drafter's block 8) and 15, 31, 63."""
+    from sglang_ddtree.round_config import RoundConfig
     from sglang_ddtree.sglang.args import auto_budgets
-    from sglang_ddtree.sglang.settings import Settings
 
     monkeypatch.setenv("SGLANG_DDTREE_BUDGET", "auto")
-    assert auto_budgets(Settings.from_env(), 8) == (7, 15, 31, 63)
-    assert auto_budgets(Settings.from_env(), 16) == (15, 31, 63)
+    assert auto_budgets((), 8) == (7, 15, 31, 63)
+    assert auto_budgets((), 16) == (15, 31, 63)
     assert resolve().speculative_num_draft_tokens == 64
+    assert RoundConfig.published() == RoundConfig(budget=63, auto_budgets=(7, 15, 31, 63))
     monkeypatch.setenv("SGLANG_DDTREE_AUTO_BUDGETS", "20,10")
-    assert auto_budgets(Settings.from_env(), 8) == (7, 10, 20)  # the chain's budget always among them
+    assert auto_budgets((20, 10), 8) == (7, 10, 20)  # the chain's budget always among them
     assert resolve().speculative_num_draft_tokens == 21
+    assert RoundConfig.published().auto_budgets == (7, 10, 20)
     assert resolve("--speculative-num-draft-tokens", "21").speculative_num_draft_tokens == 21
     with pytest.raises(ValueError, match="largest auto budget"):
         resolve("--speculative-num-draft-tokens", "17")
@@ -52,19 +54,20 @@ def test_auto_budget_reserves_the_widest_candidate(resolve, monkeypatch):
 def test_default_budget_is_auto_where_auto_has_served(resolve, monkeypatch):
     """No budget given: on an MHA/GQA target on triton at page size 1 (where auto has served on the GPU) the
     server chooses the budget every round — the widest candidate reserved, and the choice handed to the
-    scheduler processes through the environment they inherit; on flashinfer and at page sizes 16 / 64 only where
+    scheduler processes as the published RoundConfig (auto_default: the worker may fall back to the widest); on
+    flashinfer and at page sizes 16 / 64 only where
     the FlashInfer prefix serves (flashinfer not installed here: the fixed budget; the next test installs it);
     on the FULL_MASK path and MLA targets, the fixed DEFAULT_BUDGET. A budget the user gives always wins."""
-    from sglang_ddtree.sglang.settings import AUTO_DEFAULT, DEFAULT_BUDGET, Settings
+    from sglang_ddtree.round_config import DEFAULT_BUDGET, RoundConfig
     ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
 
     assert resolve().speculative_num_draft_tokens == 64  # auto: budgets 7, 15, 31, 63 for the block-8 drafter
-    assert os.environ[ENV_BUDGET] == AUTO_DEFAULT
-    settings = Settings.from_env()
-    assert settings.auto and settings.auto_default and settings.budget is None
+    assert ENV_BUDGET not in os.environ  # the hook writes no budget variable: it publishes the RoundConfig
+    config = RoundConfig.published()
+    assert config.auto and config.auto_default and config.budget == 63
     for args in [("--attention-backend", "flashinfer"), ("--page-size", "16")]:  # an earlier server's auto-default
         assert resolve(*args).speculative_num_draft_tokens == DEFAULT_BUDGET + 1, args  # is no choice for this one
-        assert ENV_BUDGET not in os.environ
+        assert RoundConfig.published() == RoundConfig(budget=DEFAULT_BUDGET)
     assert resolve(target=os.path.abspath(SHIPPED_MLA)).speculative_num_draft_tokens == DEFAULT_BUDGET + 1
     monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "full_mask")
     assert resolve().speculative_num_draft_tokens == DEFAULT_BUDGET + 1
@@ -74,7 +77,7 @@ def test_default_budget_is_auto_where_auto_has_served(resolve, monkeypatch):
     monkeypatch.setenv(ENV_BUDGET, "16")
     assert resolve().speculative_num_draft_tokens == 17
     monkeypatch.setenv(ENV_BUDGET, "auto")
-    assert resolve().speculative_num_draft_tokens == 64 and not Settings.from_env().auto_default
+    assert resolve().speculative_num_draft_tokens == 64 and not RoundConfig.published().auto_default
 
 
 def test_default_budget_is_auto_with_the_flashinfer_prefix(resolve, monkeypatch):
@@ -83,8 +86,8 @@ def test_default_budget_is_auto_with_the_flashinfer_prefix(resolve, monkeypatch)
     size, not with SGLANG_DDTREE_PREFIX=tree (our kernel over the prefix there, not served with auto), and not
     for a head dim FlashInfer's prefill does not take."""
     from sglang_ddtree.attention import flashinfer
+    from sglang_ddtree.round_config import DEFAULT_BUDGET
     from sglang_ddtree.sglang import args
-    from sglang_ddtree.sglang.settings import DEFAULT_BUDGET
 
     monkeypatch.setattr(flashinfer, "installed", lambda: True)
     for extra in [("--attention-backend", "flashinfer"), ("--page-size", "16"),
@@ -323,42 +326,49 @@ def test_budget_env_and_flag_must_agree(resolve, monkeypatch):
     ("SGLANG_DDTREE_ANCHOR", "spine", "chain, none"), ("SGLANG_DDTREE_PREFIX", "fa2", "tree, flashmla, flashinfer, fa3"),
     ("SGLANG_DDTREE_MLA_PREFIX", "flashattn", "tree, flashmla, flashinfer, fa3"),
     ("SGLANG_DDTREE_MLA_KV_MOVE", "fast", "layers, one_launch")])
-def test_bad_knobs(monkeypatch, name, value, needle):
-    from sglang_ddtree.sglang.settings import Settings
-
+def test_bad_knobs(resolve, monkeypatch, name, value, needle):
+    """Each bad value refused through SGLang's real argument resolution, in one line naming the variable."""
     monkeypatch.setenv(name, value)
-    with pytest.raises(ValueError, match=needle):
-        Settings.from_env()
+    with pytest.raises(ValueError, match=needle) as info:
+        resolve()
+    named = name.replace("MLA_PREFIX", "PREFIX")  # an earlier name's value is refused under the current name
+    assert named in str(info.value) and "\n" not in str(info.value)
 
 
-def test_anchor_knob_defaults_to_the_chain(monkeypatch):
-    from sglang_ddtree.sglang.settings import Settings
+def test_anchor_knob_defaults_to_the_chain(resolve, monkeypatch):
+    from sglang_ddtree.round_config import RoundConfig
 
     monkeypatch.delenv("SGLANG_DDTREE_ANCHOR", raising=False)
-    assert Settings.from_env().anchor == "chain"
+    resolve()
+    assert RoundConfig.published().anchor == "chain"
     monkeypatch.setenv("SGLANG_DDTREE_ANCHOR", "none")
-    assert Settings.from_env().anchor is None
+    resolve()
+    assert RoundConfig.published().anchor is None
 
 
 def test_calibration_knob(monkeypatch, tmp_path):
     from sglang_ddtree.engine.data import MODELS_DIR
+    from sglang_ddtree.round_config import RoundConfig
     from sglang_ddtree.sglang.args import drafter_calibration
-    from sglang_ddtree.sglang.settings import Settings
+    from sglang_ddtree.sglang.settings import round_knobs
+
+    def knob():
+        return RoundConfig(calibration=round_knobs()["calibration"])
 
     shipped = os.path.join(MODELS_DIR, "tiny-dflash")
     monkeypatch.delenv("SGLANG_DDTREE_CALIBRATION", raising=False)
-    cal = drafter_calibration(Settings.from_env(), shipped, 7)         # auto: the drafter directory's file
+    cal = drafter_calibration(knob(), shipped, 7)         # auto: the drafter directory's file
     assert len(cal.greedy) == 7 and all(0 < t < 1 for t in cal.greedy)
     assert len(cal.sampling) == 7 and all(t > 0 for t in cal.sampling)  # the shipped file fits sampling too
-    assert drafter_calibration(Settings.from_env(), str(tmp_path), 7) is None   # no file: raw probabilities
-    assert drafter_calibration(Settings.from_env(), "z-lab/Qwen3-8B-DFlash-b16", 15) is None  # a hub id
+    assert drafter_calibration(knob(), str(tmp_path), 7) is None   # no file: raw probabilities
+    assert drafter_calibration(knob(), "z-lab/Qwen3-8B-DFlash-b16", 15) is None  # a hub id
     with pytest.raises(ValueError, match="SGLANG_DDTREE_CALIBRATION=auto"):
-        drafter_calibration(Settings.from_env(), shipped, 15)             # fitted for another block size
+        drafter_calibration(knob(), shipped, 15)             # fitted for another block size
     monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", "off")
-    assert drafter_calibration(Settings.from_env(), shipped, 7) is None
+    assert drafter_calibration(knob(), shipped, 7) is None
     monkeypatch.setenv("SGLANG_DDTREE_CALIBRATION", str(tmp_path / "nope.json"))
     with pytest.raises(ValueError, match="nope.json"):
-        drafter_calibration(Settings.from_env(), shipped, 7)
+        drafter_calibration(knob(), shipped, 7)
 
 
 def test_launch_wrapper_splits_its_flags():

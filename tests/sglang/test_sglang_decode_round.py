@@ -223,6 +223,7 @@ def release(sglang_release):
 
 def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_attention, auto_budgets=(),
                auto_default=False, stage_times=None):
+    from sglang_ddtree.round_config import RoundConfig
     from sglang_ddtree.sglang.settings import Settings
     from sglang_ddtree.sglang.decode_round import DecodeRound
 
@@ -234,10 +235,10 @@ def make_round(release, budget, block, seq_lens, prefix_tokens, ranks, tree_atte
     sgl = fake_model_adapter(release, world, host, captured)
     server_args = types.SimpleNamespace(speculative_num_draft_tokens=budget + 1, speculative_dflash_block_size=block,
                                         speculative_draft_model_path=None, random_seed=0, max_running_requests=8)
-    knobs = Settings(budget=None, topk=None, ops_backend="cpu", draft_graph_head=False, verify_attention="auto",
-                  anchor=None, calibration="off", auto=bool(auto_budgets), auto_budgets=tuple(auto_budgets),
-                  auto_default=auto_default, stage_times=stage_times)
-    rnd = DecodeRound(sgl, server_args, knobs)
+    knobs = Settings(ops_backend="cpu", draft_graph_head=False, verify_attention="auto", stage_times=stage_times)
+    config = RoundConfig(budget=budget, auto_budgets=tuple(sorted(auto_budgets)), auto_default=auto_default,
+                         topk=None, anchor=None, calibration="off")
+    rnd = DecodeRound(sgl, server_args, knobs, config)
     rnd.tree_attn = captured["tree_attn"] = FakeTreeAttention() if tree_attention else None
     batch = types.SimpleNamespace(
         spec_info=release.Adapter.DRAFT_INPUT(
@@ -480,7 +481,7 @@ def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(releas
 
 
 def test_auto_by_default_keeps_the_widest_budget_where_the_tree_kernel_does_not_serve(release):
-    """Auto only because no budget was given (SGLANG_DDTREE_BUDGET=auto-default, written by the argument hook):
+    """Auto only because no budget was given (RoundConfig.auto_default, set by the argument hook):
     where the tree kernel turns out not to serve, the server does not refuse, as it does an explicit auto; it
     serves the widest budget it reserved, fixed, and its rounds are that fixed budget's rounds."""
     block, cands, ranks = 4, (3, 7, 12), [1, 0, 1]
