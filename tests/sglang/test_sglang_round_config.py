@@ -74,11 +74,11 @@ def test_engine_defaults_are_the_servers(resolve, monkeypatch):
     (--attention-backend flashinfer without the FlashInfer prefix), and its auto candidates are those a server
     with SGLANG_DDTREE_BUDGET=auto resolves for a drafter of the same block (the fixture's and the shipped pair's:
     8)."""
+    from sglang_ddtree.attention import flashinfer
     from sglang_ddtree.engine import Engine
     from sglang_ddtree.round_config import RoundConfig
-    from sglang_ddtree.sglang import args
 
-    monkeypatch.setattr(args, "_flashinfer_installed", lambda: False)
+    monkeypatch.setattr(flashinfer, "installed", lambda: False)
     eng = Engine.from_pretrained(device="cpu")
     assert eng.block_size == 8
 
