@@ -2,7 +2,8 @@
 ancestor bitsets through the project's tree attention, or the host's dense-mask attention) and the prefix
 `auto | tree | flashmla | flashinfer | fa3` (who attends the committed prefix; our kernel always attends the
 tree, merged by LSE). The engine (Engine(attention=, prefix=), tree_verify_attention's `backend`), the server's
-binding (sglang/adapters/tree_attention.py) and the launch gate (sglang/args.py) all call `verify` and `choose`.
+binding (sglang/tree_attention.py, which reads SGLang through adapters/target_runner.py) and the launch gate
+(sglang/args.py) all call `verify` and `choose`.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 only, no mask, one KV pass per request; LSE in natural log.
 
 Its plan (the split metadata) reads the prefix lengths: the engine makes it on the host once per batch (`run`'s
-`state`), the server every forward out of its CUDA graphs into static buffers (adapters/tree_attention.py).
+`state`), the server every forward out of its CUDA graphs into static buffers (sglang/tree_attention.py).
 """
 from __future__ import annotations
 

@@ -51,20 +51,26 @@ def time_fn(fn, *, device: torch.device, repeats: int = 20, warmup: int = 3, max
     return {"median_s": statistics.median(samples), "min_s": min(samples), "n": len(samples)}
 
 
-def capture_graph(fn, calls: int = 1) -> "torch.cuda.CUDAGraph":
-    """`calls` back-to-back calls of fn captured in one CUDA graph (warmed up on a side stream first, as
-    capture requires), so replays time device work without host launch gaps."""
+def capture(fn, calls: int = 1, warmup: int = 1):
+    """(graph, the last captured call's output): `calls` back-to-back calls of fn captured in one CUDA graph,
+    warmed up `warmup` times on a side stream first, as capture requires. A replay rewrites the output tensors in
+    place, so callers (the GPU tests) read them after changing the inputs the graph reads."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(2):
+        for _ in range(warmup):
             fn()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
+    graph, out = torch.cuda.CUDAGraph(), None
     with torch.cuda.graph(graph):
         for _ in range(calls):
-            fn()
-    return graph
+            out = fn()
+    return graph, out
+
+
+def capture_graph(fn, calls: int = 1) -> "torch.cuda.CUDAGraph":
+    """`calls` calls of fn in one CUDA graph, so replays time device work without host launch gaps."""
+    return capture(fn, calls, warmup=2)[0]
 
 
 def graph_us(fn, calls: int = 1, *, repeats: int = 100, max_seconds: float = 0.3) -> float:

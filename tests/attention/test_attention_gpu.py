@@ -14,6 +14,7 @@ import attn_cases as A
 from sglang_ddtree.attention import (BACKENDS, LN2, Shape, make_problem, merge_states, native, prefixes,
                                      reference_tree_attention, tree_verify_attention)
 from sglang_ddtree.attention import fallback
+from sglang_ddtree.bench.common import capture
 
 pytestmark = pytest.mark.gpu
 
@@ -156,15 +157,7 @@ def test_native_path_replays_in_a_cuda_graph_with_new_lengths(layout):
     heads, kvh = (64, 1) if layout == "mla" else (32, 8)
     args, _ = _case(layout, 2, 16, [3000, 3000], 64, heads, kvh, seed=9)
     lens = args[3]
-    fn = lambda: tree_verify_attention(*args, backend="tree", max_prefix_len=4096)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        o, lse = fn()
+    graph, (o, lse) = capture(lambda: tree_verify_attention(*args, backend="tree", max_prefix_len=4096))
     for new in ([0, 1234], [3000, 65]):
         lens.copy_(torch.tensor(new, dtype=lens.dtype))
         graph.replay()

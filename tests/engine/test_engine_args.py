@@ -11,12 +11,6 @@ import torch
 from sglang_ddtree.engine import Engine
 
 
-@pytest.fixture(scope="module")
-def engine():
-    torch.manual_seed(0)
-    return Engine.from_pretrained(device="cpu")
-
-
 @pytest.fixture
 def no_work(engine, monkeypatch):
     """Fails the test if generate reaches the decode (the models' first forward)."""

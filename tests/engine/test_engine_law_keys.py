@@ -1,16 +1,8 @@
 """The engine's trees under each request's law (keys='law', sglang_ddtree/keys.py) on the shipped tiny pair:
 what the definition implies end to end, a mixed greedy / sampled batch, and the arguments."""
 import pytest
-import torch
 
-from sglang_ddtree.engine import Engine
 from sglang_ddtree.engine.data import heldout_prompts
-
-
-@pytest.fixture(scope="module")
-def engine():
-    torch.manual_seed(0)
-    return Engine.from_pretrained(device="cpu")
 
 
 @pytest.fixture(scope="module")

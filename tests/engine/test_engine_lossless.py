@@ -3,18 +3,12 @@ output distributed like AR sampling. Uses the shipped tiny pair on held-out prom
 import pytest
 import torch
 
-from sglang_ddtree.engine import Engine, summarize
+from sglang_ddtree.engine import summarize
 from sglang_ddtree.engine.data import heldout_prompts
 from two_sample import chi2_two_sample
 
 N_PROMPTS, MAX_NEW, BATCH = 200, 48, 100
 BUDGETS = (8, 32, 64)
-
-
-@pytest.fixture(scope="module")
-def engine():
-    torch.manual_seed(0)
-    return Engine.from_pretrained(device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -28,12 +28,11 @@ import torch
 from scipy import stats
 
 from sglang_ddtree import rejection
-from sglang_ddtree.sampling import sample_rows_torch
-from sglang_ddtree.engine import Engine
 from sglang_ddtree.engine import engine as engine_mod
 from sglang_ddtree.engine.data import heldout_prompts
 from sglang_ddtree.tools.demo import H200_GRAPH_MS
 from sglang_ddtree.round import RoundOps
+from sglang_ddtree.sampling import sample_rows_torch
 from two_sample import chi2_homogeneity
 
 NEW, PROMPT_BYTES = 3, 48
@@ -48,12 +47,6 @@ METHODS = {
     "paper": {"method": "ddtree", "budget": 15},
 }
 ALPHA = 1e-3 / (len(LAWS) * len(METHODS))
-
-
-@pytest.fixture(scope="module")
-def engine():
-    torch.manual_seed(0)
-    return Engine.from_pretrained(device="cpu")
 
 
 def prompts(law) -> list[str]:

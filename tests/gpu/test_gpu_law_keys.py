@@ -6,6 +6,7 @@ import torch
 
 from gpu_tree_util import assert_trees_identical, load
 from sglang_ddtree import build_tree_from_topk
+from sglang_ddtree.bench.common import capture
 from sglang_ddtree.keys import Calibration, DraftKeys
 from sglang_ddtree.sampling import NodeLaw
 
@@ -58,14 +59,7 @@ def test_keys_and_anchored_build_inside_a_cuda_graph():
         return build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend="cuda", anchor="chain",
                                     anchored=keys.anchored(static))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
+    graph, out = capture(step)
     for trial in range(4):
         logits.copy_(torch.randn(bs, L, V, generator=g, device="cuda"))
         new = law(bs, shift=trial + 1)

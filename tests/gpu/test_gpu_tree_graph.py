@@ -5,6 +5,8 @@ import torch
 
 from gpu_tree_util import assert_trees_identical, load
 
+from sglang_ddtree.bench.common import capture
+
 pytestmark = pytest.mark.gpu
 B, L, V, BUDGET = 16, 15, 32000, 64
 
@@ -71,14 +73,7 @@ def test_public_api_graph_capture():
         t = sample_node_tokens(target, 0.7, seed=seed, step=step, backend="cuda")
         return tree, accept_tree(tree, t, backend="cuda")
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        tree_g, res_g = run()
+    g, (tree_g, res_g) = capture(run)
     new = fresh(gen)
     for dst, src in zip((draft, target, roots, lens, seed, step), new):
         dst.copy_(src)

@@ -32,6 +32,16 @@ def need_graph_runners(need) -> tuple:
     return need(runner, "DecodeCudaGraphRunner"), need(backend, "FullCudaGraphBackend")
 
 
+def need_round_types(need) -> tuple:
+    """(ForwardBatch, ForwardMode, CaptureHiddenMode, SpeculativeAlgorithm, RadixAttention, DFlashDraftInputV2)
+    through a release's `need`: the types the round builds and tests, named alike on both releases."""
+    fb = "sglang.srt.model_executor.forward_batch_info"
+    return (need(fb, "ForwardBatch"), need(fb, "ForwardMode"), need(fb, "CaptureHiddenMode"),
+            need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm"),
+            need("sglang.srt.layers.radix_attention", "RadixAttention"),
+            need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2"))
+
+
 def need_request_features(need) -> tuple:
     """(GrammarTree, build_grammar_vocab_mask, apply_custom_logit_processor) through a release's `need`: a
     request's grammar over the verify tree and its custom logit processor. Both releases name them alike."""

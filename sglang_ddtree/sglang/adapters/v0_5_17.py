@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
-    need_tp_group
+    need_round_types, need_tp_group
 from .need import Needs
 
 need = Needs("0.5.17")
@@ -30,12 +30,8 @@ _COMMON = "sglang.srt.speculative.draft_worker_common"
 class Adapter(DFlashV2Adapter):
     RELEASE = "0.5.17"
     HOST_MEMBERS = DFlashV2Adapter.HOST_MEMBERS + ("_make_next_draft_input_prefill",)
-    FORWARD_BATCH = need(_FB, "ForwardBatch")
-    FORWARD_MODE = need(_FB, "ForwardMode")
-    CAPTURE_HIDDEN_MODE = need(_FB, "CaptureHiddenMode")
-    SPECULATIVE_ALGORITHM = need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
-    RADIX_ATTENTION = need("sglang.srt.layers.radix_attention", "RadixAttention")
-    DRAFT_INPUT = need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2")
+    FORWARD_BATCH, FORWARD_MODE, CAPTURE_HIDDEN_MODE, SPECULATIVE_ALGORITHM, RADIX_ATTENTION, DRAFT_INPUT = \
+        need_round_types(need)
     DRAFT_KV_LENS = ("reserved_seq_lens_cpu", "reserved_seq_lens_sum")
     VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")
     need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
-    need_tp_group
+    need_round_types, need_tp_group
 from .need import Needs
 
 need = Needs("0.5.23")
@@ -51,13 +51,9 @@ class Adapter(DFlashV2Adapter):
     HOST_ATTRS = DFlashV2Adapter.HOST_ATTRS + ("selector", "lilicorr", "_is_domino", "_need_mamba_verify_commit",
                                                "draft_parallel_layout", "_noise_embed_scale",
                                                "_target_logits_processor")
-    FORWARD_BATCH = need(_FB, "ForwardBatch")
-    FORWARD_MODE = need(_FB, "ForwardMode")
-    CAPTURE_HIDDEN_MODE = need(_FB, "CaptureHiddenMode")
+    FORWARD_BATCH, FORWARD_MODE, CAPTURE_HIDDEN_MODE, SPECULATIVE_ALGORITHM, RADIX_ATTENTION, DRAFT_INPUT = \
+        need_round_types(need)
     NUM_TOKEN_NON_PADDED = staticmethod(need(_FB, "enable_num_token_non_padded"))
-    SPECULATIVE_ALGORITHM = need("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
-    RADIX_ATTENTION = need("sglang.srt.layers.radix_attention", "RadixAttention")
-    DRAFT_INPUT = need("sglang.srt.speculative.dflash_info_v2", "DFlashDraftInputV2")
     DRAFT_KV_LENS = ("nxt_kv_lens_cpu", "nxt_kv_lens_sum")
     VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")
     need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.__init__", ("self", "kv_loc_plan"))
