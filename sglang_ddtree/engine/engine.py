@@ -237,7 +237,10 @@ class Engine:
 
             value = load_calibration(self.draft_dir, L).shape
         elif isinstance(value, ShapeTable):
-            shape_log_alpha(value, L)  # raises ValueError naming what does not fit
+            try:
+                shape_log_alpha(value, L)
+            except ValueError as e:
+                raise ValueError(f"drawn_shape: {e}") from None
         else:
             raise ValueError(f"drawn_shape must be None, 'drafter' or a keys.ShapeTable, got {value!r}")
         return value if children == "drawn" else None
