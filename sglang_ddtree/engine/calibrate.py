@@ -323,13 +323,14 @@ def ship_shape(eng, fit_p, max_new: int) -> int:
     shipped[SHAPE_KEY + "_fitted_by"] = (f"python -m sglang_ddtree calibration --ship-shape --fit-prompts "
                                          f"{len(fit_p)} --max-new {max_new}")
     shipped[SHAPE_KEY + "_fit"] = (
-        f"alpha: sampled rounds ({'; '.join(map(_law_name, SAMPLED_LAWS))}; the paper's tree, budget "
+        f"alpha, per law, on sampled rounds ({'; '.join(map(_law_name, SAMPLED_LAWS))}; the paper's tree, budget "
         f"{SAMPLED_BUDGETS[0]}, seed 11) on held-out prompts 0..{half - 1}, {max_new} tokens each; per (depth, "
         f"sibling slot) the mean exact chance that a node of the served default's drawn tree (law keys, budget "
         f"{SHAPE_FIT_BUDGET}, {SHAPE_DRAWS} draws) is taken given its parent reached (calibration.fit_shape_table). "
         f"Rule and weight: the paired exact expected commit against the paper's tree (budgets "
         f"{', '.join(map(str, SAMPLED_BUDGETS))}, seed 12) on held-out prompts {half}..{len(fit_p) - 1}: "
-        f"{record['rule']}, weight {record['weight']} of {list(SHAPE_WEIGHTS)} (engine/calibrate.choose_shape)")
+        f"{record['rule']}, weight {record['weight']} of {list(SHAPE_WEIGHTS)} (engine/calibrate.choose_shape); "
+        f"the file holds the chosen rule's tables")
     shipped[SHAPE_KEY + "_scores"] = record["scores"]
     with open(dst, "w") as f:
         json.dump(shipped, f, indent=1)
