@@ -30,6 +30,8 @@ import torch
 GRID = [math.exp(x / 40.0) for x in range(-64, 41)]  # T from e^-1.6 ≈ 0.20 to e^1 ≈ 2.72
 FILE = "ddtree_calibration.json"
 SAMPLING_KEY = "sampling_depth_temperature"  # the file's entry for sampled requests (keys.py)
+SHAPE_KEY = "drawn_shape"  # the file's entry for drawn trees' shape keys (keys.ShapeTable; fit_shape_table)
+SHAPE_MIN_COUNT = 100  # nodes a (depth, slot) needs to be fitted on its own; fewer: the slot before it's value
 
 
 def load_calibration(path: str, depth_limit: int):
@@ -54,7 +56,54 @@ def load_calibration(path: str, depth_limit: int):
             raise ValueError(f"calibration file {path}: {key} must be {depth_limit} positive floats (one per draft "
                              f"depth), got {temps}")
     sampling = entries.get(SAMPLING_KEY)
-    return Calibration(tuple(entries["depth_temperature"]), None if sampling is None else tuple(sampling))
+    return Calibration(tuple(entries["depth_temperature"]), None if sampling is None else tuple(sampling),
+                       _shape_entry(data.get(SHAPE_KEY), path, depth_limit))
+
+
+def _shape_entry(entry, path: str, depth_limit: int):
+    """keys.ShapeTable of a file's SHAPE_KEY entry (None without one: drawn trees are shaped by their law keys)."""
+    from .keys import ShapeTable, shape_log_alpha
+
+    if entry is None:
+        return None
+    try:
+        tables = sorted(entry["tables"], key=lambda t: float(t["temperature"]))
+        shape = ShapeTable(float(entry["weight"]), tuple(float(t["temperature"]) for t in tables),
+                           tuple(tuple(tuple(float(a) for a in row) for row in t["alpha"]) for t in tables))
+        shape_log_alpha(shape, depth_limit)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"calibration file {path}: {SHAPE_KEY} must hold a weight and tables of a temperature and "
+                         f"alpha [{depth_limit}][slots] ({e})") from None
+    return shape
+
+
+def shape_entry(weight: float, tables: list[tuple[dict, list]]) -> dict:
+    """The file's SHAPE_KEY entry: weight, and per fitted law (its arguments, alpha [L][R]) one table."""
+    return {"weight": float(weight), "tables": [{"temperature": float(law["temperature"]), "law": law,
+                                                 "alpha": [[float(a) for a in row] for row in alpha]}
+                                                for law, alpha in tables]}
+
+
+def fit_shape_table(taken: torch.Tensor, depth: torch.Tensor, slot: torch.Tensor, depth_limit: int, slots: int,
+                    min_count: int = SHAPE_MIN_COUNT) -> list[list[float]]:
+    """A drawn tree's shape table (keys.ShapeTable, docs/DESIGN.md §3.12), alpha [L][slots]: per (child depth d,
+    sibling slot r) the mean over drawn nodes of P(taken | parent reached), the verify's exact outcome probability
+    (round_contexts.node_steps) — how often such a node is on the walk's path, which the builder's keys should rank
+    by. taken float [M], depth (1..L) / slot (0..) int [M], one entry per node of the fit's trees. A (depth, slot)
+    with fewer than min_count nodes takes slot r − 1's value (0 at slot 0); each row is then made non-increasing
+    in r (a running minimum), so the shape keys stay sorted as the builders need."""
+    L, R = int(depth_limit), int(slots)
+    idx = (depth.long() - 1) * R + slot.long()
+    ok = (depth >= 1) & (depth <= L) & (slot >= 0) & (slot < R)
+    num = torch.zeros(L * R, dtype=torch.float64).index_add_(0, idx[ok], taken[ok].double())
+    den = torch.zeros(L * R, dtype=torch.float64).index_add_(0, idx[ok], torch.ones_like(taken[ok], dtype=torch.float64))
+    num, den = num.view(L, R), den.view(L, R)
+    alpha = torch.zeros(L, R, dtype=torch.float64)
+    for r in range(R):
+        seen = den[:, r] >= min_count
+        prev = alpha[:, r - 1] if r else torch.zeros(L, dtype=torch.float64)
+        alpha[:, r] = torch.where(seen, num[:, r] / den[:, r].clamp(min=1), prev)
+    return alpha.cummin(-1).values.tolist()
 
 
 def collect(engine, prompts, max_new: int = 48, budget: int = 16, anchor="chain", batch_size: int = 100):

@@ -22,13 +22,29 @@ from .topk import topk_logprobs
 _MIN_TEMPERATURE = 1e-6  # as sampling.node_tokens: a sampled row's scale stays finite
 
 
+ALPHA_FLOOR = 1e-6  # a slot never seen taken keeps a finite shape key: only the filters' −inf removes a node
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeTable:
+    """A drawn tree's shape table (calibration.fit_shape_table, docs/DESIGN.md §3.12): alpha[m][d][r], the mean
+    chance that a drawn child at depth d + 1 in sibling slot r is its parent's outcome (given the parent reached),
+    fitted under the law of temperature temperatures[m] (ascending); weight w, the law keys' share of the shape
+    keys. A request's table is interpolated linearly in its temperature between the fitted ones (clamped)."""
+
+    weight: float
+    temperatures: tuple
+    alpha: tuple
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """The drafter's per-depth temperatures (calibration.py): `greedy` for greedy requests, `sampling` for sampled
-    ones (None: the raw draft)."""
+    ones (None: the raw draft); `shape`: a drawn tree's ShapeTable (None: the law keys shape it)."""
 
     greedy: tuple | None = None
     sampling: tuple | None = None
+    shape: ShapeTable | None = None
 
 
 class DraftKeys:
@@ -45,6 +61,9 @@ class DraftKeys:
             [1.0 / float(t) for t in temps], dtype=torch.float32, device=device)
         self.calibration, self.device = cal, torch.device(device)
         self.greedy_scale, self.sampling_scale = inv(cal.greedy), inv(cal.sampling)
+        self.shape_log_alpha = self.shape_temps = None
+        if cal.shape is not None:
+            self.shape_log_alpha, self.shape_temps = shape_log_alpha(cal.shape, self.L, self.device)
 
     def scales(self, law: NodeLaw | None, batch: int) -> torch.Tensor | None:
         """float32 [B, L] each row's multiplier of the draft logits, or None (all greedy and uncalibrated):
@@ -57,6 +76,24 @@ class DraftKeys:
         s = ones() if self.sampling_scale is None else self.sampling_scale
         t = law.temperatures.float().clamp(min=_MIN_TEMPERATURE).view(-1, 1)
         return torch.where(law.greedy().view(-1, 1), g.view(1, -1), s.view(1, -1) / t)
+
+    def shape_keys(self, lp: torch.Tensor, law: NodeLaw | None) -> torch.Tensor:
+        """float32 [B, L, k]: the keys a drawn tree's shape is built from (docs/DESIGN.md §3.12). A sampled row:
+        s_r = w · lp_r + (1 − w) · log α_r, α the shape table at the request's temperature; −inf where lp_r is −inf
+        (a filtered token never gets a node). Greedy rows, and every row without a table, keep lp. Non-increasing in
+        r as lp is (both terms are, and float32 rounding is monotone), so the builders take it as they take lp.
+        Elementwise on static tensors: graph-safe, no host read. The children are still drawn from lp."""
+        if self.shape_log_alpha is None or law is None:
+            return lp
+        B, L, k = lp.shape
+        la = table_at(self.shape_log_alpha, self.shape_temps, law.temperatures)      # [B, L, R]
+        R = la.shape[-1]
+        la = la[..., torch.arange(k, device=la.device).clamp(max=R - 1)] if k != R else la  # slots past R: R − 1's
+        w = float(self.calibration.shape.weight)
+        x = lp.float()
+        s = x * w + la * (1.0 - w)
+        s = torch.where(x == float("-inf"), x, s)
+        return torch.where(law.greedy().view(B, 1, 1), x, s)
 
     @staticmethod
     def anchored(law: NodeLaw | None) -> torch.Tensor | None:
@@ -89,3 +126,31 @@ def filter_candidates(lp: torch.Tensor, law: NodeLaw) -> torch.Tensor:
     norm = torch.where(inside, mass.log(), torch.zeros_like(mass))
     keyed = torch.where(keep, flat - norm, torch.full_like(flat, float("-inf")))
     return torch.where(rows(law.greedy()).view(-1, 1), flat, keyed).view(B, L, k)
+
+
+def shape_log_alpha(shape: ShapeTable, depth_limit: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """(float32 [M, L, R] log α, floored at ALPHA_FLOOR and made non-increasing in r by a running minimum, float32
+    [M] the tables' temperatures) of a ShapeTable; ValueError where its shape does not fit the drafter."""
+    a = torch.tensor(shape.alpha, dtype=torch.float64)
+    t = torch.tensor(shape.temperatures, dtype=torch.float64)
+    if a.dim() != 3 or a.shape[0] != t.numel() or a.shape[1] != depth_limit or a.shape[2] < 1:
+        raise ValueError(f"shape table must be [tables, {depth_limit}, slots] with one temperature per table, got "
+                         f"{tuple(a.shape)} and {t.numel()} temperatures")
+    if not (torch.isfinite(a).all() and torch.isfinite(t).all() and (t > 0).all() and bool((t[1:] > t[:-1]).all())
+            and 0.0 <= float(shape.weight) <= 1.0):
+        raise ValueError("shape table: alpha and temperatures finite, temperatures positive ascending, weight in [0, 1]")
+    la = a.clamp(min=ALPHA_FLOOR).log().cummin(-1).values
+    return la.float().to(device), t.float().to(device)
+
+
+def table_at(log_alpha: torch.Tensor, temps: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """float32 [B, L, R]: each request's log α, linear in its temperature between the fitted tables' (clamped to
+    the nearest outside them); device ops only."""
+    M = temps.numel()
+    if M == 1:
+        return log_alpha.expand(temperature.shape[0], *log_alpha.shape[1:])
+    t = temperature.float().to(temps.device)
+    hi = torch.searchsorted(temps, t).clamp(1, M - 1)
+    lo = hi - 1
+    a = ((t - temps[lo]) / (temps[hi] - temps[lo])).clamp(0.0, 1.0).view(-1, 1, 1)
+    return log_alpha[lo] * (1.0 - a) + log_alpha[hi] * a

@@ -13,10 +13,14 @@ On held-out prompts the calibrations were not fitted on (after the first 100), t
 2. The same trees scored exactly on the rounds of one run (engine/round_contexts.py: the paper's tree's run at
    budget 15, the first seed): each round's expected commit, paired across trees, so differences of a percent are
    resolved; a drawn tree's is exact for its draw (the verify's rule, rejection.outcome_law), averaged over DRAWS
-   draws a round.
+   draws a round; the drawn tree's shape (keys.DraftKeys.shape_keys): the shipped table at its weight, the law keys
+   alone (the default before the table), the table alone (section 4 has the weights compared on fit prompts).
 3. Greedy, the same prompts: the keys served before and the served default (greedy keys are unchanged).
 4. The draw's sharpness (rejection.DRAW_SHARPNESS), scored as section 2 on the calibration's fit prompts (the first
-   --prompts of them): how the shipped value was chosen, on prompts the sections above do not use.
+   --prompts of them): how the shipped value was chosen, on prompts the sections above do not use; and the shape
+   table's rule and weight as the calibration chose them (its paired scores on its own fit prompts, read from the
+   shipped calibration file: tools/calibrate.fit_shape).
+--sections picks which of 1-4 run (the rest are left out of the outputs).
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ from ..engine import Engine, summarize
 from ..engine import round_contexts
 from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from ..tools.demo import h200_costs, served_default
-from ..keys import Calibration, DraftKeys
-from ..calibration import load_calibration
+from ..keys import Calibration, DraftKeys, ShapeTable
+from ..calibration import FILE, SHAPE_KEY, load_calibration
 from ..rejection import DRAW_SHARPNESS, draw_children
 from ..round import RoundOps
 from ..sampling import NodeLaw
@@ -48,6 +52,8 @@ def fixed(engine, budget: int) -> dict:
                                                                                   "round_cost")}
     return {"paper's tree": {"method": "ddtree", "budget": budget},
             "served default": {**served, "budget": budget},
+            "served default shaped by its law keys (before the shape table)": {**served, "budget": budget,
+                                                                               "drawn_shape": None},
             "the default before drawn trees (sampling calibration, top children)": {
                 **served, "budget": budget, "children": "top", "sampling_temperature": "drafter"},
             "law keys with the sampling calibration, drawn children": {**served, "budget": budget,
@@ -91,12 +97,26 @@ DRAWS = 4  # draws of each drawn tree per round in section 2 (their mean is the 
 SHARPNESS = (1.0, 1.25, 1.5, 2.0)  # section 4: the draw sharpnesses compared on the calibration's fit prompts
 
 
+WEIGHTS = (0.0,)  # section 2: the shape table at other weights (0: the table alone; 1, the law keys alone, is a row)
+
+
 def compared_trees(engine, node_law) -> dict:
-    """Section 2's trees: name -> (calibration, keys' law, anchor, the draw's sharpness; None: the top children)."""
+    """Section 2's trees: name -> (calibration, keys' law, anchor, the draw's sharpness; None: the top children).
+    A drawn tree's shape is built from its calibration's shape keys (keys.DraftKeys.shape_keys)."""
     cal = load_calibration(engine.draft_dir, engine.block_size - 1)
     served = Calibration(cal.greedy, cal.sampling)
+    shape = cal.shape
+    shaped = {}
+    if shape is not None:
+        shaped = {f"shape table, weight {w}": (Calibration(shape=ShapeTable(w, shape.temperatures, shape.alpha)),
+                                               node_law, None, DRAW_SHARPNESS)
+                  for w in WEIGHTS if w != shape.weight}
     return {"paper's tree": (Calibration(), None, None, None),
-             "served default (law keys, drawn children)": (Calibration(), node_law, None, DRAW_SHARPNESS),
+             f"served default (shape table, weight {None if shape is None else shape.weight}; drawn children)": (
+                 Calibration(shape=shape), node_law, None, DRAW_SHARPNESS),
+             "drawn, shaped by the law keys (the default before the shape table)": (Calibration(), node_law, None,
+                                                                                    DRAW_SHARPNESS),
+             **shaped,
              "drawn from the keys' own law (sharpness 1)": (Calibration(), node_law, None, 1.0),
              "law keys with the sampling calibration, drawn": (served, node_law, None, DRAW_SHARPNESS),
              "paper's keys, drawn": (Calibration(), None, None, DRAW_SHARPNESS),
@@ -128,8 +148,10 @@ def exact_runs(engine, prompts, max_new, law: dict, seed: int, which=compared_tr
     for b in BUDGETS:
         built, drafts, columns = [], [], []
         for name, (keys, by, anchor, sharpness) in trees.items():
-            lp, ids = DraftKeys(L, keys)(rounds.draft, b, "cpu", by)
-            tree = build_tree_from_topk(lp, ids, b, root_tokens=rounds.roots(), seq_lens=rounds.lens - 1,
+            dk = DraftKeys(L, keys)
+            lp, ids = dk(rounds.draft, b, "cpu", by)
+            shape = lp if sharpness is None else dk.shape_keys(lp, by)  # a drawn tree: its shape keys
+            tree = build_tree_from_topk(shape, ids, b, root_tokens=rounds.roots(), seq_lens=rounds.lens - 1,
                                         anchor=anchor)
             for m in range(1 if sharpness is None else DRAWS):
                 if sharpness is not None:
@@ -153,30 +175,67 @@ def markdown(result: dict) -> str:
     lines = [f"# Sampled traffic, CPU engine ({result['meta']['date'][:10]})\n",
              f"The shipped tiny pair, held-out prompts {FIT_PROMPTS}..{FIT_PROMPTS + result['prompts'] - 1} "
              f"(not used to fit either calibration), {result['max_new_tokens']} new tokens, seeds "
-             f"{result['seeds']}; `python -m sglang_ddtree.bench sampled`. τ = tokens committed per target "
+             f"{result['seeds']}; `python -m sglang_ddtree.bench sampled --sections "
+             f"{','.join(map(str, result['sections']))}`. τ = tokens committed per target "
              "forward; mean ± sample sd over seeds [min, max].\n"]
-    for law, rows in result["tau"].items():
-        lines.append(f"\n## {law}: τ\n")
-        paper = {b: rows[f"paper's tree, B={b}"]["mean"] for b in BUDGETS}
-        table = []
-        for name, r in rows.items():
-            b = next((b for b in BUDGETS if name.endswith(f"B={b}")), None)
-            ratio = f"{r['mean'] / paper[b]:.3f}" if b else ""
-            table.append([name, f"{r['mean']:.3f} ± {r['sd']:.3f}", f"[{r['min']:.2f}, {r['max']:.2f}]", ratio,
-                          str(r.get("budgets_chosen", ""))])
-        lines.append(md_table(["tree", "τ", "range", "× paper's tree (same B)", "budgets auto ran (rounds)"], table))
-        lines.append(f"\n{law}: exact expected commit per round on {result['exact'][law]['rounds']} rounds of one "
-                     f"run (paired; × the paper's tree, ± paired standard error; a drawn tree's over "
-                     f"{result['exact'][law]['draws']} draws a round)\n")
-        lines.append(exact_table(result["exact"][law]))
-    g = result["greedy"]
-    lines.append("\n## Greedy, same prompts\n")
-    lines.append(md_table(["tree", "τ"], [[k, f"{v:.3f}"] for k, v in g.items()]))
-    lines.append(f"\n## The draw's sharpness, on the calibration's fit prompts 0..{result['fit_prompts'] - 1}\n")
-    lines.append(f"Exact expected commit per round, paired, as above; the shipped sharpness is {DRAW_SHARPNESS}.\n")
-    for law, ex in result["sharpness"].items():
-        lines.append(f"\n{law} ({ex['rounds']} rounds)\n")
-        lines.append(exact_table(ex))
+    for law in LAWS:
+        rows = result["tau"].get(law)
+        if rows:
+            lines.append(f"\n## {law}: τ\n")
+            paper = {b: rows[f"paper's tree, B={b}"]["mean"] for b in BUDGETS}
+            table = []
+            for name, r in rows.items():
+                b = next((b for b in BUDGETS if name.endswith(f"B={b}")), None)
+                ratio = f"{r['mean'] / paper[b]:.3f}" if b else ""
+                table.append([name, f"{r['mean']:.3f} ± {r['sd']:.3f}", f"[{r['min']:.2f}, {r['max']:.2f}]", ratio,
+                              str(r.get("budgets_chosen", ""))])
+            lines.append(md_table(["tree", "τ", "range", "× paper's tree (same B)", "budgets auto ran (rounds)"],
+                                  table))
+        if law in result["exact"]:
+            lines.append(f"\n{law}: exact expected commit per round on {result['exact'][law]['rounds']} rounds of "
+                         f"one run (paired; × the paper's tree, ± paired standard error; a drawn tree's over "
+                         f"{result['exact'][law]['draws']} draws a round)\n")
+            lines.append(exact_table(result["exact"][law]))
+    if "greedy" in result:
+        lines.append("\n## Greedy, same prompts\n")
+        lines.append(md_table(["tree", "τ"], [[k, f"{v:.3f}"] for k, v in result["greedy"].items()]))
+    if "sharpness" in result:
+        lines.append(f"\n## The draw's sharpness, on the calibration's fit prompts 0..{result['fit_prompts'] - 1}\n")
+        lines.append(f"Exact expected commit per round, paired, as above; the shipped sharpness is {DRAW_SHARPNESS}."
+                     "\n")
+        for law, ex in result["sharpness"].items():
+            lines.append(f"\n{law} ({ex['rounds']} rounds)\n")
+            lines.append(exact_table(ex))
+    if result.get("shape_choice"):
+        lines.append(weight_section(result["shape_choice"]))
+    return "\n".join(lines)
+
+
+def shape_choice(engine) -> dict | None:
+    """Section 4's shape record: the shipped calibration's shape rule, weight and the paired scores it chose them by
+    (tools/calibrate.fit_shape, on its own fit prompts), as the file holds them."""
+    import json
+    import os
+
+    with open(os.path.join(engine.draft_dir, FILE)) as f:
+        data = json.load(f)
+    if SHAPE_KEY not in data:
+        return None
+    return {"weight": data[SHAPE_KEY]["weight"], "fit": data.get(SHAPE_KEY + "_fit"),
+            "fitted_by": data.get(SHAPE_KEY + "_fitted_by"), "scores": data.get(SHAPE_KEY + "_scores")}
+
+
+def weight_section(choice: dict) -> str:
+    lines = ["\n## The shape table's rule and weight, as the calibration chose them (its own fit prompts)\n",
+             f"{choice['fit']} (`{choice['fitted_by']}`). Paired exact expected commit per round × the paper's tree "
+             "(± paired SE), from the shipped calibration file.\n"]
+    for law, entry in (choice["scores"] or {}).items():
+        budgets = [b for b in entry if b != "rounds"]
+        names = list(entry[budgets[0]])
+        lines.append(f"\n{law} ({entry['rounds']} rounds)\n")
+        lines.append(md_table(["shape"] + [f"B={b}" for b in budgets],
+                              [[n] + [f"{entry[b][n]['vs_paper']:.3f}× ± {entry[b][n]['paired_se']:.3f}"
+                                      for b in budgets] for n in names]))
     return "\n".join(lines)
 
 
@@ -186,6 +245,16 @@ def exact_table(ex: dict) -> str:
                     [[n] + [f"{ex[f'B={b}'][n]['mean']:.3f} ({ex[f'B={b}'][n]['vs_paper']:.3f}× "
                             f"± {ex[f'B={b}'][n]['paired_se'] / ex[f'B={b}'][names[0]]['mean']:.3f})"
                             for b in BUDGETS] for n in names])
+
+
+def _sections(text: str) -> list[int]:
+    try:
+        out = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        out = []
+    if not out or not set(out) <= {1, 2, 3, 4}:
+        raise _cli.argparse.ArgumentTypeError(f"must be some of 1,2,3,4 comma-separated, got {text!r}")
+    return out
 
 
 def main(argv=None) -> int:
@@ -199,6 +268,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=_cli.positive_int, default=3, help="seeds per variant (default 3)")
     ap.add_argument("--max-new", type=_cli.int_at_most(MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY), default=96,
                     help="tokens generated per prompt (default 96)")
+    ap.add_argument("--sections", type=_sections, default=[1, 2, 3, 4],
+                    help="which of the sections (module docstring) run, comma-separated (default 1,2,3,4)")
     a = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -206,21 +277,26 @@ def main(argv=None) -> int:
     prompts = heldout_prompts()[FIT_PROMPTS:FIT_PROMPTS + a.prompts]
     seeds = [1000 * s for s in range(a.seeds)]
     result = {"meta": metadata(engine.device), "prompts": len(prompts), "max_new_tokens": a.max_new, "seeds": seeds,
-              "tau": {}, "exact": {}}
+              "sections": a.sections, "tau": {}, "exact": {}}
     for name, law in LAWS.items():
-        result["tau"][name] = tau_runs(engine, prompts, a.max_new, law, seeds)
-        result["exact"][name] = exact_runs(engine, prompts, a.max_new, law, seeds[0])
-    served = served_default(engine, "h200")
-    served["round_cost"] = h200_costs(len(prompts), served["auto_budgets"])
-    result["greedy"] = {
-        "keys served before, auto": summarize(engine.generate(prompts, a.max_new, **{
-            **served, "keys": "draft", "sampling_temperature": None}))["tau"],
-        "served default, auto": summarize(engine.generate(prompts, a.max_new, **served))["tau"],
-        "paper's tree, B=31": summarize(engine.generate(prompts, a.max_new, method="ddtree", budget=31))["tau"]}
-    fit = heldout_prompts()[:min(a.prompts, FIT_PROMPTS)]
-    result["fit_prompts"] = len(fit)
-    result["sharpness"] = {name: exact_runs(engine, fit, a.max_new, law, seeds[0], sharpness_trees)
-                           for name, law in LAWS.items()}
+        if 1 in a.sections:
+            result["tau"][name] = tau_runs(engine, prompts, a.max_new, law, seeds)
+        if 2 in a.sections:
+            result["exact"][name] = exact_runs(engine, prompts, a.max_new, law, seeds[0])
+    if 3 in a.sections:
+        served = served_default(engine, "h200")
+        served["round_cost"] = h200_costs(len(prompts), served["auto_budgets"])
+        result["greedy"] = {
+            "keys served before, auto": summarize(engine.generate(prompts, a.max_new, **{
+                **served, "keys": "draft", "sampling_temperature": None}))["tau"],
+            "served default, auto": summarize(engine.generate(prompts, a.max_new, **served))["tau"],
+            "paper's tree, B=31": summarize(engine.generate(prompts, a.max_new, method="ddtree", budget=31))["tau"]}
+    if 4 in a.sections:
+        fit = heldout_prompts()[:min(a.prompts, FIT_PROMPTS)]
+        result["fit_prompts"] = len(fit)
+        result["sharpness"] = {name: exact_runs(engine, fit, a.max_new, law, seeds[0], sharpness_trees)
+                               for name, law in LAWS.items()}
+        result["shape_choice"] = shape_choice(engine)
     for path in write_outputs(a.out_dir, a.stem, result, markdown(result)):
         print(f"wrote {path}")
     return 0

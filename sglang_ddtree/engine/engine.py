@@ -28,7 +28,7 @@ from ..attention import Shape, choose, engine_prefix
 from ..round import Round, RoundHost, RoundOps
 from ..round_config import DEFAULT_BUDGET, RoundConfig, auto_candidates
 from ..sampling import NodeLaw, node_tokens
-from ..sizes import MAX_BUDGET, verify_width
+from ..sizes import MAX_BUDGET
 from ..stage_clock import StageClock
 from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
@@ -122,7 +122,7 @@ class Engine:
                  temperature=0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
                  on_round=None, anchor=None, draft_temperature=None, auto_budgets=None,
                  round_cost=None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, keys: str = "draft",
-                 sampling_temperature=None, children: str = "top") -> list[GenerationResult]:
+                 sampling_temperature=None, children: str = "top", drawn_shape=None) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar', and with a DFlash2 drafter
         (pair='dflash2') 'lattice' (DDTree over its selector's lattice) | 'walk' (the selector's own walk, verified
         as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node budget (default
@@ -143,11 +143,15 @@ class Engine:
         children: a sampled request's tree tokens ('ddtree') — 'top' (each depth's most likely candidates, verified
         by the target's own draw at each node: the paper's) or 'drawn' (each node's children drawn from the keys'
         law, verified by recursive rejection sampling: rejection.py); greedy requests take the top ones either way.
+        drawn_shape (children 'drawn', keys 'law'): what a sampled request's drawn tree is shaped by — None (its law
+        keys) or 'drafter' (the calibration file's shape table, the law keys without one) or a keys.ShapeTable: the
+        shape keys w · lp + (1 − w) · log α (keys.DraftKeys.shape_keys); the children are drawn from the law keys.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
         on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
         ids, seeds, stops, temps, law, config, costs, calibration = self._checked_args(
             prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size, on_round, anchor,
-            draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature, children)
+            draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature, children,
+            drawn_shape)
         draft_keys = DraftKeys(self.block_size - 1, calibration, self.device) if method == "ddtree" else None
         bs = batch_size or len(ids)
         out = []
@@ -173,7 +177,7 @@ class Engine:
 
     def _checked_args(self, prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size,
                       on_round, anchor, draft_temperature, auto_budgets, round_cost, top_k=0, top_p=1.0, min_p=0.0,
-                      keys="draft", sampling_temperature=None, children="top"):
+                      keys="draft", sampling_temperature=None, children="top", drawn_shape=None):
         """generate's arguments checked, every one, before any work (a bad one raises ValueError / TypeError in
         one line naming it), and normalised: (token ids per prompt, seed per prompt, stop ids, temperature per
         prompt, the filters (top_k, top_p, min_p) as floats, the method's RoundConfig, the auto budget's round
@@ -240,9 +244,32 @@ class Engine:
         if children == "drawn" and method != "ddtree":
             raise ValueError(f"children='drawn' applies to method 'ddtree' only, got method {method!r}")
         calibration = Calibration(self._depth_temperatures("draft_temperature", draft_temperature, method, L),
-                                  self._depth_temperatures("sampling_temperature", sampling_temperature, method, L))
+                                  self._depth_temperatures("sampling_temperature", sampling_temperature, method, L),
+                                  self._drawn_shape(drawn_shape, children, L))
         config = self.round_config(method, budget, cands if method == "ddtree" else (), anchor, keys, children)
         return ids, seeds, stops, temps, law, config, costs, calibration
+
+    def _drawn_shape(self, value, children: str, L: int):
+        """drawn_shape as a keys.ShapeTable or None (children 'top': a tree of top children keeps its keys' shape)."""
+        from ..keys import ShapeTable, shape_log_alpha
+
+        if value is None:
+            return None
+        if value == "drafter":
+            if self.draft_dir is None:
+                raise ValueError("drawn_shape='drafter' needs an engine from from_pretrained with a drafter directory "
+                                 "(this engine has none)")
+            from ..calibration import load_calibration
+
+            value = load_calibration(self.draft_dir, L).shape
+        elif isinstance(value, ShapeTable):
+            try:
+                shape_log_alpha(value, L)
+            except ValueError as e:
+                raise ValueError(f"drawn_shape: {e}") from None
+        else:
+            raise ValueError(f"drawn_shape must be None, 'drafter' or a keys.ShapeTable, got {value!r}")
+        return value if children == "drawn" else None
 
     def _depth_temperatures(self, name: str, value, method: str, L: int):
         """A calibration argument (draft_temperature, sampling_temperature) as L floats or None: 'drafter' reads
@@ -410,7 +437,7 @@ class _EngineBatch(RoundHost):
         """config: the method's round (Engine.round_config); draft_keys: DDTree's keys.DraftKeys (None: the raw
         draft's top-k); costs: the auto budget's round cost per candidate (None: measured here)."""
         dev, tgt = eng.device, eng.target
-        budget, self.topk, self.anchor, self.keys = config.budget, config.topk, config.anchor, draft_keys
+        self.topk, self.anchor, self.keys = config.topk, config.anchor, draft_keys
         self.eng, self.max_new, self.on_round, self.stops = eng, max_new, on_round, stops
         self.use_draft = method != "ar"
         self.selector = method if method in SELECTOR_METHODS else None  # a DFlash2 drafter's round (draft)
@@ -528,9 +555,9 @@ class _EngineBatch(RoundHost):
             return build_tree(logits, budget, topk=self.topk, root_tokens=self.root, seq_lens=self.seq_lens)
         k = min(max(budget, 1), logits.shape[-1])
         lp, ids = self.keys(logits, k, self.eng.ops.backend, self.key_law)
-        self.candidates = lp, ids
-        return build_tree_from_topk(lp, ids, budget, root_tokens=self.root, seq_lens=self.seq_lens, anchor=self.anchor,
-                                    anchored=self.keys.anchored(self.key_law))
+        self.candidates = lp, ids  # a drawn tree's children come from these (its shape: shape_keys)
+        return build_tree_from_topk(self.keys.shape_keys(lp, self.key_law), ids, budget, root_tokens=self.root,
+                                    seq_lens=self.seq_lens, anchor=self.anchor, anchored=self.keys.anchored(self.key_law))
 
     def draft(self, slots):
         if self.selector is not None:

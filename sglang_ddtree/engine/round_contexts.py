@@ -87,16 +87,34 @@ def node_laws(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: f
 def expected_commit(engine, rounds: Rounds, trees: list[TreeBatch], law: dict, batch: int = 32,
                     drafts=None) -> torch.Tensor:
     """float64 [N, len(trees)]: each tree's expected tokens committed on each round (trees[j] holds one tree per
-    round, built with seq_lens = lens − 1), the target's law given as node_laws' keyword arguments. One target
-    forward per batch of rounds scores every tree: each node attends to the context and to its own ancestors.
-    drafts: None, or per tree None (its nodes verified by the target's own draw: a node is reached with its token's
-    probability) or (ids, q) [N, L, K], the law its children were drawn from (rejection.draw_children): a node is
-    then reached with the probability the verify's rule gives its token (rejection.outcome_law), exactly for the
-    tree's draws (a drawn tree is one draw: average several for its expectation)."""
+    round, built with seq_lens = lens − 1), the target's law given as node_laws' keyword arguments: 1 + Σ_i P(reach
+    i), node_steps' probabilities multiplied along each path. drafts: as node_steps'."""
+    out = torch.zeros(rounds.tokens.shape[0], len(trees), dtype=torch.float64)
+    for j, (t, step) in enumerate(zip(trees, node_steps(engine, rounds, trees, law, batch, drafts))):
+        n = t.n
+        par = t.parents.long().clamp(min=0).cpu()
+        reach = torch.ones_like(step)
+        for i in range(1, n):  # parents precede children
+            reach[:, i] = reach.gather(1, par[:, i:i + 1])[:, 0] * step[:, i]
+        real = torch.arange(1, n)[None, :] < t.num_nodes[:, None].cpu()
+        out[:, j] = 1.0 + torch.where(real, reach[:, 1:], torch.zeros_like(reach[:, 1:])).sum(1)
+    return out
+
+
+@torch.inference_mode()
+def node_steps(engine, rounds: Rounds, trees: list[TreeBatch], law: dict, batch: int = 32,
+               drafts=None) -> list[torch.Tensor]:
+    """Per tree, float64 [N, n]: the probability that node i is taken from its parent given the parent is reached
+    (1 at the root; pads are left to the caller). One target forward per batch of rounds scores every tree: each
+    node attends to the context and to its own ancestors. drafts: None, or per tree None (its nodes verified by the
+    target's own draw: a node is taken with its token's probability) or (ids, q) [N, L, K], the law its children
+    were drawn from (rejection.draw_children): a node is then taken with the probability the verify's rule gives
+    its token (rejection.outcome_law), exactly for the tree's draws (a drawn tree is one draw: average several for
+    its expectation)."""
     N = rounds.tokens.shape[0]
     dev = engine.device
-    out = torch.zeros(N, len(trees), dtype=torch.float64)
     ns = [t.n for t in trees]
+    out = [torch.ones(N, n, dtype=torch.float64) for n in ns]
     for s in range(0, N, batch):
         rows = slice(s, min(s + batch, N))
         lens = rounds.lens[rows].to(dev)
@@ -124,11 +142,8 @@ def expected_commit(engine, rounds: Rounds, trees: list[TreeBatch], law: dict, b
                 step = at_parent.gather(2, t.tokens[rows, :, None].cpu())[:, :, 0]  # q(token | its parent's path)
             else:
                 step = _drawn_steps(t, rows, q, drawn)
-            reach = torch.ones(B, n, dtype=torch.float64)
-            for i in range(1, n):  # parents precede children
-                reach[:, i] = reach.gather(1, par[:, i:i + 1])[:, 0] * step[:, i]
-            real = torch.arange(1, n)[None, :] < t.num_nodes[rows, None].cpu()
-            out[rows, j] = 1.0 + torch.where(real, reach[:, 1:], torch.zeros_like(reach[:, 1:])).sum(1)
+            step[:, 0] = 1.0
+            out[j][rows] = step
     return out
 
 

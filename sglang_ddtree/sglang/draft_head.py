@@ -75,8 +75,8 @@ class DraftTreeHead:
         """The round's tree; law: the requests' sampling.NodeLaw (None: all greedy)."""
         lp, ids = self.keys(self.logits(hidden, bs), self.k, self.stage1, law,
                             None if self.tp is None else self._tp_stage1)
-        self.keys_out = lp, ids
-        return self.ops.build(lp, ids, self.budget, roots, prefix, anchor=self.anchor,
+        self.keys_out = lp, ids  # a drawn tree's children are drawn from these; its shape from the shape keys
+        return self.ops.build(self.keys.shape_keys(lp, law), ids, self.budget, roots, prefix, anchor=self.anchor,
                               anchored=None if self.anchor is None else self.keys.anchored(law))
 
     def _tp_stage1(self, logits, k: int, backend: str, scale):

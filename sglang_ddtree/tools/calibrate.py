@@ -14,6 +14,7 @@ import torch
 
 from .. import _cli
 from ..calibration import FILE, SAMPLING_KEY, collect, fit_sampling_temperatures, fit_temperature, reliability
+from ..calibration import SHAPE_KEY, fit_shape_table, shape_entry
 from ..keys import Calibration, DraftKeys
 from ..sampling import NodeLaw
 from ..sizes import MAX_CUDA_BUDGET
@@ -46,6 +47,10 @@ def parse_args(argv):
     ap.add_argument("--ship-sampling", action="store_true",
                     help=f"only fit the sampling calibration on the fit prompts and write it into the shipped "
                          f"{FILE}, keeping its greedy entries as they are (no held-out evaluation, no --out)")
+    ap.add_argument("--ship-shape", action="store_true",
+                    help=f"only fit the drawn trees' shape table and weight on the fit prompts (the table on the "
+                         f"first half, the weight on the second) and write them into the shipped {FILE}, keeping its "
+                         f"other entries as they are")
     return ap.parse_args(argv)
 
 
@@ -57,6 +62,8 @@ def main(argv=None) -> int:
     fit_p, test_p = prompts[:a.fit_prompts], prompts[a.fit_prompts:]
     if a.ship_sampling:
         return ship_sampling(eng, fit_p, a.max_new)
+    if a.ship_shape:
+        return ship_shape(eng, fit_p, a.max_new)
     pairs = collect(eng, fit_p, a.max_new)
     temps = [fit_temperature(x, y) for x, y in pairs]
     test_pairs = collect(eng, test_p, a.max_new)
@@ -167,6 +174,167 @@ def sampled_fit(eng, fit_p, test_p, max_new: int, greedy, out: dict) -> list[flo
             print(_law_name(law), f"budget {b}: expected commit per round", entry["expected_commit"][b], flush=True)
         out["sampling_test"].append(entry)
     return temps
+
+
+# drawn trees' shape table (docs/DESIGN.md §3.12): fitted on the served default's drawn tree of SHAPE_FIT_BUDGET,
+# SHAPE_DRAWS draws a round; the weight chosen among SHAPE_WEIGHTS on other prompts by the paired exact score
+SHAPE_FIT_BUDGET, SHAPE_SLOTS, SHAPE_DRAWS = 63, 32, 4
+SHAPE_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
+
+
+def _node_law(law: dict, N: int) -> NodeLaw:
+    return NodeLaw(torch.full((N,), law["temperature"]), torch.zeros(N, dtype=torch.int64),
+                   torch.full((N,), law.get("top_p", 1.0)), torch.zeros(N), filtered=True)
+
+
+def _drawn(rounds, shape_lp, lp, ids, budget: int, node_law, draws: int = SHAPE_DRAWS):
+    """[(tree, draft)] draws of the served default's drawn tree, its shape built from shape_lp."""
+    from ..rejection import DRAW_SHARPNESS, draw_children
+    from ..round import RoundOps
+
+    N = rounds.tokens.shape[0]
+    tree = build_tree_from_topk(shape_lp, ids, budget, root_tokens=rounds.roots(), seq_lens=rounds.lens - 1)
+    out = []
+    for m in range(draws):
+        seeds = torch.arange(N, dtype=torch.int64) + 7919 * (m + 1)
+        out.append(draw_children(RoundOps("cpu"), tree, lp, ids, node_law, seeds, torch.zeros_like(seeds),
+                                 DRAW_SHARPNESS))
+    return out
+
+
+def shape_alpha(eng, prompts, max_new: int, law: dict) -> list[list[float]]:
+    """alpha [L][SHAPE_SLOTS] of one law (calibration.fit_shape_table) on sampled rounds of prompts (the paper's
+    tree's run, seed 11): every node of the served default's drawn tree (law keys, budget SHAPE_FIT_BUDGET), its
+    exact chance to be taken given its parent reached, over SHAPE_DRAWS draws."""
+    from ..rejection import sibling_index
+
+    L = eng.block_size - 1
+    rounds = round_contexts.collect(eng, prompts, max_new, **_seeded(law, 11))
+    nl = _node_law(law, rounds.tokens.shape[0])
+    lp, ids = DraftKeys(L, Calibration())(rounds.draft, SHAPE_FIT_BUDGET, "cpu", nl)
+    drawn = _drawn(rounds, lp, lp, ids, SHAPE_FIT_BUDGET, nl)
+    steps = round_contexts.node_steps(eng, rounds, [t for t, _ in drawn], law, drafts=[d for _, d in drawn])
+    taken, depth, slot = [], [], []
+    for (t, _), step in zip(drawn, steps):
+        par, sib = sibling_index(t, t.n)
+        real = (torch.arange(t.n)[None, :] < t.num_nodes[:, None]) & (par >= 0)
+        taken.append(step[real]), depth.append(t.depths.long()[real]), slot.append(sib[real])
+    alpha = fit_shape_table(torch.cat(taken), torch.cat(depth), torch.cat(slot), L, SHAPE_SLOTS)
+    print(_law_name(law), f"{rounds.tokens.shape[0]} rounds; alpha[:, :4]", [[round(a, 3) for a in row[:4]]
+                                                                             for row in alpha], flush=True)
+    return alpha
+
+
+def shape_scores(eng, prompts, max_new: int, tables: dict, weights=SHAPE_WEIGHTS) -> dict:
+    """The paired exact expected commit (× the paper's tree, and its paired SE) of the served default's drawn tree
+    shaped by each rule and weight, per law and budget, on sampled rounds of prompts (seed 12). tables: rule name ->
+    keys.ShapeTable factory of a weight."""
+    L = eng.block_size - 1
+    out = {}
+    for law in SAMPLED_LAWS:
+        rounds = round_contexts.collect(eng, prompts, max_new, **_seeded(law, 12))
+        N = rounds.tokens.shape[0]
+        nl = _node_law(law, N)
+        out[_law_name(law)] = entry = {"rounds": N}
+        for b in SAMPLED_BUDGETS:
+            lp, ids = DraftKeys(L, Calibration())(rounds.draft, b, "cpu", nl)
+            pp, pi = DraftKeys(L, Calibration())(rounds.draft, b, "cpu", None)
+            trees, drafts, cols = [build_tree_from_topk(pp, pi, b, root_tokens=rounds.roots(),
+                                                        seq_lens=rounds.lens - 1)], [None], ["paper"]
+            variants, same = {"law keys": lp}, {}
+            for rule, table in tables.items():
+                for w in weights:
+                    shp = DraftKeys(L, Calibration(shape=table(w))).shape_keys(lp, nl)
+                    name = f"{rule}, w {w}"
+                    twin = next((k for k, x in variants.items() if torch.equal(x, shp)), None)
+                    same[name] = twin or name  # equal keys (both rules' table at this law): scored once
+                    if twin is None:
+                        variants[name] = shp
+            for name, shp in variants.items():
+                for t, d in _drawn(rounds, shp, lp, ids, b, nl):
+                    trees.append(t), drafts.append(d), cols.append(name)
+            e = round_contexts.expected_commit(eng, rounds, trees, law, drafts=drafts)
+            base = e[:, 0]
+            entry[b] = {}
+            for name in ["law keys", *same]:
+                v = e[:, [j for j, c in enumerate(cols) if c == same.get(name, name)]].mean(1)
+                entry[b][name] = {"vs_paper": float(v.mean() / base.mean()),
+                                  "paired_se": float((v - base).std() / N ** 0.5 / base.mean()), "per_round": v}
+            print(_law_name(law), f"budget {b}:", {k: round(x["vs_paper"], 4) for k, x in entry[b].items()},
+                  flush=True)
+    return out
+
+
+def choose_shape(scores: dict, rules, weights=SHAPE_WEIGHTS) -> tuple[str, float, dict]:
+    """(rule, weight, summary): per rule the weight with the best mean ratio over laws and budgets; the first rule
+    (the simplest) unless a later one's best beats it by more than 2 paired SEs of their per-round difference at
+    some law and budget without losing more than that at another."""
+    cells = [(law, b) for law in scores for b in SAMPLED_BUDGETS]
+    best = {}
+    for rule in rules:
+        mean = {w: sum(scores[law][b][f"{rule}, w {w}"]["vs_paper"] for law, b in cells) / len(cells) for w in weights}
+        best[rule] = max(weights, key=lambda w: mean[w])
+    chosen = rules[0]
+    for rule in rules[1:]:
+        diffs = []
+        for law, b in cells:
+            x = scores[law][b][f"{rule}, w {best[rule]}"]["per_round"]
+            y = scores[law][b][f"{chosen}, w {best[chosen]}"]["per_round"]
+            d = x - y
+            diffs.append((float(d.mean()), float(d.std() / len(d) ** 0.5)))
+        if any(m > 2 * se for m, se in diffs) and not any(m < -2 * se for m, se in diffs):
+            chosen = rule
+    summary = {law: {b: {k: {"vs_paper": v["vs_paper"], "paired_se": v["paired_se"]} for k, v in e[b].items()}
+                     for b in SAMPLED_BUDGETS} | {"rounds": e["rounds"]} for law, e in scores.items()}
+    return chosen, best[chosen], summary
+
+
+def fit_shape(eng, fit_p, max_new: int) -> tuple[dict, dict]:
+    """(the file's SHAPE_KEY entry, the fit's record): alpha per law of SAMPLED_LAWS on the first half of fit_p,
+    the rule (one table, T = 1's, or one per law interpolated in temperature) and the weight on the second half."""
+    from ..keys import ShapeTable
+
+    half = len(fit_p) // 2
+    alphas = [(law, shape_alpha(eng, fit_p[:half], max_new, law)) for law in SAMPLED_LAWS]
+    one = [(law, a) for law, a in alphas if law["temperature"] == 1.0]
+    rules = {"one table (T 1's)": one, "one table per law, interpolated in temperature": alphas}
+
+    def factory(tabs):
+        tabs = sorted(tabs, key=lambda x: x[0]["temperature"])
+        return lambda w: ShapeTable(w, tuple(law["temperature"] for law, _ in tabs), tuple(a for _, a in tabs))
+
+    scores = shape_scores(eng, fit_p[half:], max_new, {rule: factory(t) for rule, t in rules.items()})
+    rule, w, summary = choose_shape(scores, list(rules))
+    print(f"shape: {rule}, weight {w}", flush=True)
+    record = {"rule": rule, "weight": w, "scores": summary, "alpha_prompts": half, "weight_prompts": len(fit_p) - half}
+    return shape_entry(w, rules[rule]), record
+
+
+def ship_shape(eng, fit_p, max_new: int) -> int:
+    """Fit only the drawn trees' shape (fit_shape) and add it to the shipped file with its scores, its other
+    entries as they are."""
+    dst = os.path.join(MODELS_DIR, "tiny-dflash", FILE)
+    with open(dst) as f:
+        shipped = json.load(f)
+    entry, record = fit_shape(eng, fit_p, max_new)
+    half = record["alpha_prompts"]
+    shipped[SHAPE_KEY] = entry
+    shipped[SHAPE_KEY + "_fitted_by"] = (f"python -m sglang_ddtree calibration --ship-shape --fit-prompts "
+                                         f"{len(fit_p)} --max-new {max_new}")
+    shipped[SHAPE_KEY + "_fit"] = (
+        f"alpha, per law, on sampled rounds ({'; '.join(map(_law_name, SAMPLED_LAWS))}; the paper's tree, budget "
+        f"{SAMPLED_BUDGETS[0]}, seed 11) on held-out prompts 0..{half - 1}, {max_new} tokens each; per (depth, "
+        f"sibling slot) the mean exact chance that a node of the served default's drawn tree (law keys, budget "
+        f"{SHAPE_FIT_BUDGET}, {SHAPE_DRAWS} draws) is taken given its parent reached (calibration.fit_shape_table). "
+        f"Rule and weight: the paired exact expected commit against the paper's tree (budgets "
+        f"{', '.join(map(str, SAMPLED_BUDGETS))}, seed 12) on held-out prompts {half}..{len(fit_p) - 1}: "
+        f"{record['rule']}, weight {record['weight']} of {list(SHAPE_WEIGHTS)} (tools/calibrate.choose_shape); "
+        f"the file holds the chosen rule's tables")
+    shipped[SHAPE_KEY + "_scores"] = record["scores"]
+    with open(dst, "w") as f:
+        json.dump(shipped, f, indent=1)
+    print(f"wrote {dst}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -112,13 +112,15 @@ def h200_costs(batch: int, budgets) -> list[float]:
 def served_default(engine: Engine, costs: str) -> dict:
     """Engine.generate arguments of DDTree as the plugin serves it by default: the chain anchor and the drafter's
     greedy calibration for greedy requests; a sampled request's tree under its own law (keys.py, the raw draft) with
-    its children drawn (rejection.py); the auto budget over the served ladder; costs 'h200' (the tiny pair's H200
+    its children drawn (rejection.py), shaped by the drafter's shape table (keys.DraftKeys.shape_keys); the auto
+    budget over the served ladder; costs 'h200' (the tiny pair's H200
     table, resolved per batch by run()) or 'here' (measured)."""
     L = engine.block_size - 1
     ladder = tuple(sorted({L, *AUTO_LADDER}))
     calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, "ddtree_calibration.json"))
     served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law",
-              "children": "drawn", "draft_temperature": "drafter" if calibrated else None}
+              "children": "drawn", "draft_temperature": "drafter" if calibrated else None,
+              "drawn_shape": "drafter" if calibrated else None}
     if costs == "h200" and all(verify_width(b) in H200_GRAPH_MS[1] for b in ladder):
         served["round_cost"] = "h200"  # resolved per batch in run(); a drafter of another block size measures here
     return served

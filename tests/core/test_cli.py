@@ -391,3 +391,11 @@ def test_missing_torchvision_fix_names_the_paired_release():
     fix = missing_module_fix("torchvision.io")
     assert "pip install 'torchvision" in fix and (major != 2 or f"==0.{minor + 15}.*" in fix)
     assert missing_module_fix("orjson") == "install it: pip install orjson"
+
+
+@pytest.mark.parametrize("sections", ["5", "x", "", "1,,0"])
+def test_bench_sampled_sections_are_checked_before_work(capsys, monkeypatch, sections):
+    from sglang_ddtree.bench import sampled
+
+    monkeypatch.setattr(sampled.Engine, "from_pretrained", _no_work)
+    one_line_error(capsys, lambda: sampled.main(["--sections", sections]), "--sections")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sglang_ddtree.engine import Engine
+from sglang_ddtree.keys import ShapeTable
 
 
 @pytest.fixture
@@ -38,6 +39,10 @@ BAD = [
     (dict(keys="law", method="chain"), ValueError, "keys"),
     (dict(children="sampled"), ValueError, "children"),
     (dict(children="drawn", method="chain"), ValueError, "children"),
+    (dict(drawn_shape="bogus"), ValueError, "drawn_shape"),
+    (dict(drawn_shape=[[0.5]]), ValueError, "drawn_shape"),
+    (dict(drawn_shape=ShapeTable(0.5, (1.0,), (((0.5,),) * 6,))), ValueError, "drawn_shape"),  # 6 depths of 7
+    (dict(drawn_shape=ShapeTable(1.5, (1.0,), (((0.5,),) * 7,))), ValueError, "drawn_shape"),
     (dict(sampling_temperature="bogus"), ValueError, "sampling_temperature"),
     (dict(sampling_temperature=2.0), TypeError, "sampling_temperature"),
     (dict(sampling_temperature=[1.0] * 6 + [0.0]), ValueError, "sampling_temperature"),

@@ -2,7 +2,8 @@
 
 Null hypothesis: for each prompt, the joint law of the first three generated tokens (t1, t2, t3) is the same
 under DDTree (the served default — chain-anchored for greedy requests, each request's tree under its own law with
-the shipped calibration, its children drawn and verified by recursive rejection sampling, the auto budget — and the
+the shipped calibration, its children drawn and verified by recursive rejection sampling, its shape from the shipped
+shape table, the auto budget — and the
 paper's tree at a fixed budget) as under plain AR sampling, at
 T = 1 and at T = 0.6 with top-p 0.9, top-k 20 and min-p 0.02 together. t1 comes from the prefill; t2 and t3 are
 the first tree round's walk, so their joint law is what a biased tree sampler would change.
@@ -42,7 +43,7 @@ SAMPLES = {"T1": ((102, 139, 169, 186, 221), 300), "T0.6-filtered": ((140, 163, 
 AUTO = (7, 15, 31, 63)
 METHODS = {
     "default": {"method": "ddtree", "budget": "auto", "auto_budgets": AUTO, "anchor": "chain", "keys": "law",
-                "children": "drawn", "draft_temperature": "drafter",
+                "children": "drawn", "draft_temperature": "drafter", "drawn_shape": "drafter",
                 "round_cost": [H200_GRAPH_MS[32][b + 1] for b in AUTO]},  # a fixed table: no timing in a test
     "paper": {"method": "ddtree", "budget": 15},
 }

@@ -95,6 +95,47 @@ def test_head_ranks_each_request_under_its_own_law(plugins_loaded):
     assert not torch.equal(got.tokens, head.build(hidden, bs, roots, prefix).tokens)  # the laws change the trees
 
 
+def test_head_shapes_drawn_trees_by_the_shape_keys(plugins_loaded):
+    """A calibration with a shape table (docs/DESIGN.md §3.12): each sampled request's tree is built from its shape
+    keys (keys.DraftKeys.shape_keys of its law keys) by the reference builder, greedy ones from their keys as before,
+    and the keys the round draws children from (keys_of) stay the law keys."""
+    from sglang_ddtree.keys import Calibration, DraftKeys, ShapeTable
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+
+    g = torch.Generator().manual_seed(9)
+    V, H, block, budget, bs = 60, 8, 5, 14, 8
+    weight = torch.randn(V, H, generator=g)
+    shape = ShapeTable(0.5, (0.6, 1.0), (((0.8, 0.1, 0.05, 0.02),) * 2 + ((0.3, 0.2, 0.1, 0.01),) * 2,
+                                         ((0.7, 0.1, 0.05, 0.02),) + ((0.4, 0.1, 0.09, 0.01),) * 3))
+    cal = Calibration((0.5, 0.6, 0.7, 0.8), None, shape)
+    head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=bs,
+                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", calibration=cal)
+    hidden = torch.randn(bs * block, H, generator=g)
+    roots, prefix = torch.arange(bs), torch.arange(bs) * 3
+    law = mixed_law(bs)
+    got = head.build(hidden, bs, roots, prefix, law)
+    logits = rows_logits(hidden, weight, bs, block)
+    lp_all, _ = DraftKeys(block - 1, cal)(logits, budget, "cpu", law)
+    assert torch.equal(head.keys_of(bs, False)[0], lp_all)  # the children's law: the law keys, not the shape's
+    plain = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=bs,
+                          ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain",
+                          calibration=Calibration(cal.greedy)).build(hidden, bs, roots, prefix, law)
+    for b in range(bs):
+        one = type(law)(*(t[b:b + 1] for t in (law.temperatures, law.top_ks, law.top_ps, law.min_ps)))
+        keys = DraftKeys(block - 1, cal)
+        lp, ids = keys(logits[b:b + 1], budget, "cpu", one)
+        greedy = bool(one.greedy()[0])
+        ref = build_tree_from_topk(keys.shape_keys(lp, one), ids, budget, root_tokens=roots[b:b + 1],
+                                   seq_lens=prefix[b:b + 1], backend="reference", anchor="chain" if greedy else None)
+        for name, t in ref.tensors().items():
+            if name != "retrive_index":
+                assert torch.equal(getattr(got, name)[b:b + 1], t), (b, name)
+        if greedy:
+            assert torch.equal(got.tokens[b], plain.tokens[b])
+    sampled = ~law.greedy()
+    assert not torch.equal(got.tokens[sampled], plain.tokens[sampled])  # the table reshapes sampled trees
+
+
 class _Gather:
     """A TP group of `size` ranks run one after another in one process: the first pass records what each rank
     contributes to each all-gather (in call order), the second hands every rank the whole gathered tensor."""
@@ -166,13 +207,16 @@ def test_head_caps_k_at_vocab(plugins_loaded):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU by scripts/gpu_check.sh)")
-@pytest.mark.parametrize("anchor,temps", [(None, None), ("chain", None), ("chain", [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])])
-def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, temps):
+@pytest.mark.parametrize("anchor,temps,shaped", [(None, None, False), ("chain", None, False),
+                                                 ("chain", [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], False),
+                                                 ("chain", [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], True)])
+def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, temps, shaped):
     """The capture hook inside a real CUDA graph; replays with new hidden states, roots, prefixes (the draft
     graph's static inputs) and laws (load_law before the replay: all greedy, then mixed greedy / sampled) leave
     exactly the tree of the new inputs in the static buffers: the eager CUDA stage 1 under each request's law
-    (keys.DraftKeys) fed to the oracle, anchored for the greedy requests."""
-    from sglang_ddtree.keys import Calibration, DraftKeys
+    (keys.DraftKeys) fed to the oracle, anchored for the greedy requests; shaped: a drawn tree's shape table, the
+    sampled requests' trees built from their shape keys inside the graph, the static keys the law keys."""
+    from sglang_ddtree.keys import Calibration, DraftKeys, ShapeTable
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
     g = torch.Generator(device="cuda").manual_seed(5)
@@ -180,7 +224,10 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, 
     weight = torch.randn(V, H, device="cuda", generator=g)
     head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=8,
                          ops=RoundOps("cuda"), tree_in_graph=True, anchor=anchor,
-                         calibration=None if temps is None else Calibration(tuple(temps), tuple(temps[::-1])))
+                         calibration=None if temps is None else Calibration(
+                             tuple(temps), tuple(temps[::-1]),
+                             ShapeTable(0.5, (0.6, 1.0), (((0.8, 0.1, 0.05, 0.02),) * 7, ((0.6, 0.2, 0.1, 0.01),) * 7))
+                             if shaped else None))
     hidden = torch.randn(bs * block, H, device="cuda", generator=g)
     fb = types.SimpleNamespace(input_ids=torch.zeros(bs * block, dtype=torch.int64, device="cuda"),
                                seq_lens=torch.zeros(bs, dtype=torch.int64, device="cuda"))
@@ -201,9 +248,12 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, 
         got = head.from_graph(bs)
         # the oracle fed the CUDA stage 1's (lp, ids) of the same logits (stage-1 backends differ by ulps)
         logits = rows_logits(hidden, weight, bs, block)
-        lp, ids = DraftKeys(block - 1, head.keys.calibration, "cuda")(logits, head.k, "cuda", law)
+        keys = DraftKeys(block - 1, head.keys.calibration, "cuda")
+        lp, ids = keys(logits, head.k, "cuda", law)
+        if shaped:  # the children's law stays the law keys
+            torch.testing.assert_close(head.keys_of(bs, True)[0], lp, rtol=0, atol=1e-5)
         anchored = None if law is None or anchor is None else law.greedy().cpu()
-        ref = build_tree_from_topk(lp.cpu(), ids.cpu(), budget, root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(),
+        ref = build_tree_from_topk(keys.shape_keys(lp, law).cpu(), ids.cpu(), budget, root_tokens=fb.input_ids.view(bs, block)[:, 0].cpu(),
                                    seq_lens=fb.seq_lens.cpu(), backend="reference", anchor=anchor, anchored=anchored)
         for name, t in ref.tensors().items():
             assert torch.equal(getattr(got, name).cpu(), t), (trial, name)
