@@ -65,7 +65,7 @@ class DecodeRound:
         self._calibration = drafter_calibration(config, server_args.speculative_draft_model_path, self.block_size - 1)
         if self._calibration is not None and config.children == "drawn":  # drawn trees rank by the raw law (§3.12)
             self._calibration = dataclasses.replace(self._calibration, sampling=None)
-        if self._calibration is not None and knobs.children != "drawn":  # the shape table is a drawn tree's (§3.12)
+        if self._calibration is not None and config.children != "drawn":  # the shape table is a drawn tree's (§3.12)
             self._calibration = dataclasses.replace(self._calibration, shape=None)
         # the round; .auto: budget.AutoWidth with budget auto
         self.core = Round(self.round, self.verify_width, drawn=config.children == "drawn")
