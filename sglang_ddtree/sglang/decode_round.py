@@ -63,10 +63,9 @@ class DecodeRound:
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = registration.max_batch_size(server_args)
         self._calibration = drafter_calibration(config, server_args.speculative_draft_model_path, self.block_size - 1)
-        if self._calibration is not None and config.children == "drawn":  # drawn trees rank by the raw law (§3.12)
-            self._calibration = dataclasses.replace(self._calibration, sampling=None)
-        if self._calibration is not None and config.children != "drawn":  # the shape table is a drawn tree's (§3.12)
-            self._calibration = dataclasses.replace(self._calibration, shape=None)
+        if self._calibration is not None:  # drawn trees rank by the raw law; the shape table is theirs (§3.12)
+            drop = {"sampling": None} if config.children == "drawn" else {"shape": None}
+            self._calibration = dataclasses.replace(self._calibration, **drop)
         # the round; .auto: budget.AutoWidth with budget auto
         self.core = Round(self.round, self.verify_width, drawn=config.children == "drawn")
         tp = int(getattr(server_args, "tp_size", 1) or 1)

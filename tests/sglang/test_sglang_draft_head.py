@@ -65,20 +65,27 @@ def mixed_law(bs):
     return NodeLaw(torch.tensor(t), torch.tensor(k, dtype=torch.int32), torch.tensor(p), torch.tensor(m))
 
 
+def mixed_batch_head(seed: int, calibration):
+    """(head, its vocab weight, hidden states of a batch, (V, block, budget, bs)): an anchored head over a random
+    vocab of 60, block 5, budget 14, batch 8, with the given calibration."""
+    from sglang_ddtree.sglang.draft_head import DraftTreeHead
+
+    g = torch.Generator().manual_seed(seed)
+    V, H, block, budget, bs = 60, 8, 5, 14, 8
+    weight = torch.randn(V, H, generator=g)
+    head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=bs,
+                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", calibration=calibration)
+    return head, weight, torch.randn(bs * block, H, generator=g), (V, block, budget, bs)
+
+
 def test_head_ranks_each_request_under_its_own_law(plugins_loaded):
     """A mixed batch: every request's tree is keys.DraftKeys' under its own law (greedy requests: the greedy
     calibration and the anchor; sampled ones: their temperature, filters and the sampling calibration, no
     anchor), equal to the same request built alone."""
     from sglang_ddtree.keys import Calibration, DraftKeys
-    from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
-    g = torch.Generator().manual_seed(6)
-    V, H, block, budget, bs = 60, 8, 5, 14, 8
-    weight = torch.randn(V, H, generator=g)
     cal = Calibration((0.5, 0.6, 0.7, 0.8), (1.1, 1.2, 1.0, 0.9))
-    head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=bs,
-                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", calibration=cal)
-    hidden = torch.randn(bs * block, H, generator=g)
+    head, weight, hidden, (V, block, budget, bs) = mixed_batch_head(6, cal)
     roots, prefix = torch.arange(bs), torch.arange(bs) * 3
     law = mixed_law(bs)
     got = head.build(hidden, bs, roots, prefix, law)
@@ -102,15 +109,10 @@ def test_head_shapes_drawn_trees_by_the_shape_keys(plugins_loaded):
     from sglang_ddtree.keys import Calibration, DraftKeys, ShapeTable
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
 
-    g = torch.Generator().manual_seed(9)
-    V, H, block, budget, bs = 60, 8, 5, 14, 8
-    weight = torch.randn(V, H, generator=g)
     shape = ShapeTable(0.5, (0.6, 1.0), (((0.8, 0.1, 0.05, 0.02),) * 2 + ((0.3, 0.2, 0.1, 0.01),) * 2,
                                          ((0.7, 0.1, 0.05, 0.02),) + ((0.4, 0.1, 0.09, 0.01),) * 3))
     cal = Calibration((0.5, 0.6, 0.7, 0.8), None, shape)
-    head = DraftTreeHead(weight=weight, num_org=V, block_size=block, budget=budget, topk=None, max_bs=bs,
-                         ops=RoundOps("cpu"), tree_in_graph=False, anchor="chain", calibration=cal)
-    hidden = torch.randn(bs * block, H, generator=g)
+    head, weight, hidden, (V, block, budget, bs) = mixed_batch_head(9, cal)
     roots, prefix = torch.arange(bs), torch.arange(bs) * 3
     law = mixed_law(bs)
     got = head.build(hidden, bs, roots, prefix, law)
