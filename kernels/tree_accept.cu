@@ -145,12 +145,14 @@ constexpr float kGumbelMax = 16.64f;  // > -log(-log(1 - 2^-24)) = 16.6355...
 
 // One block per row; each thread scans groups of 4 consecutive vocabulary entries (one Philox call).
 template <typename T>
-__global__ void __launch_bounds__(512) sample_rows_kernel(const T* __restrict__ logits, int64_t V, float temperature,
+__global__ void __launch_bounds__(512) sample_rows_kernel(const T* __restrict__ logits, int64_t V, float temperature_all,
+                                                          const float* __restrict__ row_temperature,
                                                           const int64_t* __restrict__ seed,
                                                           const int64_t* __restrict__ step,
                                                           const int64_t* __restrict__ node, int64_t* __restrict__ out) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * V;
+  const float temperature = row_temperature != nullptr ? row_temperature[row] : temperature_all;
   const bool greedy = !(temperature > 0.f);
   const uint64_t sd = static_cast<uint64_t>(seed[row]), st = static_cast<uint64_t>(step[row]);
   const uint32_t k0 = static_cast<uint32_t>(sd), k1 = static_cast<uint32_t>(sd >> 32);
@@ -257,7 +259,8 @@ cudaError_t launch_tree_commit(const int64_t* tokens, const int64_t* next_token,
 }
 
 cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, float temperature,
-                               const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
+                               const float* row_temperature, const int64_t* seed, const int64_t* step,
+                               const int64_t* node, int64_t* out,
                                cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (V < 1 || R > 0x7fffffff) return cudaErrorInvalidValue;
@@ -265,15 +268,15 @@ cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, 
   switch (dtype) {
     case LogitDtype::kFloat32:
       sample_rows_kernel<float><<<static_cast<unsigned>(R), threads, 0, stream>>>(
-          static_cast<const float*>(logits), V, temperature, seed, step, node, out);
+          static_cast<const float*>(logits), V, temperature, row_temperature, seed, step, node, out);
       break;
     case LogitDtype::kFloat16:
       sample_rows_kernel<__half><<<static_cast<unsigned>(R), threads, 0, stream>>>(
-          static_cast<const __half*>(logits), V, temperature, seed, step, node, out);
+          static_cast<const __half*>(logits), V, temperature, row_temperature, seed, step, node, out);
       break;
     case LogitDtype::kBFloat16:
       sample_rows_kernel<__nv_bfloat16><<<static_cast<unsigned>(R), threads, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(logits), V, temperature, seed, step, node, out);
+          static_cast<const __nv_bfloat16*>(logits), V, temperature, row_temperature, seed, step, node, out);
       break;
   }
   return cudaGetLastError();

@@ -60,9 +60,11 @@ cudaError_t launch_tree_accept(const int64_t* tokens, const int64_t* next_token,
 cudaError_t launch_tree_truncate(const TruncIn& in, const TruncOut& out, int B, int n_big, int n,
                                  cudaStream_t stream);
 
-// Per-row Gumbel-max sample (argmax, first index on ties, when temperature == 0): logits [R, V].
+// Per-row Gumbel-max sample of softmax(logits / T) (argmax, first index on ties, where T == 0): logits [R, V];
+// T = row_temperature[row] (f32 [R]) when given, else temperature. The division is the kernel's (float32, IEEE),
+// so a caller need not write a scaled copy of the logits.
 cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, float temperature,
-                               const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
+                               const float* row_temperature, const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
                                cudaStream_t stream);
 
 // A drawn tree's two steps (kernels/tree_rejection.cu; sglang_ddtree/rejection.py defines them), one thread a node,

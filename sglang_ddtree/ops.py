@@ -49,8 +49,11 @@ SCHEMAS = {
     # logits [R, V] (bf16/fp16/fp32), scale f32 [R] or None (each row's multiplier c > 0, topk.py) -> lp f32 [R, k]
     #   = c*top - logsumexp(c*row), ids i64 [R, k] in canonical order of the raw logits (value desc, id asc)
     "topk_lse": "(Tensor logits, int k, Tensor? scale=None) -> (Tensor, Tensor)",
-    # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample (argmax when temperature == 0) -> i64 [R]
-    "sample_rows": "(Tensor logits, float temperature, Tensor seed, Tensor step, Tensor node) -> Tensor",
+    # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample of softmax(logits / T) (argmax where T == 0)
+    #   -> i64 [R]; T: row_temperature f32 [R] when given (each request's, no scaled copy of the logits), else
+    #   temperature
+    "sample_rows": "(Tensor logits, float temperature, Tensor seed, Tensor step, Tensor node, "
+                   "Tensor? row_temperature=None) -> Tensor",
     # a drawn tree (rejection.py, CUDA only: the torch definition is the CPU path): the tree's tokens i64 [B,n],
     #   parents / depths i32 [B,n], num_nodes i32 [B], lp f32 / ids i64 [B,L,K], drawn bool [B], seed/step i64 [B]
     #   -> tokens with the drawn rows' children drawn
@@ -121,7 +124,7 @@ def _topk_lse_fake(logits, k, scale=None):
 
 
 @torch.library.register_fake(f"{NS}::sample_rows")
-def _sample_rows_fake(logits, temperature, seed, step, node):
+def _sample_rows_fake(logits, temperature, seed, step, node, row_temperature=None):
     return logits.new_empty((logits.shape[0],), dtype=torch.int64)
 
 

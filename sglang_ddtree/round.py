@@ -125,20 +125,22 @@ class RoundOps:
         return torch.argmax(logits, dim=-1)
 
     def sample_tokens(self, logits: torch.Tensor, seed: torch.Tensor, step: torch.Tensor,
-                      stream: int = 0) -> torch.Tensor:
-        """Per-node Gumbel-max draws at temperature 1 from logits [B, n, V] (already divided by each request's
-        temperature); seed / step int64 [B]; node i draws from Philox stream `stream` + i (sampling.sample_node_tokens
-        documents the generator)."""
+                      stream: int = 0, temperatures: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-node Gumbel-max draws from softmax(logits / T) for logits [B, n, V]: T = temperatures float32 [B]
+        (each request's, divided inside the sampler), or 1 (logits already scaled); seed / step int64 [B]; node
+        i draws from Philox stream `stream` + i (sampling.sample_node_tokens documents the generator)."""
         B, n, V = logits.shape
         dev = logits.device
         seeds = seed.to(device=dev, dtype=torch.int64).repeat_interleave(n)
         steps = step.to(device=dev, dtype=torch.int64).repeat_interleave(n)
         nodes = (int(stream) + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
+        temps = None if temperatures is None else temperatures.to(device=dev, dtype=torch.float32).repeat_interleave(n)
         rows = logits.reshape(B * n, V)
-        if self.backend == "cuda":
-            out = ops.op("sample_rows")(rows.contiguous(), 1.0, seeds, steps, nodes)
+        if self.backend == "cuda" and rows.dtype != torch.float64:  # the kernel reads 16/32-bit logits
+            out = ops.op("sample_rows")(rows.contiguous(), 1.0, seeds, steps, nodes, temps)
         else:  # the torch sampler runs on any device: no host round trip needed
-            out = sample_rows_torch(rows, 1.0, seeds, steps, nodes)
+            rows = rows if temps is None else rows.float()  # the kernel's float32 division
+            out = sample_rows_torch(rows, 1.0 if temps is None else temps, seeds, steps, nodes)
         return out.view(B, n)
 
     def commit(self, tree: TreeBatch, target_tokens: torch.Tensor, prefix_lens: torch.Tensor,

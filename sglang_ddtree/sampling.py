@@ -77,14 +77,20 @@ def uniform_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, vo
 
 # --- a row's draw and the no-token rule -----------------------------------------------------------------
 
-def sample_rows_torch(logits: torch.Tensor, temperature: float, seed, step, node) -> torch.Tensor:
-    """Row-wise Gumbel-max sample (argmax at temperature 0) with plain torch ops (the CPU backend).
-    float64 logits are scored in float64 (a float32 copy would turn 1e300 and 2e300 into the same inf)."""
+def sample_rows_torch(logits: torch.Tensor, temperature, seed, step, node) -> torch.Tensor:
+    """Row-wise Gumbel-max sample of softmax(logits / T) (argmax where T is 0) with plain torch ops (the CPU
+    backend, and the sample_rows kernel's mirror). temperature: a real, or float32 [R] per row (a row at T <= 0
+    takes its argmax). float64 logits are scored in float64 (a float32 copy would turn 1e300 and 2e300 into the
+    same inf)."""
     x = logits if logits.dtype == torch.float64 else logits.float()
-    if temperature == 0.0:
-        return torch.argmax(x, dim=-1)
-    score = x / temperature + gumbel_noise(seed, step, node, logits.shape[-1]).to(x.dtype)
-    return torch.argmax(score, dim=-1)
+    if not torch.is_tensor(temperature):
+        if temperature == 0.0:
+            return torch.argmax(x, dim=-1)
+        score = x / temperature + gumbel_noise(seed, step, node, logits.shape[-1]).to(x.dtype)
+        return torch.argmax(score, dim=-1)
+    t = temperature.to(device=x.device, dtype=x.dtype).unsqueeze(1)
+    score = x / t + gumbel_noise(seed, step, node, logits.shape[-1]).to(x.dtype)
+    return torch.argmax(torch.where(t > 0, score, x), dim=-1)
 
 
 def no_token(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -202,11 +208,14 @@ def node_tokens(round_ops, logits: torch.Tensor, law: NodeLaw | None, seed: torc
     if law is None:
         return _mark_no_token(logits, greedy) if no_token else greedy
     B, n, V = logits.shape
-    scaled = logits.float() / law.temperatures.float().clamp(min=1e-6).view(B, 1, 1)
-    if law.filtered:
+    temperatures = law.temperatures.float().clamp(min=1e-6)
+    if law.filtered:  # the filters read the scaled law's probabilities: the scaled copy is needed anyway
+        scaled = logits.float() / temperatures.view(B, 1, 1)
         rep = lambda t: t.repeat_interleave(n)
         filter_logits(scaled.view(B * n, V), rep(law.top_ks), rep(law.top_ps), rep(law.min_ps))
-    sampled = round_ops.sample_tokens(scaled, seed, step)
+        sampled = round_ops.sample_tokens(scaled, seed, step)
+    else:  # the sampler divides (the same float32 division): no [B, n, V] copy
+        sampled = round_ops.sample_tokens(logits, seed, step, temperatures=temperatures)
     sampled = torch.where((sampled < 0) | (sampled >= V), greedy, sampled)
     out = torch.where(law.greedy().view(B, 1), greedy, sampled)
     return _mark_no_token(logits, out) if no_token else out

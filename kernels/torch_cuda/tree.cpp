@@ -203,7 +203,8 @@ std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64
 }
 
 at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const at::Tensor& seed,
-                            const at::Tensor& step, const at::Tensor& node) {
+                            const at::Tensor& step, const at::Tensor& node,
+                            const std::optional<at::Tensor>& row_temperature) {
   TORCH_CHECK(logits.is_cuda(), "logits must be a CUDA tensor");
   TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "logits must be a contiguous [R, V] tensor");
   const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
@@ -215,9 +216,15 @@ at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const 
   TORCH_CHECK(seed.size(0) == R && step.size(0) == R && node.size(0) == R, "seed, step, node must be [R]");
   TORCH_CHECK(V >= 1, "logits must have a non-empty vocabulary");
   TORCH_CHECK(temperature >= 0.0, "temperature must be >= 0");
+  const float* row_t = nullptr;
+  if (row_temperature.has_value()) {
+    check_cuda(*row_temperature, "row_temperature", at::kFloat, 1, dev);
+    TORCH_CHECK(row_temperature->size(0) == R, "row_temperature must be [R]");
+    row_t = row_temperature->data_ptr<float>();
+  }
   const c10::cuda::CUDAGuard guard(dev);
   at::Tensor out = at::empty({R}, logits.options().dtype(at::kLong));
-  C10_CUDA_CHECK(ddtree::launch_sample_rows(logits.data_ptr(), dt, R, V, static_cast<float>(temperature),
+  C10_CUDA_CHECK(ddtree::launch_sample_rows(logits.data_ptr(), dt, R, V, static_cast<float>(temperature), row_t,
                                             seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(),
                                             node.data_ptr<int64_t>(), out.data_ptr<int64_t>(),
                                             c10::cuda::getCurrentCUDAStream()));

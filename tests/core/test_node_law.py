@@ -8,7 +8,7 @@ from scipy import stats
 
 from sglang_ddtree import build_tree, penalties, reference
 from sglang_ddtree.round import RoundOps
-from sglang_ddtree.sampling import NodeLaw, filter_logits, node_tokens, request_seeds
+from sglang_ddtree.sampling import NodeLaw, filter_logits, gumbel_noise, node_tokens, request_seeds
 
 OPS = RoundOps("cpu", "cpu")
 
@@ -43,6 +43,41 @@ def test_node_draws_follow_the_filtered_law(k, p, m, t):
     assert counts[q == 0].sum() == 0
     _, pval = stats.chisquare(counts[q > 0], q[q > 0] * draws)
     assert pval > 1e-4
+
+
+@pytest.mark.parametrize("t", [0.4, 1.3])
+def test_temperature_only_draws_follow_the_law(t):
+    """A law without filters (filtered=False) has the sampler divide by each row's temperature (no scaled copy):
+    the draws still follow softmax(x / t) (chi-square over 6000 streams; a sampler that ignored the per-row
+    temperature, i.e. drew at T = 1, fails both cases at p < 1e-20)."""
+    V, draws = 12, 6000
+    x = torch.tensor(np.random.default_rng(2).standard_normal(V) * 1.5, dtype=torch.float32)
+    lw = law(draws, t)
+    lw.filtered = False
+    tok = node_tokens(OPS, x.expand(draws, 1, V).contiguous(), lw, request_seeds(0, torch.arange(draws)),
+                      torch.full((draws,), 5)).flatten()
+    q = reference.filtered_law(x.numpy(), t, 0, 1.0, 0.0)
+    _, pval = stats.chisquare(np.bincount(tok.numpy(), minlength=V), q * draws)
+    assert pval > 1e-4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_temperature_only_draws_equal_the_scaled_copys(dtype):
+    """The sampler's division is the scaled copy's (float32 of the logits over the float32 temperature): each
+    node's token is argmax(float32(x) / T + g), g its Philox stream's Gumbel noise, whatever row the temperature
+    comes from; greedy rows (T = 0) take the argmax."""
+    B, n, V = 6, 3, 50
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(B, n, V, generator=gen) * 3).to(dtype)
+    t = torch.tensor([0.6, 1.0, 0.0, 1.7, 0.05, 1.0])
+    lw = law(B)
+    lw.temperatures, lw.filtered = t, False
+    seeds, step = request_seeds(11, torch.arange(B)), torch.arange(B) * 3
+    got = node_tokens(OPS, x, lw, seeds, step)
+    g = gumbel_noise(seeds.repeat_interleave(n), step.repeat_interleave(n), torch.arange(n).repeat(B), V)
+    want = torch.argmax(x.float() / t.clamp(min=1e-6).view(B, 1, 1) + g.view(B, n, V), dim=-1)
+    want[2] = x[2].float().argmax(-1)
+    assert torch.equal(got, want)
 
 
 def test_greedy_rows_and_tiny_top_p_give_the_argmax():
