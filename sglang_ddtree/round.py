@@ -34,7 +34,7 @@ from .budget import truncate
 from .rejection import draw_children, rejection_targets
 from .sampling import node_tokens, sample_rows_torch
 from .sizes import budget_of
-from .tree import TreeBatch, build_tree_from_topk
+from .tree import TreeBatch, build_tree_from_lattice, build_tree_from_topk
 
 logger = logging.getLogger("sglang_ddtree")
 
@@ -104,6 +104,18 @@ class RoundOps:
             anchored = self._host(anchored)[0]
         tree = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend=self.backend,
                                     anchor=anchor, anchored=anchored)
+        return tree.to(self.device, non_blocking=True) if self.fallback else tree
+
+    def build_lattice(self, candidate_ids, scores, budget: int, temperatures, roots, prefix_lens, anchor=None,
+                      anchored=None) -> TreeBatch:
+        """Best-first tree over a DFlash2 selector's lattice (tree.build_tree_from_lattice: candidate_ids [B, L, K],
+        scores [B, L, K, K], temperatures float32 [B], 0 for greedy rows) on this decoder's backend."""
+        ids, scores, temps, roots, lens = self._host(candidate_ids, scores, temperatures, roots,
+                                                     prefix_lens.to(torch.int64))
+        if anchored is not None:
+            anchored = self._host(anchored)[0]
+        tree = build_tree_from_lattice(ids, scores, budget, temperature=temps, root_tokens=roots, seq_lens=lens,
+                                       backend=self.backend, anchor=anchor, anchored=anchored)
         return tree.to(self.device, non_blocking=True) if self.fallback else tree
 
     def truncate(self, tree: TreeBatch, budget: int) -> TreeBatch:

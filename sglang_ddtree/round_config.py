@@ -22,6 +22,7 @@ AUTO_LADDER = (15, 31, 63)
 ANCHOR_CHOICES = ("chain", None)   # tree.ANCHORS' values: the greedy chain always in the tree, or the paper's tree
 CHILDREN = ("drawn", "top")        # a sampled request's tree tokens: drawn (rejection.py) or the top candidates
 KEYS = ("draft", "law")            # a sampled request's tree ranked by the draft, or by the draft under its law
+SELECTOR = ("lattice", "marginals")  # a DFlash2 drafter's tree: over its selector's lattice, or its backbone's marginals
 # the resolved config, for the scheduler processes (they inherit the launcher's environment); not a user knob
 PUBLISHED = "SGLANG_DDTREE_ROUND_CONFIG"
 
@@ -54,6 +55,7 @@ class RoundConfig:
     anchor: str | None = "chain"  # ANCHOR_CHOICES
     children: str = "drawn"       # CHILDREN
     keys: str = "draft"           # KEYS
+    selector: str = "lattice"     # SELECTOR (read only where the drafter has a candidate selector)
     # the drafter's per-depth temperatures: 'auto' (its directory's file) | 'off' | a path; None: the caller holds
     # them itself (Engine.generate's draft_temperature / sampling_temperature)
     calibration: str | None = "auto"
@@ -72,7 +74,8 @@ class RoundConfig:
             raise ValueError("RoundConfig.auto_default needs auto_budgets")
         if self.topk is not None and (not isinstance(self.topk, int) or self.topk < 1):
             raise ValueError(f"RoundConfig.topk must be None or an int >= 1, got {self.topk!r}")
-        for field, choices in (("anchor", ANCHOR_CHOICES), ("children", CHILDREN), ("keys", KEYS)):
+        for field, choices in (("anchor", ANCHOR_CHOICES), ("children", CHILDREN), ("keys", KEYS),
+                               ("selector", SELECTOR)):
             if getattr(self, field) not in choices:
                 raise ValueError(f"RoundConfig.{field} must be one of {choices}, got {getattr(self, field)!r}")
 

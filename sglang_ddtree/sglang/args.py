@@ -34,6 +34,7 @@ from sglang_ddtree.attention.prefixes import Shape
 
 from . import backends
 from .adapters import registration as sgl
+from .adapters.releases import check_version
 from .settings import AUTO, Settings, env, round_knobs
 
 logger = logging.getLogger(__name__)
@@ -185,6 +186,35 @@ def draft_block_size(view) -> int:
     return int(size) if size is not None else DEFAULT_BLOCK_SIZE
 
 
+SELECTOR_RELEASES = ("0.5.23",)  # the releases whose DFLASH loads DFlash2 (candidate selector) drafters
+
+
+def has_selector(view) -> bool:
+    """Whether the drafter is a DFlash2 drafter (its config's dflash_config names a selector rank, which SGLang
+    0.5.23 reads to build the candidate selector); False where the config cannot be read (SGLang says why later)."""
+    try:
+        cfg = _hf_config(view.speculative_draft_model_path, view,
+                         getattr(view, "speculative_draft_model_revision", None))
+    except Exception:  # noqa: BLE001 — an unreadable config is SGLang's to report
+        return False
+    dflash = getattr(cfg, "dflash_config", None) or {}
+    return bool(dflash.get("selector_rank")) if isinstance(dflash, dict) else False
+
+
+def _check_selector_drafter(view, config: RoundConfig) -> None:
+    """A DFlash2 drafter: served where SGLang loads one, its lattice tree on one rank (stage 1 has no vocabulary
+    merge for the lattice yet)."""
+    if not has_selector(view):
+        return
+    release = check_version()
+    if release not in SELECTOR_RELEASES:
+        _reject(f"a DFlash2 drafter (a candidate selector) on sglang {release}, which cannot load one",
+                f"serve it with sglang {' / '.join(SELECTOR_RELEASES)}, or use a plain DFlash drafter")
+    if config.selector == "lattice" and int(getattr(view, "tp_size", 1) or 1) > 1:
+        _reject(f"a DFlash2 drafter's lattice tree at --tp-size {view.tp_size}",
+                f"use --tp-size 1, or set {env('selector')}=marginals (the tree over the backbone's marginals)")
+
+
 def check_budget(budget: int) -> int:
     """Refuse a budget the CUDA tree builder cannot build (at start-up, not in the first decode round)."""
     if budget > MAX_CUDA_BUDGET:
@@ -241,7 +271,7 @@ def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
     default_budget_is_auto says it has served, else DEFAULT_BUDGET). Every bad value is one line naming it."""
     knobs = round_knobs()
     given, ndt = knobs["budget"], getattr(view, "speculative_num_draft_tokens", None)
-    rest = {k: knobs[k] for k in ("topk", "anchor", "children", "calibration")}
+    rest = {k: knobs[k] for k in ("topk", "anchor", "children", "selector", "calibration")}
     if given is None and ndt is None:
         why_not = default_budget_is_auto(view, settings)
         logger.info("DDTREE: no budget given: %s", "auto, chosen every round" if why_not is None else
@@ -399,6 +429,7 @@ def validate_server_args(server_args) -> None:
     if topk is not None and int(topk) != 1:
         _reject(f"--speculative-eagle-topk {topk}",
                 f"drop it; cap DDTree's per-depth candidates with {env('topk')} instead")
+    _check_selector_drafter(view, config)
     drafter_calibration(config, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here
     config.publish()  # for apply_ddtree_defaults, next in this process, and the scheduler processes it spawns
 

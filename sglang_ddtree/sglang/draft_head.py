@@ -9,6 +9,9 @@ reads it with no extra op. Eagerly (`build`), the same functions run on the hidd
 With a `predict` function (budget.AutoWidth.predict, the served auto budget) the graph also leaves each
 request's predicted tokens at every candidate width next to the tree. The requests' laws reach the graph through
 static buffers that `load_law` fills before each replay.
+With a DFlash2 drafter's `selector` (adapters: SGLang's unary transform and transition scores) the tree is the
+lattice's instead (docs/DESIGN.md §3.10): the top K of the same logits are each slot's candidates, and a node's
+key is its path's probability under the selector's transitions at the request's temperature.
 Nothing here reads SGLang's request tables (they may be rewritten once a graph's pre-replay read barrier
 has passed).
 """
@@ -19,13 +22,14 @@ import torch
 from sglang_ddtree.keys import DraftKeys
 from sglang_ddtree.round import RoundOps
 from sglang_ddtree.sampling import NodeLaw
+from sglang_ddtree.topk import topk_logprobs
 from sglang_ddtree.tree import TreeBatch
 
 
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
                  ops: RoundOps, tree_in_graph: bool, anchor=None, calibration=None, predict=None,
-                 vocab: int | None = None, vocab_start: int = 0, tp=None):
+                 vocab: int | None = None, vocab_start: int = 0, tp=None, selector=None):
         self.weight, self.num_org = weight, int(num_org)
         # tensor parallelism (sglang/tp.py): this rank's lm_head holds vocabulary rows vocab_start .. + num_org of
         # `vocab`; stage 1 merges every rank's shard
@@ -35,10 +39,12 @@ class DraftTreeHead:
         self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
         # stage 1 under each request's law, with the drafter's calibration (keys.Calibration or None)
         self.keys = DraftKeys(self.L, calibration, weight.device)
-        self.k = min(topk or budget, vocab)
+        self.selector = selector  # a DFlash2 drafter's (adapters' Selector): the tree over its lattice
+        self.k = selector.top_k if selector is not None else min(topk or budget, vocab)
         self.ops = ops
         self.stage1 = "cuda" if ops.backend == "cuda" else "cpu"
-        self.tree_in_graph = tree_in_graph and ops.backend == "cuda"
+        # the lattice head runs eagerly after the draft graph until its capture has run on a GPU
+        self.tree_in_graph = tree_in_graph and ops.backend == "cuda" and selector is None
         self.max_bs = int(max_bs)
         self.predict = predict
         self.static_tree = self.static_predicted = self.static_law = self.static_keys = None
@@ -73,11 +79,27 @@ class DraftTreeHead:
 
     def build(self, hidden, bs: int, roots, prefix, law: NodeLaw | None = None) -> TreeBatch:
         """The round's tree; law: the requests' sampling.NodeLaw (None: all greedy)."""
+        if self.selector is not None:
+            return self._build_lattice(hidden, bs, roots, prefix, law)
         lp, ids = self.keys(self.logits(hidden, bs), self.k, self.stage1, law,
                             None if self.tp is None else self._tp_stage1)
         self.keys_out = lp, ids  # a drawn tree's children are drawn from these; its shape from the shape keys
         return self.ops.build(self.keys.shape_keys(lp, law), ids, self.budget, roots, prefix, anchor=self.anchor,
                               anchored=None if self.anchor is None else self.keys.anchored(law))
+
+    def _build_lattice(self, hidden, bs: int, roots, prefix, law: NodeLaw | None) -> TreeBatch:
+        """The tree over the selector's lattice: each slot's K candidates the canonical top K of its logits (value
+        descending, ids ascending on ties, as the engine's), each row's law softmax(score / T) at the request's
+        temperature (greedy requests: the drafter's own, T = 1)."""
+        logits = self.logits(hidden, bs)
+        ids = topk_logprobs(logits, self.k, self.stage1)[1]
+        unary = self.selector.unary(logits.gather(-1, ids))
+        scores = self.selector.scores(ids, unary, hidden.view(bs, self.block, -1)[:, 1:, :], roots)
+        temps = torch.zeros(bs, dtype=torch.float32, device=ids.device) if law is None else \
+            torch.where(law.greedy(), 0.0, law.temperatures.float())
+        self.keys_out = None  # no per-depth keys: a lattice tree's children are its top candidates
+        return self.ops.build_lattice(ids, scores, self.budget, temps, roots, prefix, anchor=self.anchor,
+                                      anchored=None if self.anchor is None else self.keys.anchored(law))
 
     def _tp_stage1(self, logits, k: int, backend: str, scale):
         """Stage 1 over this rank's vocabulary shard, merged across the ranks under the rows' law scale (tp.py)."""

@@ -1,7 +1,7 @@
 """DDTree's server settings: every `SGLANG_DDTREE_*` variable declared once (name, type, default, choices, help;
 SGLang's srt/environ.py is the model), parsed and checked here only, into one `Settings`.
 
-The round's variables (ROUND_FIELDS: budget, candidates, topk, anchor, children, calibration) are parsed by
+The round's variables (ROUND_FIELDS: budget, candidates, topk, anchor, children, selector, calibration) are parsed by
 `round_knobs` only, which args.resolve_round calls once in the launching process to build the server's
 round_config.RoundConfig (published to the scheduler processes as one variable); the others are `Settings`,
 which every process reads (`Settings.from_env`). A bad value is one line naming the variable.
@@ -14,7 +14,7 @@ import os
 
 from sglang_ddtree.attention import choose
 from sglang_ddtree.ops import NATIVE_BACKENDS
-from sglang_ddtree.round_config import DEFAULT_BUDGET
+from sglang_ddtree.round_config import DEFAULT_BUDGET, SELECTOR
 from sglang_ddtree.sizes import MAX_CUDA_BUDGET
 from sglang_ddtree.tree import ANCHORS
 
@@ -109,6 +109,13 @@ TABLE = (
              "keys without replacement and verified by recursive rejection sampling, so a node needs the target's "
              "agreement in law, not in token; `top`: each depth's most likely candidates, verified by the target's "
              "own draw (the paper's). Greedy requests take the most likely candidates either way"),
+    Var("SGLANG_DDTREE_SELECTOR", "selector", "choice", "lattice", choices=SELECTOR,
+        flag="--speculative-ddtree-selector",
+        help="a DFlash2 drafter's tree (one with a candidate selector, SGLang 0.5.23): `lattice` (default): "
+             "best-first over the selector's lattice, each node's key its path's probability under the selector's "
+             "transitions, so a child's rank depends on its parent's token; `marginals`: over the backbone's "
+             "per-depth marginals, as for a plain DFlash drafter. A lattice tree's children are its most likely "
+             "candidates (`SGLANG_DDTREE_CHILDREN` applies to marginal trees)"),
     Var("SGLANG_DDTREE_OPS_BACKEND", "ops_backend", "choice", "auto", choices=NATIVE_BACKENDS,
         help="where the tree stage runs"),
     Var("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "draft_graph_head", "bit", True, values="`0` / `1`",
@@ -158,7 +165,7 @@ def env(field: str) -> str:
 
 
 # the round's variables: parsed by round_knobs alone, into the server's RoundConfig (args.resolve_round)
-ROUND_FIELDS = ("budget", "topk", "anchor", "children", "auto_budgets", "calibration")
+ROUND_FIELDS = ("budget", "topk", "anchor", "children", "selector", "auto_budgets", "calibration")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +194,7 @@ class Settings:
 
 def round_knobs(environ=None) -> dict:
     """The round's variables as given: budget (None, an int or 'auto'), auto_budgets (() = the default ladder),
-    topk, anchor (tree.ANCHORS' value), children, calibration. Called once per server, by args.resolve_round."""
+    topk, anchor (tree.ANCHORS' value), children, selector, calibration. Called once per server, by args.resolve_round."""
     environ = os.environ if environ is None else environ
     values = {f: VARS[f].parse(VARS[f].raw(environ)) for f in ROUND_FIELDS}
     return {**values, "anchor": ANCHORS[values["anchor"]]}

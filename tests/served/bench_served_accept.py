@@ -59,7 +59,8 @@ def main(out: str, servers: list[str]) -> None:
             fleet._stop(name)  # one server up at a time
     finally:
         fleet.stop_all()
-        result["servers"] = {n: " ".join(F.SERVERS[n][1]) for n in servers}
+        result["servers"] = {n: " ".join([*(f"{k}={v}" for k, v in F.SERVERS[n][2].items()), *F.SERVERS[n][1]])
+                             for n in servers}
         result["cost"] = fleet.report()
         result["summary"] = summary(result["runs"])
         Path(out).write_text(json.dumps(result, indent=1))

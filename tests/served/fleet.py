@@ -30,6 +30,7 @@ SGLANG_0517 = os.path.join(DEPS, "sgl-0.5.17")
 SITES = {SGLANG_0517: SITE + "-0.5.17"}  # the CPU site of an install (0.5.23's by default)
 MODELS = os.path.join(ROOT, "sglang_ddtree", "engine", "models")
 TARGET, DRAFTER = os.path.join(MODELS, "tiny-target"), os.path.join(MODELS, "tiny-dflash")
+DRAFTER2 = os.path.join(MODELS, "tiny-dflash2")  # tiny-dflash's backbone plus a trained candidate selector
 CONTEXT = 1024  # --context-length: the context-limit test fills it
 MAX_UP = 4  # each server is ~2 GB of processes (launcher, scheduler, detokenizer)
 STICKY = ("plain", "ddtree")  # most tests compare against these two: stopped last
@@ -64,6 +65,13 @@ SERVERS = {
     # tensor parallelism over gloo, one core a rank, every round's tree and plan hashed across the ranks
     "ddtree_tp2": ("sglang_ddtree.launch_server", DDTREE + ["--tp-size", "2"],
                    {"SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_DDTREE_TP_CHECK": "1"}, SGLANG),
+    # the DFlash2 drafter (SGLang 0.5.23): DDTree over its selector's lattice (the default), DDTree over its
+    # backbone's marginals, and stock DFLASH's selector walk (the baseline)
+    "ddtree_dflash2": ("sglang_ddtree.launch_server", ["--speculative-draft-model-path", DRAFTER2], {}, SGLANG),
+    "ddtree_dflash2_marginals": ("sglang_ddtree.launch_server", ["--speculative-draft-model-path", DRAFTER2],
+                                 {"SGLANG_DDTREE_SELECTOR": "marginals"}, SGLANG),
+    "dflash_dflash2": ("sglang.launch_server", [DFLASH[0], DFLASH[1], DFLASH[2], DRAFTER2, *DFLASH[4:]], {},
+                       SGLANG_DFLASH),
     # SGLang 0.5.17 (the release served on the H200), unpatched too
     "plain_0517": ("sglang.launch_server", [], {}, SGLANG_0517),
     "ddtree_0517": ("sglang_ddtree.launch_server", DDTREE, {}, SGLANG_0517),

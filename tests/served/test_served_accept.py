@@ -14,7 +14,9 @@ PROMPTS, OUTPUT, CONCURRENCY = 32, 48, 8
 
 def bench(url: str, prompts, tmp_path, tag: str, extra=(), concurrency: int = CONCURRENCY) -> dict:
     """bench_serving's JSON result of one run over `prompts` (its ShareGPT format, the output length fixed); `extra`:
-    more of its flags (`--temperature`, `--top-p`)."""
+    more of its flags (`--temperature`, `--top-p`). Its accept length is the server's average since the counters
+    were last reset: `--flush-cache` resets them after the warm-up request, so it is this run's alone (without it,
+    every earlier request to the server counts)."""
     data = tmp_path / "prompts.json"
     data.write_text(json.dumps([{"id": str(i), "conversations": [{"from": "human", "value": p},
                                                                  {"from": "gpt", "value": p}]}
@@ -23,7 +25,8 @@ def bench(url: str, prompts, tmp_path, tag: str, extra=(), concurrency: int = CO
     argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
             "--dataset-name", "sharegpt", "--dataset-path", str(data), "--sharegpt-output-len", str(OUTPUT),
             "--num-prompts", str(len(prompts)), "--max-concurrency", str(concurrency), "--request-rate", "inf",
-            "--tokenizer", F.TARGET, "--output-file", str(out), "--disable-tqdm", "--seed", "0", *extra]
+            "--tokenizer", F.TARGET, "--output-file", str(out), "--disable-tqdm", "--seed", "0",
+            "--flush-cache", *extra]  # the server's accept counters reset after the warm-up: this run's alone
     run = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=F.environment(F.SGLANG), cwd=F.ROOT)
     assert run.returncode == 0 and out.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     return json.loads(out.read_text().strip().splitlines()[-1])

@@ -208,6 +208,24 @@ def test_rejects_missing_drafter(resolve):
         resolve(drafter=None)
 
 
+SHIPPED_DFLASH2 = os.path.join(os.path.dirname(__file__), "..", "..", "sglang_ddtree", "engine", "models",
+                               "tiny-dflash2")
+
+
+def test_a_dflash2_drafter_is_served_where_sglang_loads_one(resolve, sglang_release, monkeypatch):
+    """A drafter with a candidate selector resolves on 0.5.23 (its lattice tree at --tp-size 1, or its marginals'
+    tree at any size) and is refused in one line on 0.5.17, which cannot load one."""
+    if sglang_release == "0.5.17":
+        with pytest.raises(ValueError, match=r"DFlash2 drafter .*on sglang 0.5.17.*Fix: serve it with sglang 0.5.23"):
+            resolve(drafter=SHIPPED_DFLASH2)
+        return
+    assert resolve(drafter=SHIPPED_DFLASH2).speculative_dflash_block_size == 8
+    with pytest.raises(ValueError, match=r"lattice tree at --tp-size 2.*SGLANG_DDTREE_SELECTOR=marginals"):
+        resolve("--tp-size", "2", drafter=SHIPPED_DFLASH2)
+    monkeypatch.setenv("SGLANG_DDTREE_SELECTOR", "marginals")
+    assert resolve("--tp-size", "2", drafter=SHIPPED_DFLASH2).tp_size == 2
+
+
 SHIPPED_MLA = os.path.join(os.path.dirname(__file__), "..", "..", "sglang_ddtree", "engine", "models", "tiny-mla-target")
 
 

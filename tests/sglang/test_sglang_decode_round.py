@@ -401,8 +401,8 @@ def test_start_up_refuses_what_the_round_cannot_serve(release):
         assert rnd.sgl.check_serving() is None
         return
     rnd.sgl.check_serving()  # the plain fake host is servable
-    for attr, value, why in (("selector", object(), "candidate selector"), ("lilicorr", object(), "LiLiCorr"),
-                             ("_is_domino", True, "Domino"), ("_need_mamba_verify_commit", True, "mamba")):
+    for attr, value, why in (("lilicorr", object(), "LiLiCorr"), ("_is_domino", True, "Domino"),
+                             ("_need_mamba_verify_commit", True, "mamba")):
         saved = getattr(host, attr)
         setattr(host, attr, value)
         with pytest.raises(ValueError, match=why):

@@ -26,7 +26,7 @@ def test_the_package_reads_no_variable_outside_the_table():
     for path in pkg.rglob("*.py"):
         if path.name != "settings.py":
             assert not set(re.findall(r"os\.environ(?:\.get)?\(?\[?\"(SGLANG_DDTREE_\w+)", path.read_text())), path
-    assert len(declared) == 15
+    assert len(declared) == 16
 
 
 def test_defaults_and_types():
@@ -37,20 +37,23 @@ def test_defaults_and_types():
         Settings.from_env({"SGLANG_DDTREE_STAGE_TIMES": "0"})
     env = {"SGLANG_DDTREE_BUDGET": "48", "SGLANG_DDTREE_TOPK": "8", "SGLANG_DDTREE_DRAFT_GRAPH_HEAD": "0",
            "SGLANG_DDTREE_ANCHOR": "None", "SGLANG_DDTREE_AUTO_BUDGETS": "15, 31", "SGLANG_DDTREE_MLA_PREFIX": "tree",
-           "SGLANG_DDTREE_CALIBRATION": "/x/Cal.json", "SGLANG_DDTREE_CHILDREN": "TOP"}
+           "SGLANG_DDTREE_CALIBRATION": "/x/Cal.json", "SGLANG_DDTREE_CHILDREN": "TOP",
+           "SGLANG_DDTREE_SELECTOR": "Marginals"}
     s, k = Settings.from_env(env), round_knobs(env)
     assert (s.draft_graph_head, s.prefix) == (False, "tree")
     assert k == {"budget": 48, "topk": 8, "anchor": None, "auto_budgets": (15, 31), "calibration": "/x/Cal.json",
-                 "children": "top"}
+                 "children": "top", "selector": "marginals"}
     assert round_knobs({}) == {"budget": None, "topk": None, "anchor": "chain", "auto_budgets": (),
-                               "calibration": "auto", "children": "drawn"}
+                               "calibration": "auto", "children": "drawn", "selector": "lattice"}
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_SELECTOR must be one of lattice, marginals"):
+        round_knobs({"SGLANG_DDTREE_SELECTOR": "walk"})
     assert round_knobs({"SGLANG_DDTREE_BUDGET": "Auto"})["budget"] == "auto"
     with pytest.raises(ValueError, match="SGLANG_DDTREE_BUDGET must be an integer or auto"):
         round_knobs({"SGLANG_DDTREE_BUDGET": "auto-default"})  # no longer written by the hook, so not read
 
 
 def test_settings_leave_the_round_to_round_knobs():
-    """The round's variables (budget, candidates, topk, anchor, children, calibration) are RoundConfig's: Settings
+    """The round's variables (budget, candidates, topk, anchor, children, selector, calibration) are RoundConfig's: Settings
     neither holds nor parses them, so a scheduler process reading Settings parses no budget."""
     assert not set(ROUND_FIELDS) & {f.name for f in dataclasses.fields(Settings)}
     assert Settings.from_env({"SGLANG_DDTREE_BUDGET": "not a budget"}) == Settings()

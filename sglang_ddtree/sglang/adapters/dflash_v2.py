@@ -178,6 +178,11 @@ class DFlashV2Adapter:
     def check_serving(self) -> None:
         """Refuse (loudly, at start-up) what the round cannot serve on this release; nothing on 0.5.17."""
 
+    def selector(self):
+        """The drafter's candidate selector as the draft head uses it (a DFlash2 drafter: top_k, unary(values),
+        scores(ids, unary, hidden, roots)), or None: a plain DFlash drafter (0.5.17 has no other kind)."""
+        return None
+
     # --- the round's verbs ---------------------------------------------------------------------------
     def idle_draft_input(self):
         return self.DRAFT_INPUT.create_idle_input(device=self.device)

@@ -11,8 +11,9 @@ What 0.5.23 changed under the round (sgl-0.5.23 `speculative/dflash_worker_v2.py
   own) times `_noise_embed_scale`; the draft forward runs in the draft's tensor-parallel scope.
 - The target's LogitsProcessor defers the verify's vocab gather (`defer_verify_gather`): the round finishes
   it, since every tree node needs full-vocab logits.
-- DFlash drafters with a candidate selector, LiLiCorr or Domino head are new: DDTree drafts with a plain
-  DFlash drafter and refuses them, as it refuses hybrid (mamba) targets.
+- DFlash drafters with a candidate selector (DFlash2), LiLiCorr or Domino head are new: DDTree builds its tree over
+  a selector's lattice (`Selector`: SGLang's unary transform and transition scores, the project's top-K and tree)
+  and refuses LiLiCorr and Domino heads, as it refuses hybrid (mamba) targets.
 - DFlash rehearses its own sampling path at start-up (`prewarm_sampling`); DDTree samples with its own ops,
   so the worker keeps the runner's plain rehearsal.
 """
@@ -42,6 +43,28 @@ _FB = "sglang.srt.model_executor.forward_batch_info"
 _UTILS = "sglang.srt.speculative.dflash_utils"
 _COMMON = "sglang.srt.speculative.draft_worker_common"
 _PLAN = "sglang.srt.mem_cache.kv_loc_plan"
+_DRAFT_MODELS = "sglang.srt.models.dflash"
+need(_DRAFT_MODELS, "DFlash2DraftModel._transform_unary_logits", ("self", "logits"))
+need(_DRAFT_MODELS, "CandidateSelector.build_lattice",
+     ("self", "candidate_ids", "unary_logits", "hidden_states", "anchor_token_ids"))
+
+
+class Selector:
+    """A DFlash2 drafter's candidate selector, as the draft head reads it: K candidates a slot, their unary scores
+    (SGLang's transform of the target head's logits: output multiplier, softcap) and the K × K transition scores
+    (SGLang's `build_lattice`, the formula stock DFLASH walks). The candidates are the draft head's own top-K."""
+
+    def __init__(self, draft_model):
+        self.model = draft_model
+        self.top_k = int(draft_model.candidate_selector.top_k)
+
+    def unary(self, values: torch.Tensor) -> torch.Tensor:
+        return self.model._transform_unary_logits(values)
+
+    def scores(self, ids, unary, hidden, roots) -> torch.Tensor:
+        """ids int64 [B, L, K], unary float32 [B, L, K], hidden [B, L, H], roots [B] -> float32 [B, L, K, K]."""
+        return self.model.candidate_selector.build_lattice(candidate_ids=ids, unary_logits=unary,
+                                                           hidden_states=hidden, anchor_token_ids=roots).float()
 
 
 
@@ -99,12 +122,11 @@ class Adapter(DFlashV2Adapter):
 
     def check_serving(self) -> None:
         h = self.host
-        heads = [name for name, on in (("a candidate selector", h.selector is not None),
-                                       ("a LiLiCorr head", h.lilicorr is not None), ("a Domino head", h._is_domino))
+        heads = [name for name, on in (("a LiLiCorr head", h.lilicorr is not None), ("a Domino head", h._is_domino))
                  if on]
         if heads:
-            raise ValueError(f"DDTREE drafts with a plain DFlash drafter; this drafter has {' and '.join(heads)}, "
-                             f"which only --speculative-algorithm dflash serves")
+            raise ValueError(f"DDTREE drafts with a DFlash or DFlash2 (candidate selector) drafter; this drafter has "
+                             f"{' and '.join(heads)}, which only --speculative-algorithm dflash serves")
         if h._need_mamba_verify_commit:
             raise ValueError("DDTREE does not serve hybrid (mamba) targets: their state commit after a verify "
                              "follows a chain, not a tree")
@@ -113,6 +135,9 @@ class Adapter(DFlashV2Adapter):
                 raise ValueError(f"DDTREE on sglang 0.5.23 needs KV slot ids that index the pool as req_to_token "
                                  f"names them; the {name} runner's pool translates them (a unified, hybrid or "
                                  f"fused-draft pool), which the tree kernel's prefix gather and the KV move do not")
+
+    def selector(self):
+        return None if self.host.selector is None else Selector(self.host.draft_model)
 
     # --- the round's verbs ---------------------------------------------------------------------------
     @staticmethod
