@@ -22,7 +22,9 @@ AUTO_LADDER = (15, 31, 63)
 ANCHOR_CHOICES = ("chain", None)   # tree.ANCHORS' values: the greedy chain always in the tree, or the paper's tree
 CHILDREN = ("drawn", "top")        # a sampled request's tree tokens: drawn (rejection.py) or the top candidates
 KEYS = ("draft", "law")            # a sampled request's tree ranked by the draft, or by the draft under its law
-SELECTOR = ("lattice", "marginals")  # a DFlash2 drafter's tree: over its selector's lattice, or its backbone's marginals
+# a DFlash2 drafter's tree: auto (greedy requests over its selector's lattice, sampled ones over its backbone's
+# marginals, their children drawn), or one of the two for every request
+SELECTOR = ("auto", "lattice", "marginals")
 # the resolved config, for the scheduler processes (they inherit the launcher's environment); not a user knob
 PUBLISHED = "SGLANG_DDTREE_ROUND_CONFIG"
 
@@ -55,7 +57,7 @@ class RoundConfig:
     anchor: str | None = "chain"  # ANCHOR_CHOICES
     children: str = "drawn"       # CHILDREN
     keys: str = "draft"           # KEYS
-    selector: str = "lattice"     # SELECTOR (read only where the drafter has a candidate selector)
+    selector: str = "auto"        # SELECTOR (read only where the drafter has a candidate selector)
     # the drafter's per-depth temperatures: 'auto' (its directory's file) | 'off' | a path; None: the caller holds
     # them itself (Engine.generate's draft_temperature / sampling_temperature)
     calibration: str | None = "auto"

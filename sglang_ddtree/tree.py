@@ -55,6 +55,16 @@ class TreeBatch:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if isinstance(getattr(self, f.name), torch.Tensor)}
 
+    def where(self, rows: torch.Tensor, other: "TreeBatch") -> "TreeBatch":
+        """Row b of this tree where rows[b] (bool [B]), else other's row b: two trees of one budget and depth limit
+        for one batch (a DFlash2 drafter's lattice tree for greedy requests, its marginals' for sampled ones)."""
+        if (self.budget, self.depth_limit) != (other.budget, other.depth_limit):
+            raise ValueError(f"trees of budget / depth limit {self.budget} / {self.depth_limit} and "
+                             f"{other.budget} / {other.depth_limit} cannot share a batch")
+        pick = {k: torch.where(rows.view(-1, *[1] * (v.dim() - 1)), v, getattr(other, k))
+                for k, v in self.tensors().items()}
+        return dataclasses.replace(self, **pick, topk=max(self.topk, other.topk))
+
 
 assert tuple(f.name for f in dataclasses.fields(TreeBatch))[:len(ops._TREE_OUT)] == ops._TREE_OUT
 

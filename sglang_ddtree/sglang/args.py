@@ -210,7 +210,7 @@ def _check_selector_drafter(view, config: RoundConfig) -> None:
     if release not in SELECTOR_RELEASES:
         _reject(f"a DFlash2 drafter (a candidate selector) on sglang {release}, which cannot load one",
                 f"serve it with sglang {' / '.join(SELECTOR_RELEASES)}, or use a plain DFlash drafter")
-    if config.selector == "lattice" and int(getattr(view, "tp_size", 1) or 1) > 1:
+    if config.selector != "marginals" and int(getattr(view, "tp_size", 1) or 1) > 1:
         _reject(f"a DFlash2 drafter's lattice tree at --tp-size {view.tp_size}",
                 f"use --tp-size 1, or set {env('selector')}=marginals (the tree over the backbone's marginals)")
 

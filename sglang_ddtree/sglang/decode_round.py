@@ -62,12 +62,12 @@ class DecodeRound:
         self._node_offsets = torch.arange(self.verify_width, device=self.device, dtype=torch.int64)
         self._seed = int(getattr(server_args, "random_seed", 0) or 0)
         self._max_bs = registration.max_batch_size(server_args)
-        # a DFlash2 drafter's tree over its selector's lattice (SGLANG_DDTREE_SELECTOR=lattice): its children are the
-        # lattice's top candidates (drawn children are defined over per-depth marginals) and it has no calibration
-        # (args._check_selector_drafter refused it at --tp-size > 1)
-        self.selector = sgl.selector() if config.selector == "lattice" else None
-        if self.selector is not None:
-            config = dataclasses.replace(config, children="top", calibration="off")
+        # a DFlash2 drafter (SGLANG_DDTREE_SELECTOR): greedy requests' trees over its selector's lattice (auto,
+        # lattice), sampled ones' too with `lattice`, whose children are then the lattice's top candidates (drawn
+        # children are defined over per-depth marginals); args._check_selector_drafter refused it at --tp-size > 1
+        self.selector = sgl.selector() if config.selector != "marginals" else None
+        if self.selector is not None and config.selector == "lattice":
+            config = dataclasses.replace(config, children="top")
             self.config = config
         self._calibration = drafter_calibration(config, server_args.speculative_draft_model_path, self.block_size - 1)
         if self._calibration is not None:  # drawn trees rank by the raw law; the shape table is theirs (§3.12)
@@ -109,6 +109,7 @@ class DecodeRound:
                              budget=self.budget, topk=self.config.topk, max_bs=self._max_bs, ops=self.round,
                              tree_in_graph=self.knobs.draft_graph_head, anchor=self.config.anchor,
                              calibration=self._calibration, selector=self.selector,
+                             lattice_sampled=self.config.selector == "lattice",
                              predict=None if self.auto is None else self.auto.predict)
 
     def log_stage_times(self) -> None:
@@ -130,9 +131,11 @@ class DecodeRound:
         cal = self._calibration
         temps = lambda t: "raw" if t is None else "T=" + ",".join(f"{x:.2f}" for x in t)  # noqa: E731
         budget = f"auto {list(self.config.auto_budgets)}" if self.config.auto else self.budget
+        over = "marginals" if self.selector is None else \
+            "the selector lattice" + ("" if self.head.lattice_sampled else " (greedy requests; sampled: marginals)")
         return (f"budget={budget} verify width={self.verify_width} drafter block={self.block_size} "
                 f"k={self.head.k} ops={self.round.backend} tree-in-graph={self.head.tree_in_graph} "
-                f"tree over={'the selector lattice' if self.selector is not None else 'marginals'} "
+                f"tree over={over} "
                 f"anchor={self.config.anchor or 'none'} children={self.config.children} calibration="
                 + ("off" if cal is None else f"greedy {temps(cal.greedy)}, sampled {temps(cal.sampling)}"))
 

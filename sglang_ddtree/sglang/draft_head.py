@@ -9,9 +9,10 @@ reads it with no extra op. Eagerly (`build`), the same functions run on the hidd
 With a `predict` function (budget.AutoWidth.predict, the served auto budget) the graph also leaves each
 request's predicted tokens at every candidate width next to the tree. The requests' laws reach the graph through
 static buffers that `load_law` fills before each replay.
-With a DFlash2 drafter's `selector` (adapters: SGLang's unary transform and transition scores) the tree is the
-lattice's instead (docs/DESIGN.md §3.10): the top K of the same logits are each slot's candidates, and a node's
-key is its path's probability under the selector's transitions at the request's temperature.
+With a DFlash2 drafter's `selector` (adapters: SGLang's unary transform and transition scores) a greedy request's
+tree is the lattice's (docs/DESIGN.md §3.10): the top K of the same logits are each slot's candidates, and a node's
+key is its path's probability under the selector's transitions; a sampled request's is the marginals' (its
+children drawn and verified by rejection sampling), or the lattice's at its temperature with lattice_sampled.
 Nothing here reads SGLang's request tables (they may be rewritten once a graph's pre-replay read barrier
 has passed).
 """
@@ -29,7 +30,8 @@ from sglang_ddtree.tree import TreeBatch
 class DraftTreeHead:
     def __init__(self, *, weight, num_org: int, block_size: int, budget: int, topk: int | None, max_bs: int,
                  ops: RoundOps, tree_in_graph: bool, anchor=None, calibration=None, predict=None,
-                 vocab: int | None = None, vocab_start: int = 0, tp=None, selector=None):
+                 vocab: int | None = None, vocab_start: int = 0, tp=None, selector=None,
+                 lattice_sampled: bool = False):
         self.weight, self.num_org = weight, int(num_org)
         # tensor parallelism (sglang/tp.py): this rank's lm_head holds vocabulary rows vocab_start .. + num_org of
         # `vocab`; stage 1 merges every rank's shard
@@ -39,8 +41,10 @@ class DraftTreeHead:
         self.block, self.L, self.budget = int(block_size), int(block_size) - 1, int(budget)
         # stage 1 under each request's law, with the drafter's calibration (keys.Calibration or None)
         self.keys = DraftKeys(self.L, calibration, weight.device)
-        self.selector = selector  # a DFlash2 drafter's (adapters' Selector): the tree over its lattice
-        self.k = selector.top_k if selector is not None else min(topk or budget, vocab)
+        # a DFlash2 drafter's (adapters' Selector): greedy requests' trees over its lattice, and sampled ones' too
+        # with lattice_sampled (else over the marginals, where drawn children and their rejection sampling apply)
+        self.selector, self.lattice_sampled = selector, bool(lattice_sampled)
+        self.k = min(topk or budget, vocab)
         self.ops = ops
         self.stage1 = "cuda" if ops.backend == "cuda" else "cpu"
         # the lattice head runs eagerly after the draft graph until its capture has run on a GPU
@@ -78,26 +82,32 @@ class DraftTreeHead:
         return torch.matmul(hs, self.weight[: self.num_org].T).view(bs, self.L, -1)
 
     def build(self, hidden, bs: int, roots, prefix, law: NodeLaw | None = None) -> TreeBatch:
-        """The round's tree; law: the requests' sampling.NodeLaw (None: all greedy)."""
-        if self.selector is not None:
-            return self._build_lattice(hidden, bs, roots, prefix, law)
-        lp, ids = self.keys(self.logits(hidden, bs), self.k, self.stage1, law,
-                            None if self.tp is None else self._tp_stage1)
+        """The round's tree; law: the requests' sampling.NodeLaw (None: all greedy). With a selector: the lattice's
+        tree for greedy requests (and for sampled ones with lattice_sampled), the marginals' for sampled ones."""
+        logits = self.logits(hidden, bs)
+        if self.selector is None:
+            return self._marginal_tree(logits, bs, roots, prefix, law)
+        lattice = self._lattice_tree(logits, hidden, bs, roots, prefix, law)
+        if law is None or self.lattice_sampled:
+            self.keys_out = None  # no per-depth keys: a lattice tree's children are its top candidates
+            return lattice
+        return lattice.where(law.greedy(), self._marginal_tree(logits, bs, roots, prefix, law))
+
+    def _marginal_tree(self, logits, bs: int, roots, prefix, law: NodeLaw | None) -> TreeBatch:
+        lp, ids = self.keys(logits, self.k, self.stage1, law, None if self.tp is None else self._tp_stage1)
         self.keys_out = lp, ids  # a drawn tree's children are drawn from these; its shape from the shape keys
         return self.ops.build(self.keys.shape_keys(lp, law), ids, self.budget, roots, prefix, anchor=self.anchor,
                               anchored=None if self.anchor is None else self.keys.anchored(law))
 
-    def _build_lattice(self, hidden, bs: int, roots, prefix, law: NodeLaw | None) -> TreeBatch:
+    def _lattice_tree(self, logits, hidden, bs: int, roots, prefix, law: NodeLaw | None) -> TreeBatch:
         """The tree over the selector's lattice: each slot's K candidates the canonical top K of its logits (value
         descending, ids ascending on ties, as the engine's), each row's law softmax(score / T) at the request's
         temperature (greedy requests: the drafter's own, T = 1)."""
-        logits = self.logits(hidden, bs)
-        ids = topk_logprobs(logits, self.k, self.stage1)[1]
+        ids = topk_logprobs(logits, self.selector.top_k, self.stage1)[1]
         unary = self.selector.unary(logits.gather(-1, ids))
         scores = self.selector.scores(ids, unary, hidden.view(bs, self.block, -1)[:, 1:, :], roots)
         temps = torch.zeros(bs, dtype=torch.float32, device=ids.device) if law is None else \
             torch.where(law.greedy(), 0.0, law.temperatures.float())
-        self.keys_out = None  # no per-depth keys: a lattice tree's children are its top candidates
         return self.ops.build_lattice(ids, scores, self.budget, temps, roots, prefix, anchor=self.anchor,
                                       anchored=None if self.anchor is None else self.keys.anchored(law))
 

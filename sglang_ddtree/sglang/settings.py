@@ -109,13 +109,14 @@ TABLE = (
              "keys without replacement and verified by recursive rejection sampling, so a node needs the target's "
              "agreement in law, not in token; `top`: each depth's most likely candidates, verified by the target's "
              "own draw (the paper's). Greedy requests take the most likely candidates either way"),
-    Var("SGLANG_DDTREE_SELECTOR", "selector", "choice", "lattice", choices=SELECTOR,
+    Var("SGLANG_DDTREE_SELECTOR", "selector", "choice", "auto", choices=SELECTOR,
         flag="--speculative-ddtree-selector",
-        help="a DFlash2 drafter's tree (one with a candidate selector, SGLang 0.5.23): `lattice` (default): "
-             "best-first over the selector's lattice, each node's key its path's probability under the selector's "
-             "transitions, so a child's rank depends on its parent's token; `marginals`: over the backbone's "
-             "per-depth marginals, as for a plain DFlash drafter. A lattice tree's children are its most likely "
-             "candidates (`SGLANG_DDTREE_CHILDREN` applies to marginal trees)"),
+        help="a DFlash2 drafter's tree (one with a candidate selector, SGLang 0.5.23). `auto` (default): a greedy "
+             "request's tree over the selector's lattice (each node's key its path's probability under the "
+             "selector's transitions, so a child's rank depends on its parent's token), a sampled request's over the "
+             "backbone's per-depth marginals, as for a plain DFlash drafter (its children drawn: "
+             "`SGLANG_DDTREE_CHILDREN`); `lattice`: every request's over the lattice, at its temperature, with the "
+             "lattice's most likely candidates as children; `marginals`: every request's over the marginals"),
     Var("SGLANG_DDTREE_OPS_BACKEND", "ops_backend", "choice", "auto", choices=NATIVE_BACKENDS,
         help="where the tree stage runs"),
     Var("SGLANG_DDTREE_DRAFT_GRAPH_HEAD", "draft_graph_head", "bit", True, values="`0` / `1`",

@@ -112,14 +112,15 @@ def test_the_test_catches_a_node_reusing_its_parents_noise(engine, monkeypatch):
     monkeypatch.setattr(engine_mod._EngineBatch, "adjust_logits",
                         lambda self, logits, tree: parents.__setitem__("p", tree.parents))
 
-    def sample_with_parents_noise(self, logits, seed, step, stream=0):
+    def sample_with_parents_noise(self, logits, seed, step, stream=0, temperatures=None):
         B, n, V = logits.shape
         if n == 1:  # the prefill's root draw
             nodes = torch.zeros(B, dtype=torch.int64)
         else:
             nodes = stream + parents["p"][:, :n].clamp(min=0).to(torch.int64).reshape(-1)
-        return sample_rows_torch(logits.reshape(B * n, V), 1.0, seed.repeat_interleave(n), step.repeat_interleave(n),
-                                 nodes).view(B, n)
+        temps = 1.0 if temperatures is None else temperatures.float().repeat_interleave(n)
+        return sample_rows_torch(logits.reshape(B * n, V).float(), temps, seed.repeat_interleave(n),
+                                 step.repeat_interleave(n), nodes).view(B, n)
 
     monkeypatch.setattr(RoundOps, "sample_tokens", sample_with_parents_noise)
     got = draws(engine, "T1", 20_000_000, **METHODS["paper"])

@@ -36,12 +36,15 @@ MAX_UP = 4  # each server is ~2 GB of processes (launcher, scheduler, detokenize
 STICKY = ("plain", "ddtree")  # most tests compare against these two: stopped last
 START_TIMEOUT = 300
 
+# --decode-log-interval 1: the accept length a server reports (/server_info, what bench_serving prints) adds up only
+# the decode steps its stats log has closed, one every interval (default 40): a short run would report none or a
+# prefix of its steps.
 # --sleep-on-idle: an idle scheduler otherwise polls without pause, most of a core each (23.5 CPU s in 30 idle s,
 # 0.34 with it), and the servers kept up would starve the one under test on a 2-core machine
 COMMON = ["--model-path", TARGET, "--device", "cpu", "--dtype", "float32", "--attention-backend", "torch_native",
           "--disable-cuda-graph", "--max-total-tokens", "16384", "--max-running-requests", "64",
           "--context-length", str(CONTEXT), "--random-seed", "0", "--sleep-on-idle", "--host", "127.0.0.1",
-          "--log-level", "warning"]
+          "--log-level", "warning", "--decode-log-interval", "1"]
 DDTREE = ["--speculative-draft-model-path", DRAFTER]
 DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", DRAFTER,
           "--speculative-draft-attention-backend", "torch_native"]
@@ -65,9 +68,12 @@ SERVERS = {
     # tensor parallelism over gloo, one core a rank, every round's tree and plan hashed across the ranks
     "ddtree_tp2": ("sglang_ddtree.launch_server", DDTREE + ["--tp-size", "2"],
                    {"SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_DDTREE_TP_CHECK": "1"}, SGLANG),
-    # the DFlash2 drafter (SGLang 0.5.23): DDTree over its selector's lattice (the default), DDTree over its
-    # backbone's marginals, and stock DFLASH's selector walk (the baseline)
+    # the DFlash2 drafter (SGLang 0.5.23): DDTree's default (greedy requests over its selector's lattice, sampled
+    # ones over its backbone's marginals), the lattice and the marginals for every request, and stock DFLASH's
+    # selector walk (the baseline)
     "ddtree_dflash2": ("sglang_ddtree.launch_server", ["--speculative-draft-model-path", DRAFTER2], {}, SGLANG),
+    "ddtree_dflash2_lattice": ("sglang_ddtree.launch_server", ["--speculative-draft-model-path", DRAFTER2],
+                               {"SGLANG_DDTREE_SELECTOR": "lattice"}, SGLANG),
     "ddtree_dflash2_marginals": ("sglang_ddtree.launch_server", ["--speculative-draft-model-path", DRAFTER2],
                                  {"SGLANG_DDTREE_SELECTOR": "marginals"}, SGLANG),
     "dflash_dflash2": ("sglang.launch_server", [DFLASH[0], DFLASH[1], DFLASH[2], DRAFTER2, *DFLASH[4:]], {},

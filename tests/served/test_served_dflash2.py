@@ -1,8 +1,10 @@
 """A DFlash2 drafter (the shipped tiny-dflash2: tiny-dflash's backbone plus a trained candidate selector) served by
-DDTree on SGLang 0.5.23: the tree over the selector's lattice (the default) and over the backbone's marginals
-(SGLANG_DDTREE_SELECTOR=marginals) give the plain server's greedy output token for token; the lattice tree's
-sampled output is distributed as the plain server's (test_served_law's test and level); and through SGLang's own
-client it accepts at least what stock DFLASH's selector walk accepts on the same drafter, greedy."""
+DDTree on SGLang 0.5.23: the default (greedy requests over the selector's lattice) and the tree over the backbone's
+marginals (SGLANG_DDTREE_SELECTOR=marginals) give the plain server's greedy output token for token; sampled output
+is distributed as the plain server's (test_served_law's test and level), from the default (a sampled request's
+tree over the marginals, its children drawn) and from the lattice at the request's temperature
+(SGLANG_DDTREE_SELECTOR=lattice); and through SGLang's own client the default accepts at least what stock DFLASH's
+selector walk accepts on the same drafter, greedy."""
 import pytest
 from test_served_accept import PROMPTS as BENCH_PROMPTS, bench
 from test_served_law import ALPHA, homogeneity_p, samples
@@ -23,23 +25,23 @@ def test_greedy_output_is_the_plain_servers(fleet, prompts, server):
     assert all(o["meta_info"].get("spec_accept_length", 0) > 1.0 for o in got)  # the tree was really used
 
 
-@pytest.mark.parametrize("prompt_id", [3])
-def test_lattice_samples_are_distributed_as_the_plain_servers(fleet, prompts, prompt_id):
+@pytest.mark.parametrize("server", ["ddtree_dflash2", "ddtree_dflash2_lattice"])
+def test_samples_are_distributed_as_the_plain_servers(fleet, prompts, server, prompt_id=3):
     sampling = {"temperature": 1.0}
-    dd = samples(fleet.url("ddtree_dflash2"), prompts[prompt_id], sampling)
+    dd = samples(fleet.url(server), prompts[prompt_id], sampling)
     plain = samples(fleet.url("plain"), prompts[prompt_id], sampling)
     assert len(set(dd)) > 5  # really sampled
     p = homogeneity_p(dd, plain)
-    print(f"\nlattice law T1 prompt {prompt_id}: p = {p:.3g} ({len(set(dd))} outcomes)")
-    assert p > ALPHA, f"the lattice tree's samples differ in law from the plain server's (p = {p:.2e} < {ALPHA:.1e})"
+    print(f"\n{server} law T1 prompt {prompt_id}: p = {p:.3g} ({len(set(dd))} outcomes)")
+    assert p > ALPHA, f"{server}'s samples differ in law from the plain server's (p = {p:.2e} < {ALPHA:.1e})"
 
 
-def test_lattice_accepts_at_least_what_the_selector_walk_does(fleet, prompts, tmp_path):
+def test_the_default_accepts_at_least_what_the_selector_walk_does(fleet, prompts, tmp_path):
     ps = prompts[:BENCH_PROMPTS]
-    lattice = bench(fleet.url("ddtree_dflash2"), ps, tmp_path, "lattice")
+    dd = bench(fleet.url("ddtree_dflash2"), ps, tmp_path, "ddtree")
     walk = bench(fleet.url("dflash_dflash2"), ps, tmp_path, "walk")
-    for r in (lattice, walk):
+    for r in (dd, walk):
         assert r["completed"] == BENCH_PROMPTS and r["accept_length"], r
-    print(f"\naccept length, DFlash2 drafter, {BENCH_PROMPTS} held-out prompts: DDTree on the lattice "
-          f"{lattice['accept_length']:.2f}, DFLASH's selector walk {walk['accept_length']:.2f}")
-    assert lattice["accept_length"] >= walk["accept_length"], (lattice["accept_length"], walk["accept_length"])
+    print(f"\naccept length, DFlash2 drafter, {BENCH_PROMPTS} held-out prompts, greedy: DDTree over the lattice "
+          f"{dd['accept_length']:.2f}, DFLASH's selector walk {walk['accept_length']:.2f}")
+    assert dd["accept_length"] >= walk["accept_length"], (dd["accept_length"], walk["accept_length"])

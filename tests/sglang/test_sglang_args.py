@@ -213,8 +213,8 @@ SHIPPED_DFLASH2 = os.path.join(os.path.dirname(__file__), "..", "..", "sglang_dd
 
 
 def test_a_dflash2_drafter_is_served_where_sglang_loads_one(resolve, sglang_release, monkeypatch):
-    """A drafter with a candidate selector resolves on 0.5.23 (its lattice tree at --tp-size 1, or its marginals'
-    tree at any size) and is refused in one line on 0.5.17, which cannot load one."""
+    """A drafter with a candidate selector resolves on 0.5.23 (its lattice tree, the default's for greedy requests,
+    at --tp-size 1; its marginals' tree at any size) and is refused in one line on 0.5.17, which cannot load one."""
     if sglang_release == "0.5.17":
         with pytest.raises(ValueError, match=r"DFlash2 drafter .*on sglang 0.5.17.*Fix: serve it with sglang 0.5.23"):
             resolve(drafter=SHIPPED_DFLASH2)

@@ -133,12 +133,14 @@ def test_sglang_lattice_equals_the_projects(sglang_drafter, ours):
         torch._dynamo.config.disable = was
 
 
+@pytest.mark.parametrize("lattice_sampled", [True, False], ids=["lattice", "auto"])
 @pytest.mark.parametrize("anchor", [None, "chain"])
-def test_the_served_draft_head_builds_the_engines_lattice_tree(sglang_drafter, ours, anchor):
+def test_the_served_draft_head_builds_the_engines_lattice_tree(sglang_drafter, ours, anchor, lattice_sampled):
     """The server's draft head over SGLang's own selector (adapters.v0_5_23.Selector: its unary transform and
     build_lattice) builds the engine's lattice tree (dflash2.lattice_tree) from the same drafter hidden states: the
-    same nodes, tokens, parents and keys, for greedy rows (keys at T = 1, the anchor applied) and sampled rows at
-    their own temperatures (no anchor) in one batch."""
+    same nodes, tokens, parents and keys, for greedy rows (keys at T = 1, the anchor applied) and, with
+    SGLANG_DDTREE_SELECTOR=lattice, sampled rows at their own temperatures (no anchor) in one batch. With `auto`
+    (the default) a sampled row's tree is instead the marginals' (the head without a selector, the same row's)."""
     from sglang_ddtree.round import RoundOps
     from sglang_ddtree.sampling import NodeLaw
     from sglang_ddtree.sglang.adapters.v0_5_23 import Selector
@@ -156,17 +158,23 @@ def test_the_served_draft_head_builds_the_engines_lattice_tree(sglang_drafter, o
         roots, prefix = torch.randint(0, 256, (B,), generator=g), torch.randint(5, 60, (B,), generator=g)
         temps = torch.tensor([0.0, 1.0, 0.6, 0.0, 1.3, 0.8])
         law = NodeLaw(temps, torch.where(temps == 0, 1, 0), torch.ones(B), torch.zeros(B))
-        head = DraftTreeHead(weight=weight, num_org=weight.shape[0], block_size=block, budget=budget, topk=None,
-                             max_bs=B, ops=RoundOps("cpu", "cpu"), tree_in_graph=False, anchor=anchor,
-                             selector=Selector(model))
+        made = lambda **kw: DraftTreeHead(weight=weight, num_org=weight.shape[0], block_size=block, budget=budget,  # noqa: E731
+                                          topk=None, max_bs=B, ops=RoundOps("cpu", "cpu"), tree_in_graph=False,
+                                          anchor=anchor, **kw)
+        head = made(selector=Selector(model), lattice_sampled=lattice_sampled)
         with torch.no_grad():
             got = head.build(hidden.reshape(B * block, -1), B, roots, prefix, law)
+            marginal = made().build(hidden.reshape(B * block, -1), B, roots, prefix, law)
             h = hidden[:, 1:]
             ids, scores = drafter.lattice(h, h @ weight.T, roots, "cpu")
             want = [D2.lattice_tree(ids[b:b + 1], scores[b:b + 1], budget, temps[b:b + 1], roots[b:b + 1],
                                     prefix[b:b + 1], anchor if temps[b] == 0 else None) for b in range(B)]
-        assert head.k == drafter.candidate_selector.top_k and head.keys_out is None
+        assert (head.keys_out is None) == lattice_sampled
         for b, w in enumerate(want):
+            if not lattice_sampled and temps[b] > 0:
+                for name, t in marginal.tensors().items():
+                    assert torch.equal(getattr(got, name)[b], t[b]), (b, name)
+                continue
             n = int(w.num_nodes[0])
             assert int(got.num_nodes[b]) == n == budget + 1, b
             assert torch.equal(got.tokens[b, :n], w.tokens[0, :n]), b

@@ -44,8 +44,8 @@ def test_defaults_and_types():
     assert k == {"budget": 48, "topk": 8, "anchor": None, "auto_budgets": (15, 31), "calibration": "/x/Cal.json",
                  "children": "top", "selector": "marginals"}
     assert round_knobs({}) == {"budget": None, "topk": None, "anchor": "chain", "auto_budgets": (),
-                               "calibration": "auto", "children": "drawn", "selector": "lattice"}
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_SELECTOR must be one of lattice, marginals"):
+                               "calibration": "auto", "children": "drawn", "selector": "auto"}
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_SELECTOR must be one of auto, lattice, marginals"):
         round_knobs({"SGLANG_DDTREE_SELECTOR": "walk"})
     assert round_knobs({"SGLANG_DDTREE_BUDGET": "Auto"})["budget"] == "auto"
     with pytest.raises(ValueError, match="SGLANG_DDTREE_BUDGET must be an integer or auto"):
