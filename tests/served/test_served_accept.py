@@ -32,15 +32,20 @@ def bench(url: str, prompts, tmp_path, tag: str, extra=(), concurrency: int = CO
     return json.loads(out.read_text().strip().splitlines()[-1])
 
 
-def test_ddtree_accepts_at_least_what_dflash_does(fleet, prompts, tmp_path):
-    ps = prompts[:PROMPTS]
-    dd = bench(fleet.url("ddtree"), ps, tmp_path, "ddtree")
-    df = bench(fleet.url("dflash"), ps, tmp_path, "dflash")
+def at_least_dflash(fleet, prompts, tmp_path, ddtree: str, dflash: str) -> tuple[dict, dict]:
+    """bench_serving runs of a DDTree server and a stock DFLASH one over the first PROMPTS held-out prompts, greedy,
+    each complete; DDTree's accept length must be at least DFLASH's."""
+    dd, df = (bench(fleet.url(name), prompts[:PROMPTS], tmp_path, name) for name in (ddtree, dflash))
     for r in (dd, df):
         assert r["completed"] == PROMPTS and r["accept_length"], r
-    print(f"\naccept length over {PROMPTS} held-out prompts: DDTree {dd['accept_length']:.2f}, DFLASH "
+    print(f"\naccept length over {PROMPTS} held-out prompts, greedy: {ddtree} {dd['accept_length']:.2f}, {dflash} "
           f"{df['accept_length']:.2f}")
     assert dd["accept_length"] >= df["accept_length"], (dd["accept_length"], df["accept_length"])
+    return dd, df
+
+
+def test_ddtree_accepts_at_least_what_dflash_does(fleet, prompts, tmp_path):
+    dd, df = at_least_dflash(fleet, prompts, tmp_path, "ddtree", "dflash")
     record = os.environ.get("SERVED_ACCEPT_RECORD")  # a path: the two runs kept (docs/benchmarks)
     if record:
         with open(record, "w") as f:

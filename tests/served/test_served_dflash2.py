@@ -6,7 +6,7 @@ tree over the marginals, its children drawn) and from the lattice at the request
 (SGLANG_DDTREE_SELECTOR=lattice); and through SGLang's own client the default accepts at least what stock DFLASH's
 selector walk accepts on the same drafter, greedy."""
 import pytest
-from test_served_accept import PROMPTS as BENCH_PROMPTS, bench
+from test_served_accept import at_least_dflash
 from test_served_law import ALPHA, homogeneity_p, samples
 
 from fleet import generate_many
@@ -37,11 +37,4 @@ def test_samples_are_distributed_as_the_plain_servers(fleet, prompts, server, pr
 
 
 def test_the_default_accepts_at_least_what_the_selector_walk_does(fleet, prompts, tmp_path):
-    ps = prompts[:BENCH_PROMPTS]
-    dd = bench(fleet.url("ddtree_dflash2"), ps, tmp_path, "ddtree")
-    walk = bench(fleet.url("dflash_dflash2"), ps, tmp_path, "walk")
-    for r in (dd, walk):
-        assert r["completed"] == BENCH_PROMPTS and r["accept_length"], r
-    print(f"\naccept length, DFlash2 drafter, {BENCH_PROMPTS} held-out prompts, greedy: DDTree over the lattice "
-          f"{dd['accept_length']:.2f}, DFLASH's selector walk {walk['accept_length']:.2f}")
-    assert dd["accept_length"] >= walk["accept_length"], (dd["accept_length"], walk["accept_length"])
+    at_least_dflash(fleet, prompts, tmp_path, "ddtree_dflash2", "dflash_dflash2")
