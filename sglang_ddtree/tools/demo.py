@@ -4,7 +4,8 @@ Decodes held-out prompts (stdlib files the shipped tiny models never saw) in one
 DDTree as the SGLang plugin serves it by default (chain-anchored tree, the drafter's calibration, the budget chosen
 every round) and, labelled as a comparison, the paper's tree at fixed budgets. Prints tau (tokens committed per
 target forward), rounds, tokens/s and whether each greedy output is token-identical to AR, one prompt's
-continuation, and a one-line verdict; writes the numbers as JSON. The default run takes well under a minute on 2
+continuation, and a one-line verdict; with the shipped pair, one more line: its DFlash2 drafter (greedy), DDTree over
+the selector's lattice against the selector's walk (stock DFLASH's decode). Writes the numbers as JSON. The default run takes well under a minute on 2
 CPU cores once the native kernels are built; --full runs more prompts and budgets.
 """
 from __future__ import annotations
@@ -38,6 +39,9 @@ H200_GRAPH_MS = {1: {8: 0.291, 16: 0.285, 32: 0.285, 64: 0.299}, 2: {8: 0.294, 1
 SERVED = "served"
 # the second sampled law the demo runs next to --sampled-temperature: chat traffic's T 0.6 with top-p 0.95
 SAMPLED_FILTERED = (0.6, 0.95)
+# the shipped DFlash2 drafter, greedy: the served default's tree for greedy requests is the chain-anchored lattice
+# tree (auto is not defined over a lattice: a fixed budget), against the selector's walk, stock DFLASH's decode
+DFLASH2_RUNS = (("walk", {"method": "walk"}), ("lattice", {"method": "lattice", "budget": 31, "anchor": "chain"}))
 
 
 class Progress:
@@ -179,7 +183,7 @@ def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, 
                      "stage_times_s": stages, "accept_length_hist": dict(sorted(hist.items())),
                      "budgets_chosen": dict(sorted(chosen.items())) or None,
                      "per_prompt": [{"tau": sum(r.accept_lengths) / max(1, r.rounds), "rounds": r.rounds,
-                                     "text": r.text} for r in results],
+                                     "text": r.text, "token_ids": r.token_ids} for r in results],
                      "generate_args": {k: v for k, v in args(batch_size).items() if k != "method"}})
     return rows
 
@@ -306,6 +310,29 @@ def verdict(rows, n_prompts: int) -> tuple[bool, str]:
     return lossless, text
 
 
+def dflash2_rows(prompts, max_new, batch_size, device, dtype, ar_ids) -> list[dict]:
+    """Greedy rows of the shipped tiny DFlash2 pair (the same tiny target, tiny-dflash2) on the demo's prompts: the
+    selector's walk and DDTree over its lattice, each checked against AR's output (ar_ids, the same target's)."""
+    eng = Engine.from_pretrained(device=device, dtype=dtype, pair="dflash2")
+    rows = []
+    for method, kwargs in DFLASH2_RUNS:
+        res = []
+        for i in range(0, len(prompts), batch_size):
+            res += eng.generate(prompts[i:i + batch_size], max_new, **kwargs)
+        ids = [r.token_ids for r in res]
+        rows.append({"method": method, "budget": kwargs.get("budget", eng.block_size - 1), **summarize(res),
+                     "identical_to_ar": ids == ar_ids, "requests_identical": sum(a == b for a, b in zip(ids, ar_ids))})
+    return rows
+
+
+def dflash2_line(rows) -> str:
+    tau = {r["method"]: r["tau"] for r in rows}
+    same = all(r["identical_to_ar"] for r in rows)
+    return (f"DFlash2 drafter (tiny-dflash2, greedy, the same prompts): DDTree over the selector's lattice tau "
+            f"{tau['lattice']:.2f} vs the selector's walk (stock DFLASH's decode) {tau['walk']:.2f} "
+            f"({tau['lattice'] / tau['walk']:.2f}x); " + ("both identical to AR" if same else "DIFFERS from AR"))
+
+
 def parse_args(argv):
     ap = _cli.Parser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--full", action="store_true",
@@ -390,6 +417,12 @@ def _demo(a, engine: Engine, t_start: float) -> int:
         rows += run(engine, prompts, a.max_new_tokens, a.budgets, bs, temperature=t, progress=progress, costs=costs,
                     top_p=p)
     lossless, line = verdict(rows, len(prompts))
+    d2 = None
+    if a.target_dir is None:  # the shipped pair: its DFlash2 drafter too
+        ar_ids = [p["token_ids"] for p in next(r for r in rows if r["method"] == "ar" and r["temperature"] == 0)
+                  ["per_prompt"]]
+        d2 = dflash2_rows(prompts, a.max_new_tokens, bs, engine.device, getattr(torch, a.dtype), ar_ids)
+        lossless &= all(r["identical_to_ar"] for r in d2)
     print(table(rows))
     print(legend(engine, rows, costs))
     i = example(rows)
@@ -405,6 +438,9 @@ def _demo(a, engine: Engine, t_start: float) -> int:
            "platform": platform.platform(), "prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
            "batch_size": bs, "block_size": engine.block_size, "full": a.full, "threads": torch.get_num_threads(),
            "auto_costs": costs, "example_prompt": i, "wall_s": wall, "verdict": line, "rows": rows}
+    if d2 is not None:
+        out["dflash2"] = {"rows": d2, "line": dflash2_line(d2)}
+        print(out["dflash2"]["line"])
     with open(a.json, "w") as f:
         json.dump(out, f, indent=1)
     print(f"wrote {a.json} ({wall:.0f} s in all)")

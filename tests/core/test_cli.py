@@ -263,6 +263,10 @@ def test_demo_run_prints_legend_and_verdict_and_writes_json(tmp_path, capsys):
         for m, b in (("ar", 0), ("chain", 7), ("served", "auto"), ("ddtree", 4), ("ddtree", 8))]
     assert all(r["identical_to_ar"] for r in data["rows"] if r["temperature"] == 0)
     assert all(r["identical_to_ar"] is None for r in data["rows"] if r["temperature"] > 0)
+    d2 = data["dflash2"]  # the shipped DFlash2 drafter, greedy: its walk and the lattice tree, each against AR
+    assert [(r["method"], r["budget"]) for r in d2["rows"]] == [("walk", 7), ("lattice", 31)]
+    assert all(r["identical_to_ar"] and r["requests_identical"] == 3 for r in d2["rows"])
+    assert d2["line"] in text and d2["line"].endswith("both identical to AR")
     served = [r for r in data["rows"] if r["method"] == "served"]
     for r in served:  # the served default: anchored, calibrated greedy, sampled trees drawn under their law, auto over the
         args = r["generate_args"]  # ladder, the H200's costs
