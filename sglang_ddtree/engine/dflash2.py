@@ -25,7 +25,7 @@ from torch import nn
 
 from ..sampling import gumbel_noise
 from ..topk import topk_logprobs
-from ..tree import TreeBatch, build_tree_from_lattice, build_tree_from_topk
+from ..tree import TreeBatch, build_tree_from_topk
 from .dflash import DFlashConfig, DFlashDraftModel
 
 ARCHITECTURE = "DFlash2DraftModel"
@@ -126,12 +126,6 @@ class DFlash2DraftModel(DFlashDraftModel):
         target's head on them), roots [B] -> (candidate_ids [B, L, K], scores [B, L, K, K])."""
         ids, unary = self.candidates(logits, backend)
         return ids, self.candidate_selector.build_lattice(ids, unary, hidden.float(), roots)
-
-
-def lattice_tree(candidate_ids, scores, budget: int, temperatures, roots, seq_lens, anchor) -> TreeBatch:
-    """DDTree over the lattice: keys log softmax(score / T) per row, T each request's temperature (greedy: 1)."""
-    return build_tree_from_lattice(candidate_ids, scores, budget, temperature=temperatures, root_tokens=roots,
-                                   seq_lens=seq_lens, anchor=anchor)
 
 
 def walk(scores: torch.Tensor, temperatures: torch.Tensor, seed: torch.Tensor, step: torch.Tensor):

@@ -34,7 +34,7 @@ from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
 from .data import MODELS_DIR, PAIRS
 from .dflash import DFlashDraftModel
-from .dflash2 import lattice_tree, walk, walk_tree
+from .dflash2 import walk, walk_tree
 from .model import CausalLM, prefix_tree_mask
 from .tokenizer import ByteTokenizer
 
@@ -542,7 +542,10 @@ class _EngineBatch(RoundHost):
         temps = self.law.temperatures if self.law is not None else torch.zeros(self.B, device=eng.device)
         cand, scores = eng.drafter.lattice(h, self.draft_logits, self.root, eng.ops.backend)
         if self.selector == "lattice":
-            return lattice_tree(cand, scores, self.widest - 1, temps, self.root, self.seq_lens, self.anchor)
+            # the server's op and anchor rule (the chain for greedy requests only): sglang/draft_head.py
+            return eng.ops.build_lattice(cand, scores, self.widest - 1, temps, self.root, self.seq_lens,
+                                         anchor=self.anchor,
+                                         anchored=None if self.anchor is None else DraftKeys.anchored(self.law))
         self.walks += 1
         path, q = walk(scores, temps, self.seed, torch.full_like(self.seed, self.walks))
         self.walk_law = (cand, q) if self.law is not None else None

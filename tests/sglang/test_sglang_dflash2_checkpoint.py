@@ -137,7 +137,8 @@ def test_sglang_lattice_equals_the_projects(sglang_drafter, ours):
 @pytest.mark.parametrize("anchor", [None, "chain"])
 def test_the_served_draft_head_builds_the_engines_lattice_tree(sglang_drafter, ours, anchor, lattice_sampled):
     """The server's draft head over SGLang's own selector (adapters.v0_5_23.Selector: its unary transform and
-    build_lattice) builds the engine's lattice tree (dflash2.lattice_tree) from the same drafter hidden states: the
+    build_lattice) builds the lattice tree (tree.build_tree_from_lattice over the engine's lattice, one request at a
+    time) from the same drafter hidden states: the
     same nodes, tokens, parents and keys, for greedy rows (keys at T = 1, the anchor applied) and, with
     SGLANG_DDTREE_SELECTOR=lattice, sampled rows at their own temperatures (no anchor) in one batch. With `auto`
     (the default) a sampled row's tree is instead the marginals' (the head without a selector, the same row's)."""
@@ -145,6 +146,7 @@ def test_the_served_draft_head_builds_the_engines_lattice_tree(sglang_drafter, o
     from sglang_ddtree.sampling import NodeLaw
     from sglang_ddtree.sglang.adapters.v0_5_23 import Selector
     from sglang_ddtree.sglang.draft_head import DraftTreeHead
+    from sglang_ddtree.tree import build_tree_from_lattice
 
     _, model = sglang_drafter
     target, drafter = ours
@@ -167,8 +169,9 @@ def test_the_served_draft_head_builds_the_engines_lattice_tree(sglang_drafter, o
             marginal = made().build(hidden.reshape(B * block, -1), B, roots, prefix, law)
             h = hidden[:, 1:]
             ids, scores = drafter.lattice(h, h @ weight.T, roots, "cpu")
-            want = [D2.lattice_tree(ids[b:b + 1], scores[b:b + 1], budget, temps[b:b + 1], roots[b:b + 1],
-                                    prefix[b:b + 1], anchor if temps[b] == 0 else None) for b in range(B)]
+            want = [build_tree_from_lattice(ids[b:b + 1], scores[b:b + 1], budget, temperature=temps[b:b + 1],
+                                            root_tokens=roots[b:b + 1], seq_lens=prefix[b:b + 1],
+                                            anchor=anchor if temps[b] == 0 else None) for b in range(B)]
         assert (head.keys_out is None) == lattice_sampled
         for b, w in enumerate(want):
             if not lattice_sampled and temps[b] > 0:
