@@ -2,6 +2,7 @@
 tree, the chain and the keys served before (issue 40's measurements).
 
     python -m sglang_ddtree bench sampled [--out-dir docs/benchmarks] [--stem NAME] [--prompts 64] [--seeds 3]
+        [--tau-rows all|headline]
 
 On held-out prompts the calibrations were not fitted on (after the first 100), the shipped tiny pair, for each law
 (T 1; T 0.6 with top-p 0.95):
@@ -20,7 +21,8 @@ On held-out prompts the calibrations were not fitted on (after the first 100), t
    --prompts of them): how the shipped value was chosen, on prompts the sections above do not use; and the shape
    table's rule and weight as the calibration chose them (its paired scores on its own fit prompts, read from the
    shipped calibration file: tools/calibrate.fit_shape).
---sections picks which of 1-4 run (the rest are left out of the outputs).
+--sections picks which of 1-4 run (the rest are left out of the outputs); --tau-rows headline keeps section 1 to the
+chain, the paper's tree, the served default at each budget and its auto budget (so that many seeds fit in an hour).
 """
 from __future__ import annotations
 
@@ -66,8 +68,12 @@ def spread(values) -> dict:
             "min": min(values), "max": max(values), "per_seed": values}
 
 
-def tau_runs(engine, prompts, max_new, law: dict, seeds) -> dict:
-    """Section 1 for one law: {variant: spread of τ over seeds}, and the auto budget's chosen budgets."""
+HEADLINE = ("paper's tree", "served default")  # --tau-rows headline: section 1's fixed-budget rows
+
+
+def tau_runs(engine, prompts, max_new, law: dict, seeds, rows: str = "all") -> dict:
+    """Section 1 for one law: {variant: spread of τ over seeds}, and the auto budget's chosen budgets; rows 'all' or
+    'headline' (HEADLINE at each budget, the chain and the auto budget)."""
     out = {}
 
     def run(name, kwargs):
@@ -86,7 +92,8 @@ def tau_runs(engine, prompts, max_new, law: dict, seeds) -> dict:
     run("chain", {"method": "chain"})
     for b in BUDGETS:
         for name, kwargs in fixed(engine, b).items():
-            run(f"{name}, B={b}", kwargs)
+            if rows == "all" or name in HEADLINE:
+                run(f"{name}, B={b}", kwargs)
     auto = served_default(engine, "h200")
     auto["round_cost"] = h200_costs(len(prompts), auto["auto_budgets"])
     run("served default, auto budget", auto)
@@ -175,8 +182,9 @@ def markdown(result: dict) -> str:
     lines = [f"# Sampled traffic, CPU engine ({result['meta']['date'][:10]})\n",
              f"The shipped tiny pair, held-out prompts {FIT_PROMPTS}..{FIT_PROMPTS + result['prompts'] - 1} "
              f"(not used to fit either calibration), {result['max_new_tokens']} new tokens, seeds "
-             f"{result['seeds']}; `python -m sglang_ddtree.bench sampled --sections "
-             f"{','.join(map(str, result['sections']))}`. τ = tokens committed per target "
+             f"{result['seeds']}; `python -m sglang_ddtree bench sampled --prompts {result['prompts']} --seeds "
+             f"{len(result['seeds'])} --sections {','.join(map(str, result['sections']))} --tau-rows "
+             f"{result.get('tau_rows', 'all')}`. τ = tokens committed per target "
              "forward; mean ± sample sd over seeds [min, max].\n"]
     for law in LAWS:
         rows = result["tau"].get(law)
@@ -191,6 +199,7 @@ def markdown(result: dict) -> str:
                               str(r.get("budgets_chosen", ""))])
             lines.append(md_table(["tree", "τ", "range", "× paper's tree (same B)", "budgets auto ran (rounds)"],
                                   table))
+            lines.append(seed_ratios(rows))
         if law in result["exact"]:
             lines.append(f"\n{law}: exact expected commit per round on {result['exact'][law]['rounds']} rounds of "
                          f"one run (paired; × the paper's tree, ± paired standard error; a drawn tree's over "
@@ -209,6 +218,20 @@ def markdown(result: dict) -> str:
     if result.get("shape_choice"):
         lines.append(weight_section(result["shape_choice"]))
     return "\n".join(lines)
+
+
+def seed_ratios(rows: dict) -> str:
+    """The served default's τ over the paper's tree's, seed by seed (the same seed and prompts), at each budget: the
+    spread of the ratio the table gives by the means."""
+    out = []
+    for b in BUDGETS:
+        mine, paper = rows.get(f"served default, B={b}"), rows.get(f"paper's tree, B={b}")
+        if mine and paper:
+            r = [x / y for x, y in zip(mine["per_seed"], paper["per_seed"])]
+            sd = statistics.stdev(r) if len(r) > 1 else 0.0
+            out.append(f"B={b}: mean {statistics.mean(r):.3f}, sd {sd:.3f}, [{min(r):.3f}, {max(r):.3f}], "
+                       f"{sum(x >= 1.05 for x in r)} of {len(r)} seeds ≥ 1.05")
+    return ("\nThe served default's τ ÷ the paper's tree's, seed by seed: " + "; ".join(out) + ".\n") if out else ""
 
 
 def shape_choice(engine) -> dict | None:
@@ -270,6 +293,8 @@ def main(argv=None) -> int:
                     help="tokens generated per prompt (default 96)")
     ap.add_argument("--sections", type=_sections, default=[1, 2, 3, 4],
                     help="which of the sections (module docstring) run, comma-separated (default 1,2,3,4)")
+    ap.add_argument("--tau-rows", choices=("all", "headline"), default="all",
+                    help="section 1's rows: all, or the chain, the paper's tree and the served default (default all)")
     a = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -277,10 +302,10 @@ def main(argv=None) -> int:
     prompts = heldout_prompts()[FIT_PROMPTS:FIT_PROMPTS + a.prompts]
     seeds = [1000 * s for s in range(a.seeds)]
     result = {"meta": metadata(engine.device), "prompts": len(prompts), "max_new_tokens": a.max_new, "seeds": seeds,
-              "sections": a.sections, "tau": {}, "exact": {}}
+              "sections": a.sections, "tau_rows": a.tau_rows, "tau": {}, "exact": {}}
     for name, law in LAWS.items():
         if 1 in a.sections:
-            result["tau"][name] = tau_runs(engine, prompts, a.max_new, law, seeds)
+            result["tau"][name] = tau_runs(engine, prompts, a.max_new, law, seeds, a.tau_rows)
         if 2 in a.sections:
             result["exact"][name] = exact_runs(engine, prompts, a.max_new, law, seeds[0])
     if 3 in a.sections:
