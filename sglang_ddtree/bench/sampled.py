@@ -183,9 +183,9 @@ def markdown(result: dict) -> str:
              f"The shipped tiny pair, held-out prompts {FIT_PROMPTS}..{FIT_PROMPTS + result['prompts'] - 1} "
              f"(not used to fit either calibration), {result['max_new_tokens']} new tokens, seeds "
              f"{result['seeds']}; `python -m sglang_ddtree bench sampled --prompts {result['prompts']} --seeds "
-             f"{len(result['seeds'])} --sections {','.join(map(str, result['sections']))} --tau-rows "
-             f"{result.get('tau_rows', 'all')}`. τ = tokens committed per target "
-             "forward; mean ± sample sd over seeds [min, max].\n"]
+             f"{len(result['seeds'])} --sections {','.join(map(str, result['sections']))}"
+             f"{' --tau-rows headline' if 1 in result['sections'] and result.get('tau_rows') == 'headline' else ''}`"
+             ". τ = tokens committed per target forward; mean ± sample sd over seeds [min, max].\n"]
     for law in LAWS:
         rows = result["tau"].get(law)
         if rows:

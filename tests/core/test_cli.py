@@ -403,3 +403,21 @@ def test_bench_sampled_sections_are_checked_before_work(capsys, monkeypatch, sec
 
     monkeypatch.setattr(sampled.Engine, "from_pretrained", _no_work)
     one_line_error(capsys, lambda: sampled.main(["--sections", sections]), "--sections")
+
+
+def test_bench_sampled_tau_rows_are_checked_before_work(capsys, monkeypatch):
+    from sglang_ddtree.bench import sampled
+
+    monkeypatch.setattr(sampled.Engine, "from_pretrained", _no_work)
+    one_line_error(capsys, lambda: sampled.main(["--tau-rows", "some"]), "--tau-rows")
+
+
+def test_bench_sampled_seed_ratios_pair_each_seed():
+    """The per-seed ratio pairs the same seed's runs: 4.2 / 4.0 = 1.05 and 3.9 / 4.0 = 0.975 (by hand), one of two
+    seeds at least 1.05; the ratio of the means (1.0125) is not what it reports."""
+    from sglang_ddtree.bench.sampled import seed_ratios
+
+    rows = {"served default, B=15": {"per_seed": [4.2, 3.9]}, "paper's tree, B=15": {"per_seed": [4.0, 4.0]}}
+    text = seed_ratios(rows)
+    assert "B=15: mean 1.012, sd 0.053, [0.975, 1.050], 1 of 2 seeds ≥ 1.05" in text
+    assert "B=31" not in text and seed_ratios({}) == ""
