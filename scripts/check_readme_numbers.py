@@ -108,7 +108,7 @@ AUTO_AB = BENCH + "sglang-h200-2026-12-04-auto-ab.json"  # tiny pair: calls 1 an
 KIMI_TURNS = BENCH + "round-cost-kimi-h200-2026-12-04-cascade-interleaved.json"  # servers taking turns
 DEMO = BENCH + "demo-cpu-2026-12-04.json"  # `make demo`, kernels already built
 DEMO_NOW = BENCH + "demo-cpu-2026-12-05-dflash2.json"  # `make demo` with its DFlash2 line, kernels already built
-ROBUST = BENCH + "robust-h200-2026-12-04.json"  # every request feature against the plain server (issue 29)
+ROBUST = BENCH + "robust-h200-2026-12-06.json"  # every request feature against the plain server (the newest H200 run)
 CASCADE_LOSSLESS = BENCH + "sglang-cascade-h200-2026-12-04-lossless.json"  # the FlashInfer cascade served
 LONG = BENCH + "round-cost-h200-2026-12-04-long-context.json"  # 8k / 32k against DFLASH on flashinfer
 PROFILED_8K = BENCH + "round-cost-h200-2026-12-05-8k-profile.json"  # 8k, c=1/4, the three servers in one call
