@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -95,10 +96,25 @@ def missing() -> str | None:
     return None
 
 
+PORTS = range(12000, 22000)  # below SGLang's own later-bound ports (22000-29999) and the kernel's ephemeral range
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port for a server's HTTP side, which it binds only minutes later: not from the ephemeral range, where
+    any socket's connect() (a TP worker's gloo, a health check) may take it meanwhile (a TP 2 server once failed to
+    bind its port so), nor from the range SGLang draws its workers' ports from."""
+    for port in random.sample(PORTS, 64):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS.start}..{PORTS.stop - 1}")
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind its port (taken after it was chosen): start it again on another."""
 
 
 def environment(install: str, extra: dict | None = None) -> dict:
@@ -135,6 +151,8 @@ class Server:
                 urllib.request.urlopen(self.url + "/health_generate", timeout=30)
                 return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                if "address already in use" in self.tail():  # its HTTP server gave up; the process lives on
+                    raise PortTaken(f"server {self.name}: port {self.port} taken:\n{self.tail()}")
                 time.sleep(1)
         raise RuntimeError(f"server {self.name} did not answer within {timeout} s:\n{self.tail()}")
 
@@ -210,9 +228,16 @@ class Fleet:
         srv = self.up.pop(name, None)
         if srv is None or not srv.alive():
             self._make_room()
-            srv = Server(name, self.logdir)
-            srv.start()
-            srv.wait()
+            for attempt in range(3):
+                srv = Server(name, self.logdir)
+                srv.start()
+                try:
+                    srv.wait()
+                    break
+                except PortTaken:
+                    srv.stop()
+                    if attempt == 2:
+                        raise
             self.spent.setdefault(name, [0, 0.0])[0] += 1
         self.up[name] = srv
         return srv
