@@ -352,12 +352,12 @@ def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str,
 
 def merge(runs: list[tuple[str, dict]]) -> dict:
     """One report from several runs' (name, ab.json), e.g. concurrencies measured in separate device calls. They
-    must have measured alike (client, output length, passes, shared launch flags, each server's own flags),
-    and no (server, input length, concurrency) row may come twice; each row and profile keeps its run's
-    name, and the runs' own headers are kept under "runs"."""
+    must have measured alike (client, output length, passes, bench_serving flags, shared launch flags, each
+    server's own flags), and no (server, input length, concurrency) row may come twice; each row and profile
+    keeps its run's name, and the runs' own headers are kept under "runs"."""
     if not runs:
         raise ValueError("nothing to merge")
-    alike = ("client", "output_len", "warmup_passes", "repeats", "common", "one_server_at_a_time")
+    alike = ("client", "output_len", "warmup_passes", "repeats", "bench_args", "common", "one_server_at_a_time")
     first_name, first = runs[0]
     out = {k: first.get(k) for k in alike}
     out.update(merged_from=[name for name, _ in runs], runs={}, servers={}, rows=[], profiles={})
@@ -570,7 +570,7 @@ def main(argv=None) -> int:
                 ap.error(f"--random-input-len: {item!r} is not LEN or LEN@C,C..")
     client = "python -m sglang.bench_serving" + (" (its cli_main, in process)" if a.client == "inproc" else "")
     report = {"client": client, "output_len": a.output_len, "warmup_passes": a.warmup_passes, "repeats": a.repeats,
-              "workloads": [{"input_len": n, "dataset": d, "concurrency": c} for n, d, c in workloads],
+              "bench_args": a.bench_args, "workloads": [{"input_len": n, "dataset": d, "concurrency": c} for n, d, c in workloads],
               "concurrency": a.concurrency, "one_server_at_a_time": True, "common": a.common, "servers": {},
               "rows": [], "profiles": {}}
     targets = [(n, v, False) for n, v in (s.split("=", 1) for s in a.server)]

@@ -51,6 +51,10 @@ def test_merge_refuses_runs_that_did_not_measure_alike():
     with pytest.raises(ValueError, match="differ in 'repeats'"):
         ab.merge([("call1", a), ("call2", other)])
     other = copy.deepcopy(b)
+    other["bench_args"] = "--temperature 1.0"  # greedy and sampled traffic never share a report
+    with pytest.raises(ValueError, match="differ in 'bench_args'"):
+        ab.merge([("call1", a), ("call2", other)])
+    other = copy.deepcopy(b)
     other["servers"]["dflash"]["args"] += " --speculative-num-draft-tokens 8"
     with pytest.raises(ValueError, match="server 'dflash' ran with other flags"):
         ab.merge([("call1", a), ("call2", other)])
