@@ -17,10 +17,10 @@ On held-out prompts the calibrations were not fitted on (after the first 100), t
    draws a round; the drawn tree's shape (keys.DraftKeys.shape_keys): the shipped table at its weight, the law keys
    alone (the default before the table), the table alone (section 4 has the weights compared on fit prompts).
 3. Greedy, the same prompts: the keys served before and the served default (greedy keys are unchanged).
-4. The draw's sharpness (rejection.DRAW_SHARPNESS), scored as section 2 on the calibration's fit prompts (the first
-   --prompts of them): how the shipped value was chosen, on prompts the sections above do not use; and the shape
-   table's rule and weight as the calibration chose them (its paired scores on its own fit prompts, read from the
-   shipped calibration file: tools/calibrate.fit_shape).
+4. The draw's sharpness (rejection.DRAW_SHARPNESS) for the served default's drawn tree (its shape table), scored as
+   section 2 on the calibration's fit prompts (the first --prompts of them), on prompts the sections above do not
+   use; and the shape table's rule and weight as the calibration chose them (its paired scores on its own fit
+   prompts, read from the shipped calibration file: tools/calibrate.fit_shape).
 --sections picks which of 1-4 run (the rest are left out of the outputs); --tau-rows headline keeps section 1 to the
 chain, the paper's tree, the served default at each budget and its auto budget (so that many seeds fit in an hour).
 """
@@ -101,7 +101,7 @@ def tau_runs(engine, prompts, max_new, law: dict, seeds, rows: str = "all") -> d
 
 
 DRAWS = 4  # draws of each drawn tree per round in section 2 (their mean is the tree's paired score)
-SHARPNESS = (1.0, 1.25, 1.5, 2.0)  # section 4: the draw sharpnesses compared on the calibration's fit prompts
+SHARPNESS = (1.0, 1.25, 1.5, 1.75, 2.0)  # section 4: the draw sharpnesses compared on the calibration's fit prompts
 
 
 WEIGHTS = (0.0,)  # section 2: the shape table at other weights (0: the table alone; 1, the law keys alone, is a row)
@@ -135,9 +135,11 @@ def compared_trees(engine, node_law) -> dict:
 
 
 def sharpness_trees(engine, node_law) -> dict:
-    """Section 4's trees: the served default's drawn tree at each draw sharpness, against the paper's tree."""
+    """Section 4's trees: the served default's drawn tree (its shape table) at each draw sharpness, against the
+    paper's tree."""
+    shape = load_calibration(engine.draft_dir, engine.block_size - 1).shape
     return {"paper's tree": (Calibration(), None, None, None),
-            **{f"drawn, sharpness {s}": (Calibration(), node_law, None, s) for s in SHARPNESS}}
+            **{f"drawn, sharpness {s}": (Calibration(shape=shape), node_law, None, s) for s in SHARPNESS}}
 
 
 def exact_runs(engine, prompts, max_new, law: dict, seed: int, which=compared_trees) -> dict:
