@@ -570,7 +570,8 @@ def main(argv=None) -> int:
                 ap.error(f"--random-input-len: {item!r} is not LEN or LEN@C,C..")
     client = "python -m sglang.bench_serving" + (" (its cli_main, in process)" if a.client == "inproc" else "")
     report = {"client": client, "output_len": a.output_len, "warmup_passes": a.warmup_passes, "repeats": a.repeats,
-              "bench_args": a.bench_args, "workloads": [{"input_len": n, "dataset": d, "concurrency": c} for n, d, c in workloads],
+              "bench_args": a.bench_args,
+              "workloads": [{"input_len": n, "dataset": d, "concurrency": c} for n, d, c in workloads],
               "concurrency": a.concurrency, "one_server_at_a_time": True, "common": a.common, "servers": {},
               "rows": [], "profiles": {}}
     targets = [(n, v, False) for n, v in (s.split("=", 1) for s in a.server)]
