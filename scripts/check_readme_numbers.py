@@ -118,7 +118,8 @@ SERVED_CPU = BENCH + "served-accept-flushed-cpu-2026-12-05.json"  # accept lengt
 SERVED_DFLASH2 = BENCH + "served-dflash2-cpu-2026-12-05.json"  # the tiny DFlash2 drafter on the CPU servers
 SAMPLED = BENCH + "sampled-powered-cpu-2026-12-06.json"  # sampled traffic on the CPU engine (issue 40), 131 prompts × 10 seeds
 SAMPLED_H100 = BENCH + "sglang-h100-2026-12-05-sampled-t1.json"  # T = 1 served on the H100, the fused ops
-# the 8B-cost pair sampled, both DFLASH backends, 2 passes: T = 0.6 top-p 0.95 at c = 1 / 4 / 16 / 32, T = 1 at c = 1 / 32
+# the 8B-cost pair sampled, both DFLASH backends, 2 passes: T = 0.6 top-p 0.95 at c = 1 / 4 / 16 / 32; T = 1 at
+# c = 1 / 32
 INFLATED_T06 = BENCH + "ab-inflated-sampled-h200-2026-12-06-t06.json"
 INFLATED_T1 = BENCH + "ab-inflated-sampled-h200-2026-12-06-t1.json"
 DFLASH_CPU = BENCH + "dflash-cpu-sampling-2026-12-05.json"  # stock DFLASH on the CPU at T = 1: greedy outputs
@@ -307,8 +308,8 @@ CLAIMS = [
     ("({}× at c=16, {}× at 32k: earlier call)", LONG,
      lambda d: (_vs(d, "ddtree_default", "dflash_flashinfer", 16, input_len=8192),
                 _vs(d, "ddtree_default", "dflash_flashinfer", 1, input_len=32768)), None),
-    ("output tok/s at c = 1 / 4 / 16 / 32: greedy **{}× / {}× / {}× / {}×**; T = 0.6, top-p 0.95: **{}×** / {}× / {}× / "
-     "{}×; T = 1 (c = 1 / 32): **{}× / {}×**", (INFLATED, INFLATED_T06, INFLATED_T1),
+    ("output tok/s at c = 1 / 4 / 16 / 32: greedy **{}× / {}× / {}× / {}×**; T = 0.6, top-p 0.95: **{}×** / {}× / "
+     "{}× / {}×; T = 1 (c = 1 / 32): **{}× / {}×**", (INFLATED, INFLATED_T06, INFLATED_T1),
      lambda g, t06, t1: tuple(_vs_best(d, "ddtree_default", c) for d in (g, t06) for c in CONCS)
      + tuple(_vs_best(t1, "ddtree_default", c) for c in (1, 32)), None),
     ("(output tok/s **{}× / {}×** DFLASH's at c = 1 / 4, TPOT {}× / {}×;", DRAFT_8K,
