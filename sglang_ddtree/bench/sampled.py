@@ -181,9 +181,11 @@ def exact_runs(engine, prompts, max_new, law: dict, seed: int, which=compared_tr
 
 
 def markdown(result: dict) -> str:
+    # the held-out prompts and seeds are sections 1-3's; section 4 names its own (the calibration's fit prompts)
+    where = (f"held-out prompts {FIT_PROMPTS}..{FIT_PROMPTS + result['prompts'] - 1} (not used to fit either "
+             f"calibration), " if set(result["sections"]) & {1, 2, 3} else "")
     lines = [f"# Sampled traffic, CPU engine ({result['meta']['date'][:10]})\n",
-             f"The shipped tiny pair, held-out prompts {FIT_PROMPTS}..{FIT_PROMPTS + result['prompts'] - 1} "
-             f"(not used to fit either calibration), {result['max_new_tokens']} new tokens, seeds "
+             f"The shipped tiny pair, {where}{result['max_new_tokens']} new tokens, seeds "
              f"{result['seeds']}; `python -m sglang_ddtree bench sampled --prompts {result['prompts']} --seeds "
              f"{len(result['seeds'])} --sections {','.join(map(str, result['sections']))}"
              f"{' --tau-rows headline' if 1 in result['sections'] and result.get('tau_rows') == 'headline' else ''}`"

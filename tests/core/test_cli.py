@@ -421,3 +421,13 @@ def test_bench_sampled_seed_ratios_pair_each_seed():
     text = seed_ratios(rows)
     assert "B=15: mean 1.012, sd 0.053, [0.975, 1.050], 1 of 2 seeds ≥ 1.05" in text
     assert "B=31" not in text and seed_ratios({}) == ""
+
+
+def test_bench_sampled_header_names_held_out_prompts_only_for_the_sections_that_use_them():
+    """Section 4 scores the calibration's fit prompts: a run of it alone must not say it used held-out prompts."""
+    from sglang_ddtree.bench.sampled import markdown
+
+    result = {"meta": {"date": "2026-12-06"}, "prompts": 64, "max_new_tokens": 96, "seeds": [0], "tau": {},
+              "exact": {}}
+    assert "held-out prompts 100..163" not in markdown({**result, "sections": [4]})
+    assert "held-out prompts 100..163" in markdown({**result, "sections": [1, 4]})
