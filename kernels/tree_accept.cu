@@ -27,7 +27,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "philox.cuh"
+#include "gumbel_rows.cuh"
+#include "logits.cuh"
 #include "tree_commit.cuh"
 #include "tree_kernels.cuh"
 #include "tree_walk.h"
@@ -128,25 +129,12 @@ __global__ void __launch_bounds__(32) tree_commit_kernel(const int64_t* __restri
 }
 
 // -------------------------------------------------------------------------------------- the sampler
-template <typename T> __device__ __forceinline__ float to_f32(T v);
-template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// (score, index) order: higher score wins, NaN above everything, then the lower index.
-__device__ __forceinline__ bool beats(float s, int64_t i, float bs, int64_t bi) {
-  const bool sn = isnan(s), bn = isnan(bs);
-  if (sn != bn) return sn;
-  if (!sn && s != bs) return s > bs;
-  return i < bi;
-}
-
-constexpr float kGumbelMax = 16.64f;  // > -log(-log(1 - 2^-24)) = 16.6355...
-
-// One block per row; each thread scans groups of 4 consecutive vocabulary entries (one Philox call).
+// One block per row; T = row_temperature[row] when given, else temperature_all; with a boundary (law_rows), a token
+// whose rank key is below its row's is dropped from a sampled row's draw.
 template <typename T>
 __global__ void __launch_bounds__(512) sample_rows_kernel(const T* __restrict__ logits, int64_t V, float temperature_all,
                                                           const float* __restrict__ row_temperature,
+                                                          const int64_t* __restrict__ boundary,
                                                           const int64_t* __restrict__ seed,
                                                           const int64_t* __restrict__ step,
                                                           const int64_t* __restrict__ node, int64_t* __restrict__ out) {
@@ -154,62 +142,16 @@ __global__ void __launch_bounds__(512) sample_rows_kernel(const T* __restrict__ 
   const T* x = logits + row * V;
   const float temperature = row_temperature != nullptr ? row_temperature[row] : temperature_all;
   const bool greedy = !(temperature > 0.f);
-  const uint64_t sd = static_cast<uint64_t>(seed[row]), st = static_cast<uint64_t>(step[row]);
-  const uint32_t k0 = static_cast<uint32_t>(sd), k1 = static_cast<uint32_t>(sd >> 32);
-  const uint32_t c1 = static_cast<uint32_t>(static_cast<uint64_t>(node[row]));
-  const uint32_t c2 = static_cast<uint32_t>(st), c3 = static_cast<uint32_t>(st >> 32);
+  const int64_t bnd = boundary != nullptr ? boundary[row] : kKeepAll;
   float best = -INFINITY;
   int64_t bidx = INT64_MAX;
-  const int64_t groups = (V + 3) >> 2;
-  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-    const int64_t v0 = g << 2;
-    float z[4];
-    bool any = false;
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      z[t] = v0 + t < V ? to_f32(x[v0 + t]) : -INFINITY;
-      if (!greedy) z[t] = z[t] / temperature;
-      any |= !(z[t] + (greedy ? 0.f : kGumbelMax) < best) && v0 + t < V;
-    }
-    if (!any) continue;
-    if (greedy) {
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        if (v0 + t < V && beats(z[t], v0 + t, best, bidx)) { best = z[t]; bidx = v0 + t; }
-    } else {
-      uint32_t c[4] = {static_cast<uint32_t>(g), c1, c2, c3};
-      philox4x32_10(c, k0, k1);
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        if (v0 + t >= V || z[t] + kGumbelMax < best) continue;
-        const float s = z[t] + gumbel_from_word(c[t]);
-        if (beats(s, v0 + t, best, bidx)) { best = s; bidx = v0 + t; }
-      }
-    }
-  }
-  // Block argmax: warp shuffles, then one value per warp through shared memory.
-  __shared__ float s_best[32];
-  __shared__ int64_t s_idx[32];
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ob = __shfl_down_sync(0xffffffffu, best, off);
-    const int64_t oi = __shfl_down_sync(0xffffffffu, bidx, off);
-    if (beats(ob, oi, best, bidx)) { best = ob; bidx = oi; }
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  if (lane == 0) { s_best[warp] = best; s_idx[warp] = bidx; }
-  __syncthreads();
-  if (warp == 0) {
-    best = lane < nwarps ? s_best[lane] : -INFINITY;
-    bidx = lane < nwarps ? s_idx[lane] : INT64_MAX;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ob = __shfl_down_sync(0xffffffffu, best, off);
-      const int64_t oi = __shfl_down_sync(0xffffffffu, bidx, off);
-      if (beats(ob, oi, best, bidx)) { best = ob; bidx = oi; }
-    }
-    if (lane == 0) out[row] = bidx;
-  }
+  gumbel_scan_block(V, seed[row], step[row], node[row], greedy, [&](int64_t j) {
+    const float v = to_f32(x[j]);
+    if (greedy) return v;
+    return law_key(v, j) >= bnd ? v / temperature : -INFINITY;
+  }, best, bidx);
+  bidx = block_best(best, bidx);
+  if (threadIdx.x == 0) out[row] = bidx;
 }
 
 }  // namespace
@@ -259,27 +201,16 @@ cudaError_t launch_tree_commit(const int64_t* tokens, const int64_t* next_token,
 }
 
 cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, float temperature,
-                               const float* row_temperature, const int64_t* seed, const int64_t* step,
-                               const int64_t* node, int64_t* out,
-                               cudaStream_t stream) {
+                               const float* row_temperature, const int64_t* boundary, const int64_t* seed,
+                               const int64_t* step, const int64_t* node, int64_t* out, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (V < 1 || R > 0x7fffffff) return cudaErrorInvalidValue;
   const int threads = V >= 16384 ? 512 : (V >= 2048 ? 256 : 64);
-  switch (dtype) {
-    case LogitDtype::kFloat32:
-      sample_rows_kernel<float><<<static_cast<unsigned>(R), threads, 0, stream>>>(
-          static_cast<const float*>(logits), V, temperature, row_temperature, seed, step, node, out);
-      break;
-    case LogitDtype::kFloat16:
-      sample_rows_kernel<__half><<<static_cast<unsigned>(R), threads, 0, stream>>>(
-          static_cast<const __half*>(logits), V, temperature, row_temperature, seed, step, node, out);
-      break;
-    case LogitDtype::kBFloat16:
-      sample_rows_kernel<__nv_bfloat16><<<static_cast<unsigned>(R), threads, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(logits), V, temperature, row_temperature, seed, step, node, out);
-      break;
-  }
-  return cudaGetLastError();
+  return with_logit_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    sample_rows_kernel<T><<<static_cast<unsigned>(R), threads, 0, stream>>>(
+        static_cast<const T*>(logits), V, temperature, row_temperature, boundary, seed, step, node, out);
+  });
 }
 
 }  // namespace ddtree

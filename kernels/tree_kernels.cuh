@@ -62,25 +62,34 @@ cudaError_t launch_tree_truncate(const TruncIn& in, const TruncOut& out, int B, 
 
 // Per-row Gumbel-max sample of softmax(logits / T) (argmax, first index on ties, where T == 0): logits [R, V];
 // T = row_temperature[row] (f32 [R]) when given, else temperature. The division is the kernel's (float32, IEEE),
-// so a caller need not write a scaled copy of the logits.
+// so a caller need not write a scaled copy of the logits. boundary (i64 [R], law_rows' output) when given: a sampled
+// row draws only among the tokens its law keeps (kernels/law_rule.h).
 cudaError_t launch_sample_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, float temperature,
-                               const float* row_temperature, const int64_t* seed, const int64_t* step, const int64_t* node, int64_t* out,
-                               cudaStream_t stream);
+                               const float* row_temperature, const int64_t* boundary, const int64_t* seed,
+                               const int64_t* step, const int64_t* node, int64_t* out, cudaStream_t stream);
 
-// A drawn tree's two steps (kernels/tree_rejection.cu; sglang_ddtree/rejection.py defines them), one thread a node,
-// B requests of n nodes: draw_tree writes into out (the tree's tokens) the drawn children of the rows `drawn` marks,
-// from lp f32 / ids i64 [B, L, K] (scratch f32 [B, n, K]); tree_rejection tests each node's children against the
-// scaled logits f32 [B, n, V] (lse f32 [B, n]) and q f32 [B, L, K] over cand i64 [B, L, K] in the rows `sampled`
-// marks -> out i64 [B, n] (the accepted child's token or -1), the last residual written into scaled (scratch f64
-// [B, n, 2K]).
+// Every node's law (kernels/law_rule.h) of logits [R, V], row r node r % n of request r / n, under the requests'
+// temperatures, top_ks, top_ps, min_ps [R / n] -> greedy i64 [R], lse f32 [R], boundary i64 [R]; no sort.
+cudaError_t launch_law_rows(const void* logits, LogitDtype dtype, int64_t R, int64_t V, int n,
+                            const float* temperatures, const int64_t* top_ks, const float* top_ps,
+                            const float* min_ps, int64_t* greedy, float* lse, int64_t* boundary, cudaStream_t stream);
+
+// A drawn tree's two steps (kernels/tree_rejection.cu; sglang_ddtree/rejection.py defines them), B requests of n
+// nodes: draw_tree (one thread a node) writes into out (the tree's tokens) the drawn children of the rows `drawn`
+// marks, from lp f32 / ids i64 [B, L, K] (scratch f32 [B, n, K]); drawn_targets (one block a request) walks the
+// tree from the root, testing each node's children against its law (law_rows' greedy / lse / boundary [B * n]
+// over logits [B * n, V]) and the draft law q f32 [B, L, K] over cand i64 [B, L, K], drawing the bonus where the
+// walk stops, in the requests `sampled` marks -> target tokens i64 [B, n] (off the walk: the argmax).
 cudaError_t launch_draw_tree(const int32_t* parents, const int32_t* num_nodes,
                              const int32_t* depths, const float* lp, const int64_t* ids, const bool* drawn,
                              float sharpness, const int64_t* seed, const int64_t* step, int B, int n, int L, int K,
                              float* scratch, int64_t* out, cudaStream_t stream);
-cudaError_t launch_tree_rejection(const int64_t* tokens, const int32_t* parents, const int32_t* num_nodes,
-                                  const int32_t* depths, float* scaled, const float* lse, const int64_t* cand,
-                                  const float* q, const bool* sampled, const int64_t* seed, const int64_t* step, int B,
-                                  int n, int64_t V, int L, int K, double* scratch, int64_t* out, cudaStream_t stream);
+cudaError_t launch_drawn_targets(const void* logits, LogitDtype dtype, int64_t V, const float* temperatures,
+                                 const int64_t* greedy, const float* lse, const int64_t* boundary,
+                                 const int64_t* tokens, const int32_t* parents, const int32_t* num_nodes,
+                                 const int32_t* depths, const int64_t* next_token, const int64_t* next_sibling,
+                                 const int64_t* cand, const float* q, const bool* sampled, const int64_t* seed,
+                                 const int64_t* step, int B, int n, int L, int K, int64_t* out, cudaStream_t stream);
 
 // Exact top-k (value desc, id asc) and lp = c*top - logsumexp(c*row) over logits [R, V], c = scale[row] (> 0;
 // 1 when scale is null). One launch, no workspace: the CTAs that share a row merge through distributed shared

@@ -20,6 +20,8 @@ import torch
 
 from . import flags as F
 from .ops import mask_words
+from .rejection import rejection_targets
+from .sampling import NodeLaw, node_tokens
 from .sizes import budget_of, verify_width
 from .tree import TreeBatch
 
@@ -120,15 +122,18 @@ class AutoWidth:
     - E_w: the predicted tokens a round commits at width w (`expected_commit` at budget w − 1, mean over the
       batch), published by an earlier round's tree through `LaggedValue` (one or two rounds stale: under
       overlap scheduling round r is launched before round r−1's tree can be read without a sync);
-    - cost(bucket, w, c) = G(bucket, w) + A(bucket, w, c) + H(bucket). G is the replay time of the round's CUDA
+    - cost(bucket, w, c, law) = G(bucket, w) + A(bucket, w, c) + S(bucket, w, law) + H(bucket, law). G is the replay time of the round's CUDA
       graphs at width w in this graph batch bucket (draft graph + verify graph), measured at start-up: what
       differs between widths is GPU work, and the graphs hold nearly all of it. The graphs are replayed at
       prefix length 1, so A adds what the verify's attention costs over a prefix of c tokens (the batch's mean)
       beyond that, from start-up timings of the verify attention at a few prefix lengths, interpolated
       linearly in c: a wide tree's attention grows with the context, so at long context the chain's width
-      can be the best even where the tree is accepted. H is what a round costs beyond its graphs — host work,
-      eager kernels, scheduling — which is about the same at every width: the median, over the bucket's last
-      `window` clean periods between round launches, of the period minus its round's G, whatever width ran.
+      can be the best even where the tree is accepted. S is the sampled tail's GPU time at width w (law_rows and
+      the drawn tree's walk: they read every node's logits, so they grow with the width), from start-up timings,
+      in a round with a sampled request; 0 in an all-greedy one. H is what a round costs beyond its graphs — host
+      work, eager kernels, scheduling — which is about the same at every width: the median, over the last
+      `window` clean periods between round launches of the bucket and the law (all greedy, or sampled: a sampled
+      round launches more), of the period minus its round's G + A + S, whatever width ran.
       One H per bucket, not a cost per width: learning each width's period on its own (an earlier design) let
       host noise and drift, sampled at different times for different widths, pick the width — on a host-bound
       model every width costs the same, and the choice wandered below the best fixed budget
@@ -156,17 +161,20 @@ class AutoWidth:
         self.clock = clock or time.perf_counter
         self._expected = LaggedValue(torch.zeros(len(ws), dtype=torch.float32), device)
         self._cols = torch.tensor([budget_of(w) for w in ws], dtype=torch.int64, device=device)
-        self._beyond = {}     # bucket -> deque of the last `window` (period − G) samples, seconds
-        self._last = None     # (time, bucket, width) of the previous round's launch
+        self._beyond = {}     # (bucket, sampled) -> deque of the last `window` (period − G − A − S) samples, seconds
+        self._last = None     # (time, bucket, width, context, sampled) of the previous round's launch
         self.round = 0
         self.rounds = {}      # (bucket, width) -> rounds run (what a user sees in the log)
 
-    def set_costs(self, buckets, prior, attention=None) -> None:
-        """The graph batch buckets, the start-up graph table G {(bucket, width): seconds} (once graphs exist) and
-        the verify attention's table A {(bucket, width): [(prefix tokens, seconds a round beyond prefix 1)]}."""
+    def set_costs(self, buckets, prior, attention=None, tail=None) -> None:
+        """The graph batch buckets, the start-up graph table G {(bucket, width): seconds} (once graphs exist), the
+        verify attention's table A {(bucket, width): [(prefix tokens, seconds a round beyond prefix 1)]} and the
+        sampled tail's S {(bucket, width): seconds}."""
         prior = {(int(b), int(w)): float(t) for (b, w), t in (prior or {}).items()}
-        if any(t < 0 for t in prior.values()):
-            raise ValueError("prior costs must be >= 0 seconds")
+        tail = {(int(b), int(w)): float(t) for (b, w), t in (tail or {}).items()}
+        if any(t < 0 for t in (*prior.values(), *tail.values())):
+            raise ValueError("prior and tail costs must be >= 0 seconds")
+        self.tail = tail
         attention = {(int(b), int(w)): sorted((int(c), float(t)) for c, t in pts)
                      for (b, w), pts in (attention or {}).items() if pts}
         if any(c < 1 for pts in attention.values() for c, _ in pts):
@@ -201,42 +209,52 @@ class AutoWidth:
         (c0, t0), (c1, t1) = pts[-2], pts[-1]
         return max(t1 + (t1 - t0) * (context - c1) / (c1 - c0), 0.0)
 
-    def beyond_graphs(self, bucket: int) -> float:
-        """H: the median time a round of this bucket spent beyond its graphs (0 until one is measured)."""
-        d = self._beyond.get(bucket)
+    def tail_cost(self, bucket: int, width: int, sampled: bool) -> float:
+        """S: the sampled tail's start-up time at this width (0 in an all-greedy round, or where none was timed)."""
+        return self.tail.get((bucket, width), 0.0) if sampled else 0.0
+
+    def beyond_graphs(self, bucket: int, sampled: bool = False) -> float:
+        """H: the median time a round of this bucket and law spent beyond its graphs (the other law's until this
+        one's is measured; 0 until either is)."""
+        d = self._beyond.get((bucket, sampled)) or self._beyond.get((bucket, not sampled))
         return statistics.median(d) if d else 0.0
 
-    def cost(self, bucket: int, width: int, context: float = 1) -> float:
-        return self.graph_cost(bucket, width) + self.attention_cost(bucket, width, context) + self.beyond_graphs(bucket)
+    def gpu_cost(self, bucket: int, width: int, context: float = 1, sampled: bool = False) -> float:
+        """G + A + S: what the start-up tables price at this width."""
+        return (self.graph_cost(bucket, width) + self.attention_cost(bucket, width, context)
+                + self.tail_cost(bucket, width, sampled))
 
-    def choose(self, bs: int, context: float = 1) -> int:
+    def cost(self, bucket: int, width: int, context: float = 1, sampled: bool = False) -> float:
+        return self.gpu_cost(bucket, width, context, sampled) + self.beyond_graphs(bucket, sampled)
+
+    def choose(self, bs: int, context: float = 1, sampled: bool = False) -> int:
         """The width of the round being launched now (call once per decode round, at its launch); context: the
-        batch's mean prefix length, as the host knows it. None: nothing has landed and `first` is 'own'."""
+        batch's mean prefix length, as the host knows it; sampled: whether a request of the batch samples. None:
+        nothing has landed and `first` is 'own'."""
         if self.first == "own" and not self._expected.landed():
             return None
         now, bucket = self.clock(), self.bucket(bs)
         self.round += 1
         if self._last is not None:
-            t, b, w, c = self._last
-            if b == bucket:  # the previous round's launch-to-launch period, in this bucket
-                self._measure(b, w, c, now - t)
+            t, b, w, c, s = self._last
+            if b == bucket:  # the previous round's launch-to-launch period, in this bucket (priced at its own law)
+                self._measure(b, w, c, s, now - t)
         if not self._expected.landed():
             width = self.widths[0]
         else:
             e = self._expected.current().tolist()
-            h = self.beyond_graphs(bucket)
-            gpu = lambda w: self.graph_cost(bucket, w) + self.attention_cost(bucket, w, context)  # noqa: E731
-            score = lambda i: e[i] / max(gpu(self.widths[i]) + h, 1e-9)  # noqa: E731
+            h = self.beyond_graphs(bucket, sampled)
+            score = lambda i: e[i] / max(self.gpu_cost(bucket, self.widths[i], context, sampled) + h, 1e-9)  # noqa: E731
             width = self.widths[max(range(len(self.widths)), key=score)]  # ties: the narrower width
-        self._last = (now, bucket, width, context)
+        self._last = (now, bucket, width, context, sampled)
         self.rounds[(bucket, width)] = self.rounds.get((bucket, width), 0) + 1
         return width
 
-    def _measure(self, bucket: int, width: int, context: float, period: float) -> None:
-        d = self._beyond.get(bucket)
+    def _measure(self, bucket: int, width: int, context: float, sampled: bool, period: float) -> None:
+        d = self._beyond.get((bucket, sampled))
         if d is None:
-            d = self._beyond[bucket] = collections.deque(maxlen=self.window)
-        d.append(max(period - self.graph_cost(bucket, width) - self.attention_cost(bucket, width, context), 0.0))
+            d = self._beyond[(bucket, sampled)] = collections.deque(maxlen=self.window)
+        d.append(max(period - self.gpu_cost(bucket, width, context, sampled), 0.0))
 
     def wait(self) -> None:
         """Block until the published predictions have landed (`first='own'`: the first round's own)."""
@@ -259,8 +277,44 @@ class AutoWidth:
         self._expected.publish(predicted.mean(0))
 
     def summary(self) -> dict:
-        """Rounds run and the cost in use (ms) per bucket and width, for the server log."""
+        """Rounds run and the cost in use (ms; greedy, and sampled where a sampled round was measured) per bucket
+        and width, for the server log."""
         out = {}
         for (b, w), n in sorted(self.rounds.items()):
-            out.setdefault(b, {})[w] = {"rounds": n, "cost_ms": round(self.cost(b, w) * 1e3, 3)}
+            row = out.setdefault(b, {})[w] = {"rounds": n, "cost_ms": round(self.cost(b, w) * 1e3, 3)}
+            if (b, True) in self._beyond:
+                row["sampled_cost_ms"] = round(self.cost(b, w, sampled=True) * 1e3, 3)
         return out
+
+
+def time_sampled_tail(round_ops, bs: int, width: int, vocab: int, depth: int, k: int, *, drawn: bool = True,
+                      max_rows: int = 256, reps: int = 5) -> float:
+    """Median seconds (CUDA events, after two warm runs) of a sampled round's sample step for bs requests at verify
+    width `width` under a filtered law (T 0.6, top-p 0.95: the kept set's descent runs): the drawn tree's
+    (rejection_targets: law_rows and the walk) or the independent draws' (node_tokens), on random float32 logits of
+    `vocab` tokens and a tree built from random keys of `depth` × `k`. Past max_rows rows the time is priced in
+    proportion to the requests (each row and each request is one block's work), so start-up never holds a
+    [bs, width, vocab] buffer of the largest bucket."""
+    dev = round_ops.device
+    b = max(1, min(int(bs), int(max_rows) // int(width)))
+    g = torch.Generator(device=dev).manual_seed(0)
+    lp = torch.log_softmax(torch.randn(b, depth, k, device=dev, generator=g), -1).sort(-1, descending=True).values
+    ids = torch.randint(vocab, (b, depth, k), device=dev, generator=g)
+    zeros = torch.zeros(b, dtype=torch.int64, device=dev)
+    tree = round_ops.build(lp, ids, budget_of(width), zeros, zeros)
+    logits = torch.randn(b, tree.n, vocab, device=dev, generator=g)
+    full = lambda v, dt: torch.full((b,), v, dtype=dt, device=dev)  # noqa: E731
+    law = NodeLaw(full(0.6, torch.float32), full(0, torch.int64), full(0.95, torch.float32), full(0.0, torch.float32))
+    seed = torch.arange(b, dtype=torch.int64, device=dev)
+    run = (lambda: rejection_targets(round_ops, logits, law, tree, (ids, torch.softmax(lp, -1)), seed, zeros)) \
+        if drawn else (lambda: node_tokens(round_ops, logits, law, seed, zeros))
+    times = []
+    for i in range(reps + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times) * int(bs) / b

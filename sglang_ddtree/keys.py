@@ -16,11 +16,8 @@ import dataclasses
 
 import torch
 
-from .sampling import NodeLaw, kept_ranks
+from .sampling import MIN_TEMPERATURE, NodeLaw, kept_ranks
 from .topk import topk_logprobs
-
-_MIN_TEMPERATURE = 1e-6  # as sampling.node_tokens: a sampled row's scale stays finite
-
 
 ALPHA_FLOOR = 1e-6  # a slot never seen taken keeps a finite shape key: only the filters' −inf removes a node
 
@@ -74,7 +71,7 @@ class DraftKeys:
             return None if greedy is None else greedy.unsqueeze(0).expand(batch, self.L)
         g = ones() if greedy is None else greedy
         s = ones() if self.sampling_scale is None else self.sampling_scale
-        t = law.temperatures.float().clamp(min=_MIN_TEMPERATURE).view(-1, 1)
+        t = law.temperatures.float().clamp(min=MIN_TEMPERATURE).view(-1, 1)
         return torch.where(law.greedy().view(-1, 1), g.view(1, -1), s.view(1, -1) / t)
 
     def shape_keys(self, lp: torch.Tensor, law: NodeLaw | None) -> torch.Tensor:

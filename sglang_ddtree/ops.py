@@ -51,18 +51,25 @@ SCHEMAS = {
     "topk_lse": "(Tensor logits, int k, Tensor? scale=None) -> (Tensor, Tensor)",
     # logits [R, V]; seed/step i64 [R]: per-row Gumbel-max sample of softmax(logits / T) (argmax where T == 0)
     #   -> i64 [R]; T: row_temperature f32 [R] when given (each request's, no scaled copy of the logits), else
-    #   temperature
+    #   temperature; boundary i64 [R] (law_rows') when given: a sampled row draws only among the tokens its law keeps
     "sample_rows": "(Tensor logits, float temperature, Tensor seed, Tensor step, Tensor node, "
-                   "Tensor? row_temperature=None) -> Tensor",
-    # a drawn tree (rejection.py, CUDA only: the torch definition is the CPU path): the tree's tokens i64 [B,n],
-    #   parents / depths i32 [B,n], num_nodes i32 [B], lp f32 / ids i64 [B,L,K], drawn bool [B], seed/step i64 [B]
-    #   -> tokens with the drawn rows' children drawn
+                   "Tensor? row_temperature=None, Tensor? boundary=None) -> Tensor",
+    # every node's law without a sort (kernels/law_rule.h; sampling.law_rows_torch defines it): logits [R, V] (R =
+    #   B * n, row r node r % n of request r / n), the requests' temperatures f32, top_ks i64, top_ps f32, min_ps f32
+    #   [B] -> greedy i64 [R] (argmax), lse f32 [R] (the kept law's normaliser of logits / T), boundary i64 [R]
+    "law_rows": "(Tensor logits, int n, Tensor temperatures, Tensor top_ks, Tensor top_ps, Tensor min_ps) -> "
+                "(Tensor, Tensor, Tensor)",
+    # a drawn tree (rejection.py; CUDA and CPU ops; the torch definition is rejection.drawn_targets_torch): the
+    #   tree's tokens i64 [B,n], parents / depths i32 [B,n], num_nodes i32 [B], lp f32 / ids i64 [B,L,K], drawn bool
+    #   [B], seed/step i64 [B] -> tokens with the drawn rows' children drawn (CUDA only)
     "draw_tree": "(Tensor tokens, Tensor parents, Tensor num_nodes, Tensor depths, Tensor lp, Tensor ids, "
                  "Tensor drawn, float sharpness, Tensor seed, Tensor step) -> Tensor",
-    # ... and its verify: scaled f32 [B,n,V] (the last residual written over the candidates' entries), lse f32
-    #   [B,n], cand i64 / q f32 [B,L,K], sampled bool [B] -> the accepted child's token or -1, i64 [B,n]
-    "tree_rejection": "(Tensor tokens, Tensor parents, Tensor num_nodes, Tensor depths, Tensor(a!) scaled, "
-                      "Tensor lse, Tensor cand, Tensor q, Tensor sampled, Tensor seed, Tensor step) -> Tensor",
+    # ... and its verify along the round's walk: logits [B*n, V], temperatures f32 [B], law_rows' greedy / lse /
+    #   boundary [B*n], the tree's tokens, parents, num_nodes, depths and links, cand i64 / q f32 [B,L,K], sampled
+    #   bool [B], seed/step i64 [B] -> each walked node's target token i64 [B,n] (off the walk: the argmax)
+    "drawn_targets": "(Tensor logits, Tensor temperatures, Tensor greedy, Tensor lse, Tensor boundary, "
+                     "Tensor tokens, Tensor parents, Tensor num_nodes, Tensor depths, Tensor next_token, "
+                     "Tensor next_sibling, Tensor cand, Tensor q, Tensor sampled, Tensor seed, Tensor step) -> Tensor",
 }
 
 _lib = torch.library.Library(NS, "DEF")
@@ -124,8 +131,15 @@ def _topk_lse_fake(logits, k, scale=None):
 
 
 @torch.library.register_fake(f"{NS}::sample_rows")
-def _sample_rows_fake(logits, temperature, seed, step, node, row_temperature=None):
+def _sample_rows_fake(logits, temperature, seed, step, node, row_temperature=None, boundary=None):
     return logits.new_empty((logits.shape[0],), dtype=torch.int64)
+
+
+@torch.library.register_fake(f"{NS}::law_rows")
+def _law_rows_fake(logits, n, temperatures, top_ks, top_ps, min_ps):
+    R = logits.shape[0]
+    return (logits.new_empty((R,), dtype=torch.int64), logits.new_empty((R,), dtype=torch.float32),
+            logits.new_empty((R,), dtype=torch.int64))
 
 
 @torch.library.register_fake(f"{NS}::draw_tree")
@@ -133,8 +147,9 @@ def _draw_tree_fake(tokens, parents, num_nodes, depths, lp, ids, drawn, sharpnes
     return torch.empty_like(tokens)
 
 
-@torch.library.register_fake(f"{NS}::tree_rejection")
-def _tree_rejection_fake(tokens, parents, num_nodes, depths, scaled, lse, cand, q, sampled, seed, step):
+@torch.library.register_fake(f"{NS}::drawn_targets")
+def _drawn_targets_fake(logits, temperatures, greedy, lse, boundary, tokens, parents, num_nodes, depths, next_token,
+                        next_sibling, cand, q, sampled, seed, step):
     return torch.empty_like(tokens)
 
 

@@ -26,7 +26,8 @@ import dataclasses
 import torch
 
 from . import ops
-from .sampling import NodeLaw, _mark_no_token, filter_logits, gumbel_noise, node_tokens, uniform_noise
+from .sampling import (KEEP_NONE, MIN_TEMPERATURE, LawRows, NodeLaw, _mark_no_token, _native, gumbel_noise, kept,
+                       law_rows, node_tokens, sample_rows_torch, uniform_noise)
 
 ACCEPT_STREAM = 2 << 24
 BONUS_STREAM = 3 << 24
@@ -123,10 +124,10 @@ def residual_logits(scaled: torch.Tensor, lse: torch.Tensor, nc: torch.Tensor, p
 
 def accept_children(pc: torch.Tensor, rest: torch.Tensor, q: torch.Tensor, kids: torch.Tensor, pos: torch.Tensor,
                     seed: torch.Tensor, step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every node's children tested in order (module docstring), float64; the definition and the CPU path (the CUDA
-    backend runs the op `tree_rejection`): pc [B, n, K] p at the node's candidates, rest [B, n] p off them, q [B, n, K] the children's draft law, kids / pos int64 [B, n, W] the children's tokens
+    """Every node's children tested in order (module docstring), float64, the definition: pc [B, n, K] p at the node's candidates, rest [B, n] p off them, q [B, n, K] the children's draft law, kids / pos int64 [B, n, W] the children's tokens
     (−1: none) and candidate indices, seed / step int64 [B] -> (the accepted child's token or −1 int64 [B, n], the
-    residual on the candidates [B, n, K], unnormalised: p off them is unchanged)."""
+    residual on the candidates [B, n, K], unnormalised: p off them is unchanged). The native ops run the same rule
+    node by node along the walk (kernels/law_rule.h: test_children)."""
     B, n, W = kids.shape
     dev = pc.device
     nodes = (ACCEPT_STREAM + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
@@ -184,44 +185,55 @@ def node_children(tree, n: int, cand: torch.Tensor):
     return nc, kids, hit.to(torch.int64).argmax(-1)
 
 
-def _targets_torch(tree, scaled, lse, cand, qk, seed, step):
-    """rejection_targets' definition of the children's tests and the last residual (the CPU path)."""
-    n = scaled.shape[1]
+def drawn_targets_torch(logits: torch.Tensor, law: NodeLaw, rows: LawRows, tree, draft, seed: torch.Tensor,
+                        step: torch.Tensor) -> torch.Tensor:
+    """The definition of the drawn tree's target tokens (the ops `drawn_targets` compute them along the walk only):
+    every node's children tested (accept_children) under the node's law (rows: sampling.law_rows), and every node's
+    bonus drawn from its last residual (stream BONUS_STREAM + v); a node's target is its accepted child or its
+    bonus, a degenerate row's its argmax, a greedy request's the argmax. int64 [B, n]."""
+    B, n, V = logits.shape
+    cand, qk = draft
+    t = law.temperatures.to(logits.device).float().clamp(min=MIN_TEMPERATURE).view(B, 1, 1)
+    x = logits.float()
+    scaled = torch.where(kept(x, rows.boundary), x / t, torch.full_like(x, float("-inf")))
+    lse = rows.lse.unsqueeze(-1)
+    point = rows.boundary == KEEP_NONE
     nc, kids, pos = node_children(tree, n, cand)
     q = at_depth(qk.double(), tree.depths[:, :n])
     pc = (scaled.gather(-1, nc) - lse).double().exp()                          # p_i on the candidates (unnormalised)
+    pc = torch.where(point.unsqueeze(-1), (nc == rows.greedy.unsqueeze(-1)).double(), pc)
     rest = (1.0 - pc.sum(-1)).clamp(min=0.0)                                   # p off them: q never reaches it
     out, pc = accept_children(pc, rest, q, kids, pos, seed, step)
-    return out, residual_logits(scaled, lse, nc, pc, rest)
+    residual = residual_logits(scaled, lse, nc, pc, rest)
+    nodes = (BONUS_STREAM + torch.arange(n, device=x.device, dtype=torch.int64)).repeat(B)
+    bonus = sample_rows_torch(residual.view(B * n, V), 1.0, seed.to(x.device).repeat_interleave(n),
+                              step.to(x.device).repeat_interleave(n), nodes).view(B, n)
+    bonus = torch.where(point, rows.greedy, bonus)
+    res = torch.where(out >= 0, out, bonus)
+    return torch.where(law.greedy().to(x.device).view(B, 1), rows.greedy, res)
 
 
 def rejection_targets(round_ops, logits: torch.Tensor, law: NodeLaw | None, tree, draft, seed: torch.Tensor,
                       step: torch.Tensor, *, no_token: bool = False) -> torch.Tensor:
-    """int64 [B, n] target tokens of a drafted tree from its logits [B, n, V] (module docstring), for the walk.
+    """int64 [B, n] target tokens of a drafted tree from its logits [B, n, V] (module docstring), for the walk: the
+    nodes of the round's walk hold their targets (the commit walk reads no other; the rest hold their argmax).
     draft: (candidate ids [B, L, K], q [B, L, K]): row d − 1 the law the depth-d children were drawn from. Greedy
-    rows (law None or greedy) take the argmax, as node_tokens gives it; no_token as node_tokens'."""
-    greedy = node_tokens(round_ops, logits, None, seed, step, no_token=no_token)
+    rows (law None or greedy) take the argmax, as node_tokens gives it; no_token as node_tokens'. Two ops on the
+    native backends (law_rows, drawn_targets: no sort, nothing of size [B, n, V] written, the bonus drawn once a
+    request, where its walk stops)."""
     if law is None:
-        return greedy
+        return node_tokens(round_ops, logits, None, seed, step, no_token=no_token)
     B, n, V = logits.shape
+    rows = law_rows(round_ops, logits, law)
     cand, qk = draft
-    x = logits if logits.dtype == torch.float64 else logits.float()  # float64 logits stay float64 (as node_tokens)
-    scaled = x / law.temperatures.to(x.dtype).clamp(min=1e-6).view(B, 1, 1)
-    if law.filtered:
-        rep = lambda t: t.repeat_interleave(n)  # noqa: E731
-        filter_logits(scaled.view(B * n, V), rep(law.top_ks), rep(law.top_ps), rep(law.min_ps))
-    lse = torch.logsumexp(scaled, -1, keepdim=True)
-    if round_ops.backend == "cuda" and scaled.dtype == torch.float32:  # one op: the tests and the residual
-        out = ops.op("tree_rejection")(tree.tokens[:, :n].contiguous(), tree.parents[:, :n].contiguous(),
-                                       tree.num_nodes.contiguous(), tree.depths[:, :n].contiguous(), scaled,
-                                       lse.squeeze(-1).contiguous(), cand.to(torch.int64).contiguous(),
-                                       qk.float().contiguous(), (~law.greedy()).contiguous(), seed.contiguous(),
-                                       step.contiguous())
-        residual = scaled
+    if _native(round_ops, logits):
+        c = lambda t: t.contiguous()  # noqa: E731
+        res = ops.op("drawn_targets")(
+            logits.reshape(B * n, V).contiguous(), c(law.temperatures.float()), rows.greedy.reshape(-1),
+            rows.lse.reshape(-1), rows.boundary.reshape(-1), c(tree.tokens[:, :n]), c(tree.parents[:, :n]),
+            c(tree.num_nodes), c(tree.depths[:, :n]), c(tree.retrive_next_token[:, :n]),
+            c(tree.retrive_next_sibling[:, :n]), c(cand.to(torch.int64)), c(qk.float()), c(~law.greedy()), c(seed),
+            c(step))
     else:
-        out, residual = _targets_torch(tree, scaled, lse, cand, qk, seed, step)
-    bonus = round_ops.sample_tokens(residual, seed, step, stream=BONUS_STREAM)
-    bonus = torch.where((bonus < 0) | (bonus >= V), greedy, bonus)
-    sampled = torch.where(out >= 0, out, bonus)
-    res = torch.where(law.greedy().view(B, 1), greedy, sampled)
+        res = drawn_targets_torch(logits, law, rows, tree, draft, seed, step)
     return _mark_no_token(logits, res) if no_token else res

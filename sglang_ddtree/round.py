@@ -137,22 +137,25 @@ class RoundOps:
         return torch.argmax(logits, dim=-1)
 
     def sample_tokens(self, logits: torch.Tensor, seed: torch.Tensor, step: torch.Tensor,
-                      stream: int = 0, temperatures: torch.Tensor | None = None) -> torch.Tensor:
+                      stream: int = 0, temperatures: torch.Tensor | None = None,
+                      boundary: torch.Tensor | None = None) -> torch.Tensor:
         """Per-node Gumbel-max draws from softmax(logits / T) for logits [B, n, V]: T = temperatures float32 [B]
         (each request's, divided inside the sampler), or 1 (logits already scaled); seed / step int64 [B]; node
-        i draws from Philox stream `stream` + i (sampling.sample_node_tokens documents the generator)."""
+        i draws from Philox stream `stream` + i (sampling.sample_node_tokens documents the generator); boundary
+        int64 [B, n] (sampling.law_rows'): each node draws among the tokens its law keeps."""
         B, n, V = logits.shape
         dev = logits.device
         seeds = seed.to(device=dev, dtype=torch.int64).repeat_interleave(n)
         steps = step.to(device=dev, dtype=torch.int64).repeat_interleave(n)
         nodes = (int(stream) + torch.arange(n, device=dev, dtype=torch.int64)).repeat(B)
         temps = None if temperatures is None else temperatures.to(device=dev, dtype=torch.float32).repeat_interleave(n)
+        bounds = None if boundary is None else boundary.reshape(B * n)
         rows = logits.reshape(B * n, V)
-        if self.backend == "cuda" and rows.dtype != torch.float64:  # the kernel reads 16/32-bit logits
-            out = ops.op("sample_rows")(rows.contiguous(), 1.0, seeds, steps, nodes, temps)
-        else:  # the torch sampler runs on any device: no host round trip needed
-            rows = rows if temps is None else rows.float()  # the kernel's float32 division
-            out = sample_rows_torch(rows, 1.0 if temps is None else temps, seeds, steps, nodes)
+        if not self.fallback and rows.dtype != torch.float64:  # the ops read 16/32-bit logits, on either backend
+            out = ops.op("sample_rows")(rows.contiguous(), 1.0, seeds, steps, nodes, temps, bounds)
+        else:  # the torch definition runs on any device: no host round trip needed
+            rows = rows if temps is None else rows.float()  # the ops' float32 division
+            out = sample_rows_torch(rows, 1.0 if temps is None else temps, seeds, steps, nodes, bounds)
         return out.view(B, n)
 
     def commit(self, tree: TreeBatch, target_tokens: torch.Tensor, prefix_lens: torch.Tensor,
@@ -184,6 +187,11 @@ class RoundHost:
     def prefix(self) -> torch.Tensor:
         """[bs] the committed prefix lengths on the device."""
         raise NotImplementedError
+
+    def sampled(self) -> bool:
+        """Whether a request of the batch samples, as the host knows it without a device read (the auto budget
+        prices a sampled round's tail)."""
+        return False
 
     def agree_width(self, n):
         """The round's verify width as every rank of the host takes it (a tensor-parallel server: rank 0's; the
@@ -260,11 +268,11 @@ class Round:
         self.count = 0
         self.log_every = log_every
 
-    def width(self, bs: int, context: float) -> int | None:
+    def width(self, bs: int, context: float, sampled: bool = False) -> int | None:
         """This round's verify width; None where the chooser waits for the round's own prediction."""
         if self.auto is None:
             return self.widest
-        width = self.auto.choose(bs, context)
+        width = self.auto.choose(bs, context, sampled)
         if width is not None and self.auto.round % self.log_every == 0:
             logger.info("DDTREE auto budget after %d rounds: {bucket: {width: rounds, cost ms}} %s",
                         self.auto.round, self.auto.summary())
@@ -274,7 +282,8 @@ class Round:
         """One decode round of the host's batch (the module docstring lists its steps) -> host.result."""
         bs = host.batch_size()
         context = host.context() if self.auto is not None else 1.0
-        n = host.agree_width(self.width(bs, context))
+        sampled = host.sampled() if self.auto is not None else False
+        n = host.agree_width(self.width(bs, context, sampled))
         self.count += 1
         prefix = host.prefix()
         slots = host.slots(self.widest if n is None else n)
@@ -284,7 +293,7 @@ class Round:
             self.auto.publish(self.auto.predict(tree) if predicted is None else predicted)
             if n is None:  # the first round reads its own prediction (one host sync, once)
                 self.auto.wait()
-                n = host.agree_width(self.width(bs, context))
+                n = host.agree_width(self.width(bs, context, sampled))
                 slots = slots[:, :n]
             if n < self.widest:
                 tree = self.ops.truncate(tree, budget_of(n))

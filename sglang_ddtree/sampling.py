@@ -1,4 +1,4 @@
-"""Sampling, in one module: the Philox generator and its Gumbel noise (the CUDA kernels' own, kernels/philox.cuh),
+"""Sampling, in one module: the Philox generator and its Gumbel noise (the CUDA kernels' own, kernels/philox.h),
 the rule for a node with no token (a NaN or all −inf logits), and per-node target tokens under a request's own
 sampling parameters (SGLang-free).
 
@@ -8,6 +8,8 @@ runs; the emitted tokens are then exact ancestral samples of the filtered target
 with temperature alone. A node's draw is Gumbel-max over its logits with the filtered-out tokens at −inf,
 from a Philox stream keyed by (seed, step, node) (gumbel_noise): a request's seed is its own (so two
 requests in one round, or the n samples of one prompt, draw independently), the step moves every round.
+The law of every node is three numbers a row (`law_rows`: the argmax, the kept set's boundary and its normaliser,
+kernels/law_rule.h), found without sorting the vocabulary; nothing of size [nodes, vocabulary] is written.
 """
 from __future__ import annotations
 
@@ -77,20 +79,26 @@ def uniform_noise(seed: torch.Tensor, step: torch.Tensor, node: torch.Tensor, vo
 
 # --- a row's draw and the no-token rule -----------------------------------------------------------------
 
-def sample_rows_torch(logits: torch.Tensor, temperature, seed, step, node) -> torch.Tensor:
-    """Row-wise Gumbel-max sample of softmax(logits / T) (argmax where T is 0) with plain torch ops (the CPU
-    backend, and the sample_rows kernel's mirror). temperature: a real, or float32 [R] per row (a row at T <= 0
-    takes its argmax). float64 logits are scored in float64 (a float32 copy would turn 1e300 and 2e300 into the
-    same inf)."""
+def sample_rows_torch(logits: torch.Tensor, temperature, seed, step, node, boundary=None) -> torch.Tensor:
+    """Row-wise Gumbel-max sample of softmax(logits / T) (argmax where T is 0) with plain torch ops (the definition
+    of the sample_rows ops, and their path for float64 logits). temperature: a real, or float32 [R] per row (a row
+    at T <= 0 takes its argmax); boundary: int64 [R] (law_rows'), a sampled row draws only among the tokens its law
+    keeps. float64 logits are scored in float64 (a float32 copy would turn 1e300 and 2e300 into the same inf)."""
     x = logits if logits.dtype == torch.float64 else logits.float()
+    V = logits.shape[-1]
     if not torch.is_tensor(temperature):
         if temperature == 0.0:
             return torch.argmax(x, dim=-1)
-        score = x / temperature + gumbel_noise(seed, step, node, logits.shape[-1]).to(x.dtype)
-        return torch.argmax(score, dim=-1)
-    t = temperature.to(device=x.device, dtype=x.dtype).unsqueeze(1)
-    score = x / t + gumbel_noise(seed, step, node, logits.shape[-1]).to(x.dtype)
-    return torch.argmax(torch.where(t > 0, score, x), dim=-1)
+        score = x / temperature + gumbel_noise(seed, step, node, V).to(x.dtype)
+        sampled = None
+    else:
+        t = temperature.to(device=x.device, dtype=x.dtype).unsqueeze(1)
+        score = x / t + gumbel_noise(seed, step, node, V).to(x.dtype)
+        sampled = t > 0
+    if boundary is not None:
+        score = torch.where(law_keys(logits.float()) >= boundary.to(x.device).unsqueeze(1), score,
+                            torch.full_like(score, float("-inf")))
+    return torch.argmax(score if sampled is None else torch.where(sampled, score, x), dim=-1)
 
 
 def no_token(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -167,18 +175,17 @@ class NodeLaw:
     top_ks: torch.Tensor        # int [B]
     top_ps: torch.Tensor        # float [B]
     min_ps: torch.Tensor        # float [B]
-    filtered: bool = True       # False: no row filters (temperature only), the sort is skipped
+    filtered: bool = True       # False: no row filters (temperature only): law_rows is skipped
 
     def greedy(self) -> torch.Tensor:
         """bool [B]: rows whose law is the argmax (temperature 0 is carried as top_k 1 by SGLang)."""
-        return (self.top_ks == 1) | (self.temperatures <= 0)
+        return (self.top_ks == 1) | ~(self.temperatures > 0)
 
 
 def kept_ranks(ps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor) -> torch.Tensor:
     """bool [R, m]: the ranks the law keeps, for probabilities ps [R, m] sorted descending per row (ties by lower
     token id) and per-row top_ks / top_ps / min_ps [R] (reference.kept_ranks is the definition: a prefix of the
-    ranks). m may be the whole vocabulary (a target node's draw) or the tree's k candidates (keys.py): the rule
-    only reads the ranks up to the one it judges."""
+    ranks). The tree's k candidates use it (keys.py); a target row's kept set is law_rows'."""
     rank = torch.arange(ps.shape[-1], device=ps.device).unsqueeze(0)
     k = top_ks.to(torch.int64).unsqueeze(1)
     keep = ((rank < k) | (k <= 0)) & (ps > 0)
@@ -188,36 +195,137 @@ def kept_ranks(ps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor, min
     return keep
 
 
-def filter_logits(scaled: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor):
-    """scaled float32 [R, V] (logits / T) with the tokens the law drops set to −inf, in place; per-row
-    top_ks / top_ps / min_ps [R]. One stable descending sort per row (ties by lower token id), as the
-    reference ranks them; the kept set is a function of the probabilities, so it is computed from them."""
-    probs = torch.softmax(scaled, dim=-1)
-    ps, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    drop = torch.empty_like(ps, dtype=torch.bool).scatter_(1, order, ~kept_ranks(ps, top_ks, top_ps, min_ps))
-    return scaled.masked_fill_(drop, float("-inf"))
+# --- every node's law as three numbers a row (kernels/law_rule.h is the rule; law_rows_torch its definition) -----
+
+MIN_TEMPERATURE = 1e-6       # a sampled row's temperature floor: its scores stay finite (law_rule.h kMinTemperature)
+KEEP_ALL = -(2 ** 63)        # the boundary of a row that keeps every token
+KEEP_NONE = 2 ** 63 - 1      # the boundary of a degenerate row (a NaN, or scores that overflow): its token is the argmax
+
+
+@dataclasses.dataclass
+class LawRows:
+    """Each node's law (B requests × n nodes): the argmax, and for a sampled request softmax(logits / T) over the kept
+    tokens (law_keys(x) >= boundary), lse its log-normaliser."""
+
+    greedy: torch.Tensor    # int64 [B, n]
+    lse: torch.Tensor       # float32 [B, n]
+    boundary: torch.Tensor  # int64 [B, n]
+
+
+def mass_bits(vocab: int) -> int:
+    """F: a row's fixed-point mass Σ floor(e · 2^F) fits an int64 (vocab · 2^F < 2^63)."""
+    return 63 - int(vocab).bit_length()
+
+
+def law_keys(x: torch.Tensor) -> torch.Tensor:
+    """int64 [..., V] rank keys of float32 logits: larger is earlier (x descending, ties by the lower id; −0 ranks
+    with +0), law_rule.h's law_key."""
+    x = torch.where(x == 0, torch.zeros_like(x), x.float())
+    u = x.view(torch.int32).to(torch.int64)
+    hi = torch.where(u >= 0, u, u ^ 0x7FFFFFFF)
+    return hi * (2 ** 32) + (0xFFFFFFFF - torch.arange(x.shape[-1], device=x.device, dtype=torch.int64))
+
+
+def law_rows_torch(logits: torch.Tensor, law: NodeLaw) -> LawRows:
+    """The definition of every node's law (kernels/law_rule.h states it; the ops law_rows compute it without a sort),
+    logits [B, n, V] read as float32 (the argmax from the logits as given). Mass is fixed point, so the kept set is
+    the same in any summation order and on any backend."""
+    B, n, V = logits.shape
+    dev = logits.device
+    greedy = torch.argmax(logits, dim=-1)
+    x = logits.float()
+    per_row = lambda t, dt: t.to(device=dev, dtype=dt).view(B, 1).expand(B, n)  # noqa: E731
+    t = per_row(law.temperatures, torch.float32).clamp(min=MIN_TEMPERATURE)
+    s = x / t.unsqueeze(-1)
+    s_max = s.max(dim=-1).values
+    F = mass_bits(V)
+    e = torch.exp(s.double() - s_max.double().unsqueeze(-1))
+    E = (e * 2.0 ** F).floor().to(torch.int64)
+    top_k, top_p, min_p = (per_row(law.top_ks, torch.int64), per_row(law.top_ps, torch.float32),
+                           per_row(law.min_ps, torch.float32))
+    keys = law_keys(x)
+    sorted_keys, order = torch.sort(keys, dim=-1, descending=True)  # the definition may sort; the ops do not
+    Es = E.gather(-1, order)
+    Z = E.sum(-1)
+    limit = torch.where((top_k > 0) & (top_k < V), top_k, torch.full_like(top_k, V))
+    limit = torch.minimum(limit, (e > 0).sum(-1))
+    limit = torch.minimum(limit, torch.where(min_p > 0, (e >= min_p.double().unsqueeze(-1)).sum(-1),
+                                             torch.full_like(limit, V))).clamp(min=1)
+    mass_limit = torch.where(top_p < 1, (top_p.double() * Z.double()).clamp(min=0.0),
+                             torch.full_like(Z, float("inf"), dtype=torch.float64))
+    rank = torch.arange(V, device=dev)
+    keep = (rank < limit.unsqueeze(-1)) & ((torch.cumsum(Es, -1) - Es).double() <= mass_limit.unsqueeze(-1))
+    count = keep.sum(-1).clamp(min=1)  # a prefix of the ranks: both conditions are monotone along the order
+    boundary = sorted_keys.gather(-1, (count - 1).unsqueeze(-1)).squeeze(-1)
+    kept_mass = torch.where(keep, Es, torch.zeros_like(Es)).sum(-1)
+    filtered = ((top_k > 0) & (top_k < V)) | (top_p < 1) | (min_p > 0)
+    boundary = torch.where(filtered, boundary, torch.full_like(boundary, KEEP_ALL))
+    mass = torch.where(filtered, kept_mass, Z)
+    lse = (s_max.double() + torch.log(mass.double() * 2.0 ** -F)).float()
+    degenerate = torch.isnan(x).any(-1) | ~torch.isfinite(s_max)
+    boundary = torch.where(degenerate, torch.full_like(boundary, KEEP_NONE), boundary)
+    lse = torch.where(degenerate, torch.full_like(lse, float("nan")), lse)
+    plain = law.greedy().to(dev).view(B, 1).expand(B, n)
+    return LawRows(greedy, torch.where(plain, torch.zeros_like(lse), lse),
+                   torch.where(plain, torch.full_like(boundary, KEEP_ALL), boundary))
+
+
+def _native(round_ops, logits: torch.Tensor) -> bool:
+    """Whether the round's native ops take these logits (16/32-bit, on the ops' own device)."""
+    return not round_ops.fallback and logits.dtype != torch.float64
+
+
+def law_rows(round_ops, logits: torch.Tensor, law: NodeLaw) -> LawRows:
+    """Every node's law of logits [B, n, V] under the requests' law (one op on the native backends, no sort)."""
+    if not _native(round_ops, logits):
+        return law_rows_torch(logits, law)
+    B, n, V = logits.shape
+    greedy, lse, boundary = ops.op("law_rows")(logits.reshape(B * n, V).contiguous(), n,
+                                               law.temperatures.float().contiguous(), law.top_ks.long().contiguous(),
+                                               law.top_ps.float().contiguous(), law.min_ps.float().contiguous())
+    return LawRows(greedy.view(B, n), lse.view(B, n), boundary.view(B, n))
+
+
+def kept(logits: torch.Tensor, boundary: torch.Tensor) -> torch.Tensor:
+    """bool [..., V]: the tokens each row's law keeps (boundary [...], law_rows')."""
+    return law_keys(logits.float()) >= boundary.unsqueeze(-1)
+
+
+def law_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
+              min_p: float = 0.0) -> torch.Tensor:
+    """float32 probabilities [R, V] of one law at every row of logits [R, V] (its kept set renormalised)."""
+    R, V = logits.shape
+    full = lambda v, dt: torch.full((R,), v, dtype=dt, device=logits.device)  # noqa: E731
+    law = NodeLaw(full(temperature, torch.float32), full(int(top_k), torch.int64), full(float(top_p), torch.float32),
+                  full(float(min_p), torch.float32))
+    rows = law_rows_torch(logits.view(R, 1, V), law)
+    scaled = logits.float() / max(float(temperature), MIN_TEMPERATURE)
+    keep = kept(logits, rows.boundary.view(R))
+    return torch.softmax(torch.where(keep, scaled, torch.full_like(scaled, float("-inf"))), -1)
 
 
 def node_tokens(round_ops, logits: torch.Tensor, law: NodeLaw | None, seed: torch.Tensor,
                 step: torch.Tensor, *, no_token: bool = False) -> torch.Tensor:
     """int64 [B, n] target tokens for every node of logits [B, n, V]: argmax for greedy rows (or when law is
-    None), else a Gumbel-max draw from the node's filtered law (seed / step int64 [B]). A draw that finds no
-    token (a NaN row) falls back to the argmax; with no_token, a node whose logits have no token at all (a
-    NaN, or all −inf) gets −1 instead (the walk stops there and flags the request: flags.NONFINITE_TARGET)."""
-    greedy = round_ops.greedy_tokens(logits)
+    None), else a Gumbel-max draw from the node's law (seed / step int64 [B]): one law_rows op where a request
+    filters, then one sampler op. A draw that finds no token (a degenerate row) takes the argmax; with no_token, a
+    node whose logits have no token at all (a NaN, or all −inf) gets −1 instead (the walk stops there and flags the
+    request: flags.NONFINITE_TARGET)."""
     if law is None:
+        greedy = round_ops.greedy_tokens(logits)
         return _mark_no_token(logits, greedy) if no_token else greedy
     B, n, V = logits.shape
-    temperatures = law.temperatures.float().clamp(min=1e-6)
-    if law.filtered:  # the filters read the scaled law's probabilities: the scaled copy is needed anyway
-        scaled = logits.float() / temperatures.view(B, 1, 1)
-        rep = lambda t: t.repeat_interleave(n)
-        filter_logits(scaled.view(B * n, V), rep(law.top_ks), rep(law.top_ps), rep(law.min_ps))
-        sampled = round_ops.sample_tokens(scaled, seed, step)
-    else:  # the sampler divides (the same float32 division): no [B, n, V] copy
-        sampled = round_ops.sample_tokens(logits, seed, step, temperatures=temperatures)
-    sampled = torch.where((sampled < 0) | (sampled >= V), greedy, sampled)
-    out = torch.where(law.greedy().view(B, 1), greedy, sampled)
+    temperatures = law.temperatures.float().clamp(min=MIN_TEMPERATURE)
+    if law.filtered:
+        rows = law_rows(round_ops, logits, law)
+        greedy, boundary = rows.greedy, rows.boundary
+    else:  # temperature only: every token kept, the sampler divides (no [B, n, V] copy)
+        greedy, boundary = round_ops.greedy_tokens(logits), None
+    sampled = round_ops.sample_tokens(logits, seed, step, temperatures=temperatures, boundary=boundary)
+    bad = (sampled < 0) | (sampled >= V)
+    if boundary is not None:
+        bad |= boundary == KEEP_NONE
+    out = torch.where(law.greedy().view(B, 1) | bad, greedy, sampled)
     return _mark_no_token(logits, out) if no_token else out
 
 

@@ -1,5 +1,5 @@
 // CUDA implementations of the tree-stage ops declared in sglang_ddtree/ops.py: topk_lse, build_tree_from_topk,
-// build_tree_from_lattice, truncate_tree, accept_tree, sample_rows, draw_tree, tree_rejection. Thin: check devices/dtypes/shapes, allocate
+// build_tree_from_lattice, truncate_tree, accept_tree, sample_rows, law_rows, draw_tree, drawn_targets. Thin: check devices/dtypes/shapes, allocate
 // outputs, call the launchers in kernels/*.cu on the current stream (c10::cuda::getCurrentCUDAStream, the stream
 // at::cuda::getCurrentCUDAStream returns; ATen/cuda/CUDAContext.h needs cuSPARSE headers). No host
 // synchronisation anywhere, so a decode round built from these ops can be captured in a CUDA graph.
@@ -202,9 +202,20 @@ std::tuple<at::Tensor, at::Tensor> topk_lse_cuda(const at::Tensor& logits, int64
   return {lp, ids};
 }
 
+// An optional per-row vector on the logits' device: its pointer, or null.
+template <typename V>
+const V* optional_rows(const std::optional<at::Tensor>& t, const char* name, at::ScalarType dtype, int64_t R,
+                       const at::Device& dev) {
+  if (!t.has_value()) return nullptr;
+  check_cuda(*t, name, dtype, 1, dev);
+  TORCH_CHECK(t->size(0) == R, name, " must be [R]");
+  return t->data_ptr<V>();
+}
+
 at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const at::Tensor& seed,
                             const at::Tensor& step, const at::Tensor& node,
-                            const std::optional<at::Tensor>& row_temperature) {
+                            const std::optional<at::Tensor>& row_temperature,
+                            const std::optional<at::Tensor>& boundary) {
   TORCH_CHECK(logits.is_cuda(), "logits must be a CUDA tensor");
   TORCH_CHECK(logits.dim() == 2 && logits.is_contiguous(), "logits must be a contiguous [R, V] tensor");
   const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
@@ -216,19 +227,44 @@ at::Tensor sample_rows_cuda(const at::Tensor& logits, double temperature, const 
   TORCH_CHECK(seed.size(0) == R && step.size(0) == R && node.size(0) == R, "seed, step, node must be [R]");
   TORCH_CHECK(V >= 1, "logits must have a non-empty vocabulary");
   TORCH_CHECK(temperature >= 0.0, "temperature must be >= 0");
-  const float* row_t = nullptr;
-  if (row_temperature.has_value()) {
-    check_cuda(*row_temperature, "row_temperature", at::kFloat, 1, dev);
-    TORCH_CHECK(row_temperature->size(0) == R, "row_temperature must be [R]");
-    row_t = row_temperature->data_ptr<float>();
-  }
+  const float* row_t = optional_rows<float>(row_temperature, "row_temperature", at::kFloat, R, dev);
+  const int64_t* bnd = optional_rows<int64_t>(boundary, "boundary", at::kLong, R, dev);
   const c10::cuda::CUDAGuard guard(dev);
   at::Tensor out = at::empty({R}, logits.options().dtype(at::kLong));
-  C10_CUDA_CHECK(ddtree::launch_sample_rows(logits.data_ptr(), dt, R, V, static_cast<float>(temperature), row_t,
+  C10_CUDA_CHECK(ddtree::launch_sample_rows(logits.data_ptr(), dt, R, V, static_cast<float>(temperature), row_t, bnd,
                                             seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(),
                                             node.data_ptr<int64_t>(), out.data_ptr<int64_t>(),
                                             c10::cuda::getCurrentCUDAStream()));
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> law_rows_cuda(const at::Tensor& logits, int64_t n,
+                                                             const at::Tensor& temperatures, const at::Tensor& top_ks,
+                                                             const at::Tensor& top_ps, const at::Tensor& min_ps) {
+  TORCH_CHECK(logits.is_cuda() && logits.dim() == 2 && logits.is_contiguous(),
+              "logits must be a contiguous [R, V] CUDA tensor");
+  const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
+  const at::Device dev = logits.device();
+  const int64_t R = logits.size(0), V = logits.size(1);
+  TORCH_CHECK(n >= 1 && R % n == 0, "n must divide the rows (R = B * n)");
+  const int64_t B = R / n;
+  check_cuda(temperatures, "temperatures", at::kFloat, 1, dev);
+  check_cuda(top_ks, "top_ks", at::kLong, 1, dev);
+  check_cuda(top_ps, "top_ps", at::kFloat, 1, dev);
+  check_cuda(min_ps, "min_ps", at::kFloat, 1, dev);
+  TORCH_CHECK(temperatures.size(0) == B && top_ks.size(0) == B && top_ps.size(0) == B && min_ps.size(0) == B,
+              "the law's vectors must be [R / n]");
+  TORCH_CHECK(V >= 1, "logits must have a non-empty vocabulary");
+  const c10::cuda::CUDAGuard guard(dev);
+  auto opt = logits.options();
+  at::Tensor greedy = at::empty({R}, opt.dtype(at::kLong)), lse = at::empty({R}, opt.dtype(at::kFloat)),
+             boundary = at::empty({R}, opt.dtype(at::kLong));
+  C10_CUDA_CHECK(ddtree::launch_law_rows(logits.data_ptr(), dt, R, V, static_cast<int>(n),
+                                         temperatures.data_ptr<float>(), top_ks.data_ptr<int64_t>(),
+                                         top_ps.data_ptr<float>(), min_ps.data_ptr<float>(),
+                                         greedy.data_ptr<int64_t>(), lse.data_ptr<float>(),
+                                         boundary.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
+  return {greedy, lse, boundary};
 }
 
 at::Tensor draw_tree_cuda(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& num_nodes,
@@ -263,40 +299,53 @@ at::Tensor draw_tree_cuda(const at::Tensor& tokens, const at::Tensor& parents, c
   return out;
 }
 
-at::Tensor tree_rejection_cuda(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& num_nodes,
-                               const at::Tensor& depths, const at::Tensor& scaled, const at::Tensor& lse,
-                               const at::Tensor& cand, const at::Tensor& q, const at::Tensor& sampled,
-                               const at::Tensor& seed, const at::Tensor& step) {
+at::Tensor drawn_targets_cuda(const at::Tensor& logits, const at::Tensor& temperatures, const at::Tensor& greedy,
+                              const at::Tensor& lse, const at::Tensor& boundary, const at::Tensor& tokens,
+                              const at::Tensor& parents, const at::Tensor& num_nodes, const at::Tensor& depths,
+                              const at::Tensor& next_token, const at::Tensor& next_sibling, const at::Tensor& cand,
+                              const at::Tensor& q, const at::Tensor& sampled, const at::Tensor& seed,
+                              const at::Tensor& step) {
   const at::Device dev = tokens.device();
+  TORCH_CHECK(logits.is_cuda() && logits.device() == dev && logits.dim() == 2 && logits.is_contiguous(),
+              "logits must be a contiguous [B * n, V] tensor on the tree's device");
+  const ddtree::LogitDtype dt = logit_dtype(logits, "logits");
   check_cuda(tokens, "tokens", at::kLong, 2, dev);
   check_cuda(parents, "parents", at::kInt, 2, dev);
   check_cuda(num_nodes, "num_nodes", at::kInt, 1, dev);
   check_cuda(depths, "depths", at::kInt, 2, dev);
-  check_cuda(scaled, "scaled", at::kFloat, 3, dev);
-  check_cuda(lse, "lse", at::kFloat, 2, dev);
+  check_cuda(next_token, "next_token", at::kLong, 2, dev);
+  check_cuda(next_sibling, "next_sibling", at::kLong, 2, dev);
+  check_cuda(temperatures, "temperatures", at::kFloat, 1, dev);
+  check_cuda(greedy, "greedy", at::kLong, 1, dev);
+  check_cuda(lse, "lse", at::kFloat, 1, dev);
+  check_cuda(boundary, "boundary", at::kLong, 1, dev);
   check_cuda(cand, "cand", at::kLong, 3, dev);
   check_cuda(q, "q", at::kFloat, 3, dev);
   check_cuda(sampled, "sampled", at::kBool, 1, dev);
   check_cuda(seed, "seed", at::kLong, 1, dev);
   check_cuda(step, "step", at::kLong, 1, dev);
-  const int64_t B = tokens.size(0), n = tokens.size(1), V = scaled.size(2), L = cand.size(1), K = cand.size(2);
-  TORCH_CHECK(parents.sizes() == tokens.sizes() && depths.sizes() == tokens.sizes() && num_nodes.size(0) == B,
-              "parents and depths must be [B, n] like tokens, num_nodes [B]");
-  TORCH_CHECK(scaled.size(0) == B && scaled.size(1) == n && lse.size(0) == B && lse.size(1) == n,
-              "scaled must be [B, n, V] and lse [B, n]");
+  const int64_t B = tokens.size(0), n = tokens.size(1), V = logits.size(1), L = cand.size(1), K = cand.size(2);
+  TORCH_CHECK(parents.sizes() == tokens.sizes() && depths.sizes() == tokens.sizes() &&
+                  next_token.sizes() == tokens.sizes() && next_sibling.sizes() == tokens.sizes() &&
+                  num_nodes.size(0) == B,
+              "parents, depths and links must be [B, n] like tokens, num_nodes [B]");
+  TORCH_CHECK(logits.size(0) == B * n && greedy.size(0) == B * n && lse.size(0) == B * n &&
+                  boundary.size(0) == B * n,
+              "logits must be [B * n, V] and greedy, lse, boundary [B * n]");
   TORCH_CHECK(cand.size(0) == B && q.sizes() == cand.sizes(), "cand and q must be [B, L, K]");
-  TORCH_CHECK(sampled.size(0) == B && seed.size(0) == B && step.size(0) == B, "sampled, seed and step must be [B]");
-  TORCH_CHECK(L >= 1 && K >= 1 && K <= ddtree::kMaxTopK && n <= ddtree::kMaxTreeSlots,
+  TORCH_CHECK(temperatures.size(0) == B && sampled.size(0) == B && seed.size(0) == B && step.size(0) == B,
+              "temperatures, sampled, seed and step must be [B]");
+  TORCH_CHECK(L >= 1 && K >= 1 && K <= ddtree::kMaxTopK && n <= ddtree::kMaxTreeSlots && V >= 1,
               "need L >= 1, 1 <= K <= ", ddtree::kMaxTopK, ", n <= ", ddtree::kMaxTreeSlots);
   const c10::cuda::CUDAGuard guard(dev);
   at::Tensor out = at::empty({B, n}, tokens.options());
-  at::Tensor scratch = at::empty({B * n * 2 * K}, q.options().dtype(at::kDouble));
-  C10_CUDA_CHECK(ddtree::launch_tree_rejection(
-      tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(), num_nodes.data_ptr<int32_t>(),
-      depths.data_ptr<int32_t>(), scaled.data_ptr<float>(), lse.data_ptr<float>(), cand.data_ptr<int64_t>(),
-      q.data_ptr<float>(), sampled.data_ptr<bool>(), seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(),
-      static_cast<int>(B), static_cast<int>(n), V, static_cast<int>(L), static_cast<int>(K),
-      scratch.data_ptr<double>(), out.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
+  C10_CUDA_CHECK(ddtree::launch_drawn_targets(
+      logits.data_ptr(), dt, V, temperatures.data_ptr<float>(), greedy.data_ptr<int64_t>(), lse.data_ptr<float>(),
+      boundary.data_ptr<int64_t>(), tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(),
+      num_nodes.data_ptr<int32_t>(), depths.data_ptr<int32_t>(), next_token.data_ptr<int64_t>(),
+      next_sibling.data_ptr<int64_t>(), cand.data_ptr<int64_t>(), q.data_ptr<float>(), sampled.data_ptr<bool>(),
+      seed.data_ptr<int64_t>(), step.data_ptr<int64_t>(), static_cast<int>(B), static_cast<int>(n),
+      static_cast<int>(L), static_cast<int>(K), out.data_ptr<int64_t>(), c10::cuda::getCurrentCUDAStream()));
   return out;
 }
 
@@ -307,7 +356,8 @@ TORCH_LIBRARY_IMPL(sglang_ddtree, CUDA, m) {
   m.impl("build_tree_from_lattice", &build_tree_from_lattice_cuda);
   m.impl("truncate_tree", &truncate_tree_cuda);
   m.impl("draw_tree", &draw_tree_cuda);
-  m.impl("tree_rejection", &tree_rejection_cuda);
+  m.impl("drawn_targets", &drawn_targets_cuda);
+  m.impl("law_rows", &law_rows_cuda);
   m.impl("accept_tree", &accept_tree_cuda);
   m.impl("topk_lse", &topk_lse_cuda);
   m.impl("sample_rows", &sample_rows_cuda);

@@ -11,12 +11,15 @@ server is on the GPU while it is measured. Before every run the server's cache a
 are reset (/flush_cache), so the accept length bench_serving reports belongs to that run, and an unrecorded
 warm pass at the same concurrency (`--warmup-passes`) keeps first-use costs of a batch size out of the row;
 `--repeats N` measures N passes and reports their median (each pass's tok/s kept in the row); with
-`--start-all --interleave` the servers take turns pass by pass (drift falls on all alike). Prompts: a JSON
+`--start-all --interleave` the servers take turns pass by pass (drift falls on all alike). `--traffic NAME=ARGS`
+(repeatable) measures every server under each traffic, e.g. `greedy=` and `t06=--temperature 0.6 --top-p 0.95`,
+in one start (a server start costs about a minute); each row names its traffic. Prompts: a JSON
 list (or {"prompts": [...]}) of texts written as a ShareGPT-format file (`--prompts-file`), or random token
 ids of a fixed length (`--random-input-len`, needs `--tokenizer`). `--url NAME=URL` measures an already
 running server instead; `--merge A.json B.json` joins runs measured in separate calls (same flags, no row
 twice). `--profile-concurrency` adds a torch-profiler capture of `--profile-steps` decode rounds under that
-load, summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps).
+load (under every traffic), summarised by sglang_ddtree.bench.trace (kernel list, GPU busy and host gaps);
+DIR/ab_profiles.md sets rounds side by side (profile_comparisons).
 bench_serving runs in this process through its own `cli_main` (same parser, same code as the CLI; one
 SGLang import for every run), or as a subprocess per run with `--client subprocess`. Every server started
 here is stopped on exit, SIGTERM included. Writes DIR/ab.json, DIR/ab.md and DIR/ab.png (tok/s and accept length vs concurrency; `--plot-only` redraws it).
@@ -27,6 +30,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -97,6 +101,15 @@ def named(text: str) -> str:
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     return text
+
+
+def traffic(text: str) -> tuple[str, str]:
+    """A --traffic NAME=ARGS as (name, flags): the name goes into file names, tags and profile keys, so it is one
+    plain word."""
+    name, flags = named(text).split("=", 1)
+    if not re.fullmatch(r"[\w.-]+", name.strip()):
+        raise argparse.ArgumentTypeError(f"a traffic's name is letters, digits, '_', '.' or '-', got {name!r}")
+    return name.strip(), flags
 
 
 def load_prompts(path: str) -> list[str]:
@@ -237,6 +250,11 @@ def bench_serving(base: str, conc: int, a, dataset: list[str], out_dir: str, tag
     return {k: res.get(k) for k in FIELDS}
 
 
+def with_bench_args(a, flags: str):
+    """The options of a traffic's passes: its own bench_serving flags after --bench-args'."""
+    return argparse.Namespace(**{**vars(a), "bench_args": f"{a.bench_args} {flags}".strip()})
+
+
 def median_row(runs: list[dict]) -> dict:
     """One row from repeated passes: each field's median (lower middle for an even count), and the passes'
     output tok/s listed so the spread is on record next to it."""
@@ -352,12 +370,13 @@ def profile(base: str, conc: int, a, dataset: list[str], out_dir: str, tag: str,
 
 def merge(runs: list[tuple[str, dict]]) -> dict:
     """One report from several runs' (name, ab.json), e.g. concurrencies measured in separate device calls. They
-    must have measured alike (client, output length, passes, bench_serving flags, shared launch flags, each
-    server's own flags), and no (server, input length, concurrency) row may come twice; each row and profile
-    keeps its run's name, and the runs' own headers are kept under "runs"."""
+    must have measured alike (client, output length, passes, bench_serving flags, traffics, shared launch flags,
+    each server's own flags), and no (server, traffic, input length, concurrency) row may come twice; each row and
+    profile keeps its run's name, and the runs' own headers are kept under "runs"."""
     if not runs:
         raise ValueError("nothing to merge")
-    alike = ("client", "output_len", "warmup_passes", "repeats", "bench_args", "common", "one_server_at_a_time")
+    alike = ("client", "output_len", "warmup_passes", "repeats", "bench_args", "traffics", "common",
+             "one_server_at_a_time")
     first_name, first = runs[0]
     out = {k: first.get(k) for k in alike}
     out.update(merged_from=[name for name, _ in runs], runs={}, servers={}, rows=[], profiles={})
@@ -372,7 +391,7 @@ def merge(runs: list[tuple[str, dict]]) -> dict:
                 raise ValueError(f"server {server!r} ran with other flags in {name}: {info['args']!r}")
             known["runs"][name] = info
         for row in run.get("rows", []):
-            key = (row["server"], row.get("input_len"), row["concurrency"])
+            key = (row["server"], row.get("traffic"), row.get("input_len"), row["concurrency"])
             if key in seen:
                 raise ValueError(f"row {key} is in both {seen[key]} and {name}")
             seen[key] = name
@@ -380,7 +399,7 @@ def merge(runs: list[tuple[str, dict]]) -> dict:
         for key, prof in run.get("profiles", {}).items():
             out["profiles"][f"{key} ({name})" if key in out["profiles"] else key] = {**prof, "run": name}
         out["runs"][name] = {k: v for k, v in run.items() if k not in ("rows", "profiles", "servers")}
-    out["rows"].sort(key=lambda r: (r["server"], r.get("input_len") or 0, r["concurrency"]))
+    out["rows"].sort(key=lambda r: (r["server"], r.get("traffic") or "", r.get("input_len") or 0, r["concurrency"]))
     return out
 
 
@@ -396,9 +415,13 @@ def merge_input(item: str) -> tuple[str, dict]:
         except ValueError:
             raise ValueError(f"--merge: {item!r} is not PATH or PATH@C,C..") from None
         run = {**run, "rows": [r for r in run.get("rows", []) if r["concurrency"] in keep],
-               "profiles": {k: v for k, v in run.get("profiles", {}).items()
-                            if int(k.rsplit("_c", 1)[-1]) in keep}}
+               "profiles": {k: v for k, v in run.get("profiles", {}).items() if profile_id(k, v)[2] in keep}}
     return item, run
+
+
+def row_label(row: dict) -> str:
+    """A row's server, with its traffic where the run named traffics: "server [traffic]"."""
+    return row["server"] + (f" [{row['traffic']}]" if row.get("traffic") else "")
 
 
 def markdown(rows: list[dict]) -> str:
@@ -406,14 +429,14 @@ def markdown(rows: list[dict]) -> str:
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     f = lambda v, p: "-" if v is None else format(v, p)  # noqa: E731
     return head + "".join(
-        f"| {r['server']} | {r.get('input_len') or 'prompts'} | {r['concurrency']} | {f(r['output_throughput'], '.1f')} | "
-        f"{f(r['median_tpot_ms'], '.3f')} | "
+        f"| {row_label(r)} | {r.get('input_len') or 'prompts'} | {r['concurrency']} | "
+        f"{f(r['output_throughput'], '.1f')} | {f(r['median_tpot_ms'], '.3f')} | "
         f"{f(r['p99_tpot_ms'], '.3f')} | {f(r['median_ttft_ms'], '.1f')} | {f(r['p99_ttft_ms'], '.1f')} | "
         f"{f(r['accept_length'], '.2f')} |\n" for r in rows)
 
 
 def plot(rows: list[dict], path: str) -> str | None:
-    """Output tok/s and accept length against concurrency, one line per server (and input length); None
+    """Output tok/s and accept length against concurrency, one line per server (traffic, input length); None
     where matplotlib is not installed. Drawn on a bare Figure, not through pyplot: pyplot's backend switch
     pokes IPython when it is importable, and the GPU bundle's IPython is a partial one."""
     try:
@@ -422,7 +445,7 @@ def plot(rows: list[dict], path: str) -> str | None:
         return None
     lines = {}
     for r in rows:
-        lines.setdefault(r["server"] + (f" in{r['input_len']}" if r.get("input_len") else ""), []).append(r)
+        lines.setdefault(row_label(r) + (f" in{r['input_len']}" if r.get("input_len") else ""), []).append(r)
     fig = Figure(figsize=(11, 4))
     ax1, ax2 = fig.subplots(1, 2)
     for k, (label, rs) in enumerate(lines.items()):
@@ -445,36 +468,58 @@ def plot(rows: list[dict], path: str) -> str | None:
 
 
 def write_outputs(report: dict, out: str) -> None:
-    """DIR/ab.md and DIR/ab.png from a report's rows (the table also to stdout), and DIR/ab_profiles.md where a
-    DDTree round and a DFLASH round were profiled at the same concurrency."""
+    """DIR/ab.md and DIR/ab.png from a report's rows (the table also to stdout), and DIR/ab_profiles.md where two
+    profiled rounds make a pair (profile_comparisons)."""
     rows = report["rows"]
     with open(os.path.join(out, "ab.md"), "w") as f:
         f.write(markdown(rows))
     plot(rows, os.path.join(out, "ab.png"))
     print(markdown(rows))
-    cmp = profile_comparisons(report.get("profiles", {}))
+    cmp = profile_comparisons(report.get("profiles", {}), report.get("traffics"))
     if cmp:
         with open(os.path.join(out, "ab_profiles.md"), "w") as f:
             f.write(cmp)
 
 
-def profile_comparisons(profiles: dict) -> str:
-    """Markdown: every profiled server's round (b) against each DFLASH server's (a) at the same concurrency,
-    kernel by kernel (sglang_ddtree.bench.trace.compare); "" where no such pair was profiled."""
+def profile_id(key: str, prof: dict) -> tuple[str, str | None, int]:
+    """(server, traffic, concurrency) of a stored profile: its own fields, else (a report from before traffics)
+    its key "<server>_c<conc>" (a merged report may suffix " (<run>)")."""
+    if "server" in prof:
+        return prof["server"], prof.get("traffic"), int(prof["concurrency"])
+    name, _, conc = key.split(" (")[0].rpartition("_c")
+    return name, None, int(conc)
+
+
+def greedy_traffic(traffics: dict | None) -> str | None:
+    """The traffic a sampled round is set against: the one named "greedy", else the first given."""
+    traffics = traffics or {}
+    return "greedy" if "greedy" in traffics else next(iter(traffics), None)
+
+
+def paired(a: tuple, b: tuple, greedy: str | None) -> bool:
+    """Whether round b is set against round a (each (server, traffic, concurrency)): at one concurrency, a server
+    against each DFLASH server under one traffic; a server's sampled round against its own greedy one (what
+    sampling costs a round); a server against its "_before" twin (its flags on an older copy of the plugin)
+    under one traffic."""
+    (sa, ta, ca), (sb, tb, cb) = a, b
+    if ca != cb:
+        return False
+    if ta == tb:
+        return (sa.startswith("dflash") and not sb.startswith("dflash")) or sa == sb + "_before"
+    return sa == sb and ta == greedy and tb is not None
+
+
+def profile_comparisons(profiles: dict, traffics: dict | None = None) -> str:
+    """Markdown: every pair of profiled rounds (`paired`), b against a kernel by kernel
+    (sglang_ddtree.bench.trace.compare); "" where no such pair was profiled."""
     from .trace import compare, compare_markdown
 
-    def split(key):  # "<server>_c<conc>" (a merged report may suffix " (<run>)")
-        name, _, conc = key.split(" (")[0].rpartition("_c")
-        return name, conc
-
-    out = []
-    for ka, pa in sorted(profiles.items()):
-        for kb, pb in sorted(profiles.items()):
-            (na, ca), (nb, cb) = split(ka), split(kb)
-            if ca == cb and na.startswith("dflash") and not nb.startswith("dflash") and "error" not in pa \
-                    and "error" not in pb and "kernel_us_by_name" in pa and "kernel_us_by_name" in pb:
-                out.append(compare_markdown(f"{nb} (b) against {na} (a), c={ca}", compare(pa, pb)))
-    return "\n".join(out)
+    greedy = greedy_traffic(traffics)
+    rounds = [(profile_id(k, p), p) for k, p in sorted(profiles.items())
+              if "error" not in p and "kernel_us_by_name" in p]
+    name = lambda s, t: s if t is None else f"{s} {t}"  # noqa: E731
+    return "\n".join(compare_markdown(f"{name(*b[:2])} (b) against {name(*a[:2])} (a), c={a[2]}", compare(pa, pb))
+                     for a, pa in rounds for b, pb in rounds if paired(a, b, greedy))
 
 
 def main(argv=None) -> int:
@@ -497,7 +542,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tokenizer", help="tokenizer path for bench_serving (random prompts need one)")
     ap.add_argument("--seed", type=int, default=0, help="bench_serving's seed (prompt order, random prompts)")
     ap.add_argument("--bench-args", default="", help="more bench_serving flags for every run, e.g. sampled traffic: "
-                    "'--temperature 1.0' or '--temperature 0.6 --top-p 0.95'")
+                    "'--temperature 1.0' or '--temperature 0.6 --top-p 0.95' (before a --traffic's own)")
+    ap.add_argument("--traffic", type=traffic, action="append", default=[], metavar="NAME=ARGS",
+                    help="repeatable: measure (and profile) every server under each traffic, ARGS its own "
+                         "bench_serving flags (e.g. greedy= t06='--temperature 0.6 --top-p 0.95'); each server is "
+                         "started once for all of them; rows name their traffic")
     ap.add_argument("--port", type=port, default=31100, help="first port of the launched servers")
     ap.add_argument("--start-timeout", type=seconds, default=600, help="seconds a server may take to come up")
     ap.add_argument("--run-timeout", type=seconds, default=600, help="seconds one bench_serving pass may take")
@@ -568,12 +617,18 @@ def main(argv=None) -> int:
                                                 "1.0", "--tokenize-prompt"], cs))
             except ValueError:
                 ap.error(f"--random-input-len: {item!r} is not LEN or LEN@C,C..")
+    if len(dict(a.traffic)) < len(a.traffic):
+        ap.error("--traffic: a name given twice")
+    traffics = [(t, with_bench_args(a, flags)) for t, flags in a.traffic] or [(None, a)]  # none: as before traffics
+    loads = [(t, ta, length, dataset, c) for t, ta in traffics for length, dataset, concs in workloads for c in concs]
     client = "python -m sglang.bench_serving" + (" (its cli_main, in process)" if a.client == "inproc" else "")
     report = {"client": client, "output_len": a.output_len, "warmup_passes": a.warmup_passes, "repeats": a.repeats,
               "bench_args": a.bench_args,
               "workloads": [{"input_len": n, "dataset": d, "concurrency": c} for n, d, c in workloads],
               "concurrency": a.concurrency, "one_server_at_a_time": True, "common": a.common, "servers": {},
               "rows": [], "profiles": {}}
+    if a.traffic:
+        report["traffics"] = dict(a.traffic)
     targets = [(n, v, False) for n, v in (s.split("=", 1) for s in a.server)]
     targets += [(n, v, True) for n, v in (s.split("=", 1) for s in a.url)]
     prof_root = tempfile.mkdtemp(prefix="ab_prof_")
@@ -588,28 +643,30 @@ def main(argv=None) -> int:
     if a.start_all:
         early = {name: launch(i, name, spec) for i, (name, spec, running) in enumerate(targets) if not running}
         report["one_server_at_a_time"] = "measured one at a time; the other servers were up and idle"
-    def tag_of(name, length):
-        return name if length is None else f"{name}_in{length}"
+    def tag_of(name, t, length):  # names the pass's files: one per server, traffic and input length
+        return name + (f"@{t}" if t else "") + ("" if length is None else f"_in{length}")
 
-    def add_row(name, length, c, row):  # written at once: a call cut short keeps every finished row
-        report["rows"].append({"server": name, "input_len": length, "concurrency": c, **row})
+    def add_row(name, t, length, c, row):  # written at once: a call cut short keeps every finished row
+        report["rows"].append({"server": name, "traffic": t, "input_len": length, "concurrency": c, **row})
         json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
-        print(f"[ab] {tag_of(name, length)} c={c}: {row['output_throughput']:.1f} tok/s, TPOT "
+        print(f"[ab] {tag_of(name, t, length)} c={c}: {row['output_throughput']:.1f} tok/s, TPOT "
               f"{row['median_tpot_ms']:.3f} ms, accept {row['accept_length']}", flush=True)
 
-    def warm_up(base, tag, c, dataset):
-        warm = argparse.Namespace(**{**vars(a), "num_prompts": 2 * c, "prompts_per_conc": 2})
+    def warm_up(base, tag, c, ta, dataset):
+        warm = argparse.Namespace(**{**vars(ta), "num_prompts": 2 * c, "prompts_per_conc": 2})
         for w in range(a.warmup_passes):  # a batch size's first use (graphs, JIT) stays out
             bench_serving(base, c, warm, dataset, a.out, f"{tag}_warm{w}")
 
-    def profiles(name, base):
+    def profiles(name, base):  # one per traffic and concurrency, its load under that traffic's flags
         length, dataset, _ = workloads[0]
-        for c in a.profile_concurrency:
-            ttft = [r["p99_ttft_ms"] or 0 for r in report["rows"]
-                    if r["server"] == name and r["input_len"] == length and r["concurrency"] == c]
-            report["profiles"][f"{name}_c{c}"] = profile(base, c, a, dataset, a.out, f"{name}_c{c}",
-                                                          os.path.join(prof_root, name),
-                                                          ttft_s=(ttft[0] if ttft else 0) / 1e3)
+        for t, ta in traffics:
+            for c in a.profile_concurrency:
+                ttft = [r["p99_ttft_ms"] or 0 for r in report["rows"] if r["server"] == name
+                        and r["traffic"] == t and r["input_len"] == length and r["concurrency"] == c]
+                key = f"{tag_of(name, t, None)}_c{c}"
+                report["profiles"][key] = {**profile(base, c, ta, dataset, a.out, key, os.path.join(prof_root, name),
+                                                     ttft_s=(ttft[0] if ttft else 0) / 1e3),
+                                           "server": name, "traffic": t, "concurrency": c}
 
     def failed(name, e):  # one server failing must not lose the others' rows: recorded, reported
         report["servers"].setdefault(name, {})["error"] = f"{type(e).__name__}: {e}"
@@ -633,30 +690,29 @@ def main(argv=None) -> int:
                     bases[name] = ready(name, spec, running, early.get(name))
                 except Exception as e:
                     failed(name, e)
-            for length, dataset, concs in workloads:
-                for c in concs:
-                    passes = {}
-                    for name in list(bases):
+            for t, ta, length, dataset, c in loads:
+                passes = {}
+                for name in list(bases):
+                    try:
+                        warm_up(bases[name], tag_of(name, t, length), c, ta, dataset)
+                        passes[name] = []
+                    except Exception as e:
+                        failed(name, e)
+                        bases.pop(name)
+                for r, order in enumerate(turns(list(passes), a.repeats)):
+                    for name in order:
+                        if name not in bases:
+                            continue
                         try:
-                            warm_up(bases[name], tag_of(name, length), c, dataset)
-                            passes[name] = []
+                            passes[name].append(bench_serving(bases[name], c, ta, dataset, a.out,
+                                                              f"{tag_of(name, t, length)}_r{r}"))
                         except Exception as e:
                             failed(name, e)
                             bases.pop(name)
-                    for r, order in enumerate(turns(list(passes), a.repeats)):
-                        for name in order:
-                            if name not in bases:
-                                continue
-                            try:
-                                passes[name].append(bench_serving(bases[name], c, a, dataset, a.out,
-                                                                  f"{tag_of(name, length)}_r{r}"))
-                            except Exception as e:
-                                failed(name, e)
-                                bases.pop(name)
-                    for name, runs in passes.items():
-                        if name in bases:
-                            add_row(name, length, c, row_of(runs))
-                    json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
+                for name, runs in passes.items():
+                    if name in bases:
+                        add_row(name, t, length, c, row_of(runs))
+                json.dump(report, open(os.path.join(a.out, "ab.json"), "w"), indent=1)
             for name, base in bases.items():
                 try:
                     profiles(name, base)
@@ -668,10 +724,9 @@ def main(argv=None) -> int:
             try:
                 srv = None if running else early.get(name) or launch(i, name, spec)
                 base = ready(name, spec, running, srv)
-                for length, dataset, concs in workloads:
-                    for c in concs:
-                        warm_up(base, tag_of(name, length), c, dataset)
-                        add_row(name, length, c, measured(base, c, a, dataset, a.out, tag_of(name, length)))
+                for t, ta, length, dataset, c in loads:
+                    warm_up(base, tag_of(name, t, length), c, ta, dataset)
+                    add_row(name, t, length, c, measured(base, c, ta, dataset, a.out, tag_of(name, t, length)))
                 profiles(name, base)
             except Exception as e:
                 failed(name, e)

@@ -514,6 +514,9 @@ class _EngineBatch(RoundHost):
     def prefix(self) -> torch.Tensor:
         return self.seq_lens
 
+    def sampled(self) -> bool:
+        return self.law is not None
+
     def slots(self, n: int) -> torch.Tensor:
         return self.seq_lens[:, None] + self.ar[:n]
 

@@ -4,7 +4,7 @@ Sampled τ is noisy: each method's run draws its own samples, so two key choices
 trees and by their luck. Here the luck is fixed: `collect` keeps every round of a sampled run — its context
 (prompt + committed output, the round's root last) and the drafter's logits — and `expected_commit` scores a
 tree on such a context exactly: the walk reaches node i with probability Π q(t_j | path to j) over its path,
-q the target's law (its logits at the parent node, sampling.filter_logits), so a round commits
+q the target's law (its logits at the parent node, sampling.law_probs), so a round commits
 E = 1 + Σ_i P(reach i) tokens in expectation (docs/DESIGN.md §3.9; the budget predicts the same sum from the
 keys). Every candidate's tree is scored on the same rounds, so their differences are paired. `Rounds.target`
 holds the target's logits at each drafted position, what the sampling calibration is fitted against
@@ -16,7 +16,7 @@ import dataclasses
 
 import torch
 
-from ..sampling import filter_logits
+from ..sampling import law_probs
 from ..tree import TreeBatch
 
 
@@ -77,10 +77,7 @@ def node_laws(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: f
     flat = logits.reshape(-1, V).float()
     if temperature <= 0:
         return torch.nn.functional.one_hot(flat.argmax(-1), V).to(flat.dtype).view(logits.shape)
-    R = flat.shape[0]
-    full = lambda v, dt=torch.float32: torch.full((R,), v, dtype=dt)  # noqa: E731
-    scaled = filter_logits(flat / temperature, full(int(top_k), torch.int64), full(float(top_p)), full(float(min_p)))
-    return torch.softmax(scaled, -1).view(logits.shape)
+    return law_probs(flat, temperature, top_k, top_p, min_p).view(logits.shape)
 
 
 @torch.inference_mode()

@@ -22,7 +22,7 @@ import time
 import torch
 
 from sglang_ddtree import penalties
-from sglang_ddtree.budget import AutoWidth
+from sglang_ddtree.budget import AutoWidth, time_sampled_tail
 from sglang_ddtree.attention import choose
 from sglang_ddtree.round import Round, RoundHost, RoundOps
 from sglang_ddtree.round_config import RoundConfig
@@ -103,6 +103,7 @@ class DecodeRound:
             raise RuntimeError("DDTREE needs the target's lm_head weight (unquantized) for the draft head")
         shard = getattr(lm_head, "shard_indices", None)
         num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
+        self.vocab = int(getattr(lm_head, "org_vocab_size", num_org))  # the verify's full-vocabulary logits
         tp = {} if self.tp is None else dict(tp=self.tp, vocab=int(lm_head.org_vocab_size),
                                              vocab_start=int(shard.org_vocab_start_index))
         return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size, **tp,
@@ -220,13 +221,24 @@ class DecodeRound:
                 if t_draft is not None and t_verify is not None:
                     prior[(bs, w)] = t_draft + t_verify
         attention = self._attention_table(buckets or [1])
-        self.auto.set_costs(buckets, prior, attention)
+        tail = self._tail_table(buckets or [1])
+        self.auto.set_costs(buckets, prior, attention, tail)
         logger.info("DDTREE auto budget: verify widths %s, graphs at %s, start-up round cost (ms) %s; verify attention "
-                    "beyond prefix 1 (ms a round) %s",
+                    "beyond prefix 1 (ms a round) %s; sampled tail (ms a round) %s",
                     self.auto.widths, sorted(self.verify_runners),
                     {b: {w: round(prior[(b, w)] * 1e3, 3) for w in self.auto.widths if (b, w) in prior}
                      for b in buckets},
-                    {f"{b}x{w}": [(c, round(t * 1e3, 3)) for c, t in pts] for (b, w), pts in attention.items()})
+                    {f"{b}x{w}": [(c, round(t * 1e3, 3)) for c, t in pts] for (b, w), pts in attention.items()},
+                    {f"{b}x{w}": round(t * 1e3, 3) for (b, w), t in tail.items()})
+
+    def _tail_table(self, buckets) -> dict:
+        """{(bucket, width): seconds}: a sampled round's sample step (the drawn tree's, or the independent draws')
+        at every bucket and width, timed on the serving GPU (budget.time_sampled_tail); empty off CUDA."""
+        if self.device.type != "cuda" or self.round.backend != "cuda":
+            return {}
+        return {(bs, w): time_sampled_tail(self.round, bs, w, self.vocab, self.block_size - 1, self.head.k,
+                                           drawn=self.core.drawn)
+                for bs in buckets for w in self.auto.widths}
 
     def _attention_table(self, buckets) -> dict:
         """{(bucket, width): [(prefix, seconds a round beyond prefix 1)]}: the tree kernel's verify attention
@@ -302,6 +314,9 @@ class _ServerRound(RoundHost):
 
     def prefix(self) -> torch.Tensor:
         return self.batch.seq_lens
+
+    def sampled(self) -> bool:
+        return self.sgl.node_law(self.batch) is not None
 
     def slots(self, n: int) -> torch.Tensor:
         """Read from req_to_token before any graph of this round."""

@@ -197,3 +197,150 @@ def test_profiles_of_ddtree_and_dflash_at_one_concurrency_are_compared(tmp_path)
     assert titles == ["### ddtree_default (b) against dflash (a), c=1",
                       "### ddtree_default (b) against dflash_flashinfer (a), c=1"]
     assert "| round_us | 90.0 | 120.0 | 30.0 |" in md
+
+
+def _fake_servers(tmp_path, monkeypatch):
+    """ab.main against fake servers: the real bench_serving and profile code, the client's argv and the servers'
+    starts and stops recorded, a two-kernel trace written for every capture."""
+    ab = _load()
+    seen = {"argv": [], "started": [], "stopped": []}
+
+    class FakeServer:
+        def __init__(self, name, args, common, port, log_dir, profile_dir):
+            self.name, self.base, self.proc = name, f"http://{name}", None
+            seen["started"].append(name)
+
+        def stop(self):
+            seen["stopped"].append(self.name)
+
+    def fake_client(argv, log_path, a):
+        seen["argv"].append(argv)
+        res = {"output_throughput": 100.0, "median_tpot_ms": 1.0, "p99_ttft_ms": 10.0, "accept_length": 3.0}
+        open(argv[argv.index("--output-file") + 1], "w").write(json.dumps(res) + "\n")
+        return 0
+
+    def fake_post(url, payload=None, timeout=600):
+        if url.endswith("/start_profile"):
+            ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0.0, "dur": 5.0}]
+            path = pathlib.Path(payload["output_dir"]) / f"t{len(seen['argv'])}.trace.json"
+            path.write_text(json.dumps({"traceEvents": ev}))
+        return b"{}"
+
+    monkeypatch.setattr(ab, "Server", FakeServer)
+    monkeypatch.setattr(ab, "wait_ready", lambda base, proc, timeout: 0.0)
+    monkeypatch.setattr(ab, "run_client", fake_client)
+    monkeypatch.setattr(ab, "_post", fake_post)
+    monkeypatch.setattr(ab, "running_and_waiting", lambda base: (64, 0))
+    monkeypatch.setattr(ab.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ab, "plot", lambda rows, path: None)
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps(["x = 1"]))
+    args = ["--server", "a=", "--server", "b=", "--prompts-file", str(prompts), "--concurrency", "1", "4",
+            "--repeats", "2", "--profile-concurrency", "1", "--profile-steps", "1", "--bench-args=--common-flag"]
+    return ab, seen, args
+
+
+def test_traffics_measure_and_profile_each_server_under_every_traffic_in_one_start(tmp_path, monkeypatch):
+    """--traffic: each server is started once and measured (warm pass, then --repeats passes) under every traffic at
+    every concurrency, each pass with --bench-args then that traffic's flags, no file written twice; one profile
+    per server, traffic and concurrency, its load under that traffic's flags."""
+    ab, seen, args = _fake_servers(tmp_path, monkeypatch)
+    sampled = "--temperature 0.6 --top-p 0.95"
+    out = tmp_path / "o"
+    assert ab.main(["--out", str(out), *args, "--traffic", "greedy=", "--traffic", f"t06={sampled}"]) == 0
+    assert seen["started"] == ["a", "b"] and seen["stopped"] == ["a", "b"]
+    files = [argv[argv.index("--output-file") + 1] for argv in seen["argv"]]
+    assert len(files) == len(set(files)) == 2 * 2 * 2 * 3 + 4  # (warm + 2 passes) per row, one load per profile
+    for argv, f in zip(seen["argv"], files):
+        tail = " ".join(argv[argv.index("--common-flag"):])
+        assert tail == ("--common-flag " + sampled if "@t06_" in f else "--common-flag"), f
+    name = lambda f: pathlib.Path(f).name  # noqa: E731
+    assert [name(f) for f in files][:4] == ["bs_a@greedy_warm0_c1.jsonl", "bs_a@greedy_r0_c1.jsonl",
+                                            "bs_a@greedy_r1_c1.jsonl", "bs_a@greedy_warm0_c4.jsonl"]
+    assert name(files[6]) == "bs_a@t06_warm0_c1.jsonl" and "bs_a@t06_c1_prof_c1.jsonl" in map(name, files)
+    report = json.loads((out / "ab.json").read_text())
+    assert report["traffics"] == {"greedy": "", "t06": sampled}
+    assert sorted((r["server"], r["traffic"], r["concurrency"]) for r in report["rows"]) == sorted(
+        (s, t, c) for s in "ab" for t in ("greedy", "t06") for c in (1, 4))
+    assert {k: (p["server"], p["traffic"], p["concurrency"]) for k, p in report["profiles"].items()} == {
+        f"{s}@{t}_c1": (s, t, 1) for s in "ab" for t in ("greedy", "t06")}
+    assert "| a [t06] | prompts | 4 |" in (out / "ab.md").read_text()
+    titles = [x for x in (out / "ab_profiles.md").read_text().splitlines() if x.startswith("### ")]
+    assert titles == ["### a t06 (b) against a greedy (a), c=1", "### b t06 (b) against b greedy (a), c=1"]
+
+
+def test_without_traffics_the_report_is_as_before(tmp_path, monkeypatch):
+    ab, seen, args = _fake_servers(tmp_path, monkeypatch)
+    out = tmp_path / "o"
+    assert ab.main(["--out", str(out), *args]) == 0
+    report = json.loads((out / "ab.json").read_text())
+    assert "traffics" not in report and {r["traffic"] for r in report["rows"]} == {None}
+    assert sorted(report["profiles"]) == ["a_c1", "b_c1"]
+    assert all(argv[-1] == "--common-flag" for argv in seen["argv"])
+    assert "| a | prompts | 4 |" in (out / "ab.md").read_text()
+
+
+def test_interleaved_traffics_take_turns_within_each_traffic(tmp_path, monkeypatch):
+    """--interleave with traffics: the traffic is the outer loop, the servers take turns inside it."""
+    ab, seen, args = _fake_servers(tmp_path, monkeypatch)
+    assert ab.main(["--out", str(tmp_path / "o"), *args, "--start-all", "--interleave", "--traffic", "g=",
+                    "--traffic", "t1=--temperature 1.0"]) == 0
+    tags = [pathlib.Path(argv[argv.index("--output-file") + 1]).name for argv in seen["argv"]]
+    assert tags[:6] == ["bs_a@g_warm0_c1.jsonl", "bs_b@g_warm0_c1.jsonl", "bs_a@g_r0_c1.jsonl",
+                        "bs_b@g_r0_c1.jsonl", "bs_b@g_r1_c1.jsonl", "bs_a@g_r1_c1.jsonl"]
+    measured = [t for t in tags if "_prof_" not in t]
+    assert max(i for i, t in enumerate(measured) if "@g_" in t) < min(i for i, t in enumerate(measured) if "@t1_" in t)
+    report = json.loads((tmp_path / "o" / "ab.json").read_text())
+    assert len(report["rows"]) == 8 and len(report["profiles"]) == 4
+
+
+def test_traffic_names_are_plain_words_given_once(tmp_path):
+    ab = _load()
+    with pytest.raises(SystemExit):
+        ab.main(["--out", str(tmp_path), "--server", "a=", "--prompts-file", "p.json", "--traffic", "t/1=--x"])
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps(["x = 1"]))
+    with pytest.raises(SystemExit):
+        ab.main(["--out", str(tmp_path), "--server", "a=", "--prompts-file", str(prompts), "--traffic", "g=",
+                 "--traffic", "g=--temperature 1.0"])
+
+
+def _prof(us):
+    return {"round_us": us, "kernel_us_by_name": {"gemm": [us / 2, 1.0]}}
+
+
+def test_profiles_pair_a_servers_sampled_round_with_its_greedy_one_and_a_server_with_its_before_twin(tmp_path):
+    """Pairs only at one concurrency: under one traffic, each server against DFLASH and against its _before twin;
+    across traffics, only a server's sampled round against its own greedy round ("greedy" by name, not order)."""
+    ab = _load()
+    profiles = {f"{s}@{t}_c{c}": {**_prof(100.0), "server": s, "traffic": t, "concurrency": c}
+                for s in ("dflash", "ddtree_default", "ddtree_default_before") for t in ("t06", "greedy") for c in (1,)}
+    profiles["ddtree_default@t06_c16"] = {**_prof(300.0), "server": "ddtree_default", "traffic": "t06",
+                                          "concurrency": 16}
+    # a merged report's key suffix: the stored fields, not the key, say which round it is
+    profiles["dflash@t06_c1 (call2)"] = profiles.pop("dflash@t06_c1")
+    ab.write_outputs({"rows": [], "profiles": profiles, "traffics": {"t06": "--temperature 0.6", "greedy": ""}},
+                     str(tmp_path))
+    titles = {x[4:] for x in (tmp_path / "ab_profiles.md").read_text().splitlines() if x.startswith("### ")}
+    assert titles == {
+        "ddtree_default greedy (b) against dflash greedy (a), c=1",
+        "ddtree_default_before greedy (b) against dflash greedy (a), c=1",
+        "ddtree_default t06 (b) against dflash t06 (a), c=1",
+        "ddtree_default_before t06 (b) against dflash t06 (a), c=1",
+        "dflash t06 (b) against dflash greedy (a), c=1",
+        "ddtree_default t06 (b) against ddtree_default greedy (a), c=1",
+        "ddtree_default_before t06 (b) against ddtree_default_before greedy (a), c=1",
+        "ddtree_default greedy (b) against ddtree_default_before greedy (a), c=1",
+        "ddtree_default t06 (b) against ddtree_default_before t06 (a), c=1"}
+    # no traffic named greedy: the first given is the reference
+    assert "b t1 (b) against b t06 (a)" in ab.profile_comparisons(
+        {f"b@{t}_c1": {**_prof(1.0), "server": "b", "traffic": t, "concurrency": 1} for t in ("t1", "t06")},
+        {"t06": "--temperature 0.6", "t1": "--temperature 1.0"})
+
+
+def test_old_profile_keys_still_pair_with_the_before_twin():
+    ab = _load()
+    md = ab.profile_comparisons({"ddtree_b16_c1": _prof(100.0), "ddtree_b16_before_c1": _prof(90.0),
+                                 "ddtree_b16_c1 (call2)": _prof(95.0)})
+    titles = [x for x in md.splitlines() if x.startswith("### ")]
+    assert titles == ["### ddtree_b16 (b) against ddtree_b16_before (a), c=1"] * 2

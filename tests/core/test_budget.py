@@ -316,7 +316,7 @@ def test_auto_width_choice_survives_drift_and_stalls():
     slower = _run(auto, clock, {16: 6.0, 32: 6.0, 64: 6.0}, 20)
     assert before[-10:] == slower[:10] and slower == [64] * 20
     assert auto.beyond_graphs(1) == pytest.approx(6.0 - 0.33)
-    auto._measure(1, 64, 1, 600.0)
+    auto._measure(1, 64, 1, False, 600.0)
     assert auto.beyond_graphs(1) == pytest.approx(6.0 - 0.33)
     assert _run(auto, clock, {16: 6.0, 32: 6.0, 64: 6.0}, 3)[-1] == 64
     # what the tiny pair's server showed: passes (a prefill between them) at host speeds drifting 2x apart,
@@ -404,3 +404,27 @@ def test_auto_width_prices_the_verify_attention_at_the_batch_context():
         auto.choose(1, context=8193)
         clock.t += 1.0 + 1.0 + 0.5
     assert auto.beyond_graphs(1) == pytest.approx(0.5)
+
+
+def test_auto_width_prices_a_sampled_round_by_its_tail_and_its_own_host_time():
+    """A round with a sampled request adds the sampled tail's start-up time S (bucket, width) to its graphs and
+    learns its own time beyond them. Greedy rounds at a 1.5 s period and sampled ones at 3.5 s keep two medians (one
+    median for both, as before, would price greedy rounds at the sampled host's cost); a tail that grows with the
+    width moves the sampled choice to the narrower width while greedy rounds keep the widest."""
+    from sglang_ddtree.budget import AutoWidth
+
+    clock = _Clock()
+    auto = AutoWidth([16, 64], [1], {(1, 16): 1.0, (1, 64): 1.0}, clock=clock)
+    auto.set_costs([1], {(1, 16): 1.0, (1, 64): 1.0}, None, {(1, 16): 0.5, (1, 64): 2.0})
+    auto.publish(torch.tensor([[6.0, 8.0]]))
+    for sampled, period in ((False, 1.5), (True, 3.5)) * 20:
+        w = auto.choose(1, sampled=sampled)
+        clock.t += period + (auto.tail_cost(1, w, sampled) if sampled else 0.0)
+    assert auto.beyond_graphs(1, sampled=False) == pytest.approx(0.5)
+    assert auto.beyond_graphs(1, sampled=True) == pytest.approx(2.5)
+    assert auto.cost(1, 64, sampled=True) == pytest.approx(1.0 + 2.0 + 2.5)
+    assert auto.choose(1, sampled=False) == 64  # 8 / 1.5 > 6 / 1.5
+    assert auto.choose(1, sampled=True) == 16   # 6 / 4.0 > 8 / 5.5
+    assert auto.summary()[1][64]["sampled_cost_ms"] == pytest.approx(5500.0)
+    with pytest.raises(ValueError, match="tail"):
+        auto.set_costs([1], {}, None, {(1, 16): -1.0})

@@ -11,11 +11,11 @@ import pytest
 import torch
 from scipy import stats
 
-from sglang_ddtree import accept_tree, rejection
+from sglang_ddtree import accept_tree, reference, rejection
 from sglang_ddtree.sampling import gumbel_noise, uniform_noise
 from sglang_ddtree.reference import chain_rejection_reference, node_rejection_reference
 from sglang_ddtree.round import RoundOps
-from sglang_ddtree.sampling import NodeLaw
+from sglang_ddtree.sampling import NodeLaw, law_rows_torch
 from sglang_ddtree.tree import build_tree_from_topk
 
 OPS = RoundOps("cpu")
@@ -40,11 +40,12 @@ def draft_from(q_logits, g):
     return pick, q
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_equals_the_reference_on_the_same_random_numbers(seed):
-    """Random laws (float64 target logits, a draft law over K of V candidates; most targets far from the draft,
-    with masked entries, a third equal to it), the Philox streams the module documents: the committed count and bonus equal the
-    reference's for every request, and the walk over the path commits exactly drafted[:a] + [bonus]."""
+@pytest.mark.parametrize("seed,dtype", [(0, torch.float64), (1, torch.float64), (2, torch.float32), (3, torch.float32)])
+def test_equals_the_reference_on_the_same_random_numbers(seed, dtype):
+    """Random laws (target logits, a draft law over K of V candidates; most targets far from the draft, with masked
+    entries, a third equal to it), the Philox streams the module documents: the committed count and bonus equal the
+    reference's for every request, and the walk over the path commits exactly drafted[:a] + [bonus]. float64 logits
+    take the torch definition, float32 ones the native CPU ops (the reference's law in float64 either way)."""
     g = torch.Generator().manual_seed(seed)
     B, L, K, V = 400, 5, 6, 11
     logits = torch.randn(B, L + 1, V, generator=g, dtype=torch.float64) * (1 + 3 * torch.rand(B, 1, 1, generator=g,
@@ -59,7 +60,8 @@ def test_equals_the_reference_on_the_same_random_numbers(seed):
     same = torch.arange(B) % 3 == 0  # a third of the targets equal to the draft (p = q: every token accepted)
     dense = torch.zeros(B, L, V, dtype=torch.float64).scatter_(-1, cand, qk.double())
     logits[same, :L] = (dense[same].log() * T)
-    targets = rejection.rejection_targets(OPS, logits, law(B, T), path_tree(drafted), (cand, qk), seeds, step)
+    logits = logits.to(dtype).double()  # the law the ops read
+    targets = rejection.rejection_targets(OPS, logits.to(dtype), law(B, T), path_tree(drafted), (cand, qk), seeds, step)
 
     u = torch.stack([uniform_noise(seeds, step, torch.full_like(seeds, rejection.ACCEPT_STREAM + i), 1)[:, 0]
                      for i in range(L)], 1).double().numpy()
@@ -137,10 +139,14 @@ def _emitted_pairs() -> np.ndarray:
     return (toks[:, 0] * V + y2).numpy()
 
 
-def _gof_pvalue(cells: np.ndarray) -> float:
+def _gof_pvalue(cells: np.ndarray, top_p: float = 1.0) -> float:
+    """Chi-square p-value of the emitted pairs against the target's joint law (each node's law filtered by top_p)."""
     first, second, _, _ = _laws()
-    joint = (torch.softmax(first, -1)[:, None] * torch.softmax(second, -1)).flatten().numpy()
-    return stats.chisquare(np.bincount(cells, minlength=V * V), joint * len(cells)).pvalue
+    law_of = lambda x: reference.filtered_law(x.numpy(), 1.0, 0, top_p, 0.0)  # noqa: E731
+    joint = (law_of(first)[:, None] * np.stack([law_of(row) for row in second])).flatten()
+    counts = np.bincount(cells, minlength=V * V)
+    assert counts[joint == 0].sum() == 0  # nothing the law drops is ever emitted
+    return stats.chisquare(counts[joint > 0], joint[joint > 0] * len(cells)).pvalue
 
 
 def test_emitted_tokens_follow_the_target():
@@ -337,8 +343,9 @@ def test_drawn_targets_equal_the_node_reference(seed):
 # emitted tokens follow the target's joint law; N = 30,000 requests, chi-square goodness of fit over the 25 cells.
 # The seeded biases it must catch: seed_bias's three.
 
-def _drawn_pairs(round_ops=OPS) -> np.ndarray:
-    """The first two emitted tokens of N drawn rounds, on round_ops' device and backend."""
+def _drawn_pairs(round_ops=OPS, dtype=torch.float64, top_p=1.0) -> np.ndarray:
+    """The first two emitted tokens of N drawn rounds, on round_ops' device and backend: float64 logits take the
+    torch definition, 16/32-bit ones the native ops; top_p < 1 filters every node's law."""
     dev = round_ops.device
     first, second, _, _ = (t.to(dev) for t in _laws())
     g = torch.Generator().manual_seed(11)
@@ -349,23 +356,58 @@ def _drawn_pairs(round_ops=OPS) -> np.ndarray:
     seeds = torch.arange(N, dtype=torch.int64, device=dev)
     step = torch.zeros_like(seeds)
     rule = law(N)
-    rule = NodeLaw(*(t.to(dev) for t in (rule.temperatures, rule.top_ks, rule.top_ps, rule.min_ps)), filtered=False)
+    rule = NodeLaw(*(t.to(dev) for t in (rule.temperatures, rule.top_ks, rule.top_ps.fill_(top_p), rule.min_ps)),
+                   filtered=top_p < 1)
     drawn, draft = rejection.draw_children(round_ops, tree, lp, ids, rule, seeds, step)
     # node logits: the root's law, a depth-1 node's law after its token; deeper nodes (unread here) uniform
     logits = torch.where((drawn.depths == 1).unsqueeze(-1), second[drawn.tokens.clamp(max=V - 1)],
                          torch.zeros(N, drawn.n, V, dtype=torch.float64, device=dev))
     logits[:, 0] = first
-    targets = rejection.rejection_targets(round_ops, logits.float() if dev.type == "cuda" else logits, rule, drawn,
-                                          draft, seeds, step)
+    targets = rejection.rejection_targets(round_ops, logits.to(dtype), rule, drawn, draft, seeds, step)
     res = accept_tree(drawn, targets)
     toks = res.accepted_tokens.cpu()
-    nxt = torch.multinomial(torch.softmax(second.cpu()[toks[:, 0]], -1), 1, generator=g)[:, 0]
+    after = torch.tensor(np.stack([reference.filtered_law(row.numpy(), 1.0, 0, top_p, 0.0) for row in second.cpu()]))
+    nxt = torch.multinomial(after[toks[:, 0]], 1, generator=g)[:, 0]
     y2 = torch.where(res.accept_len.cpu() >= 2, toks[:, 1], nxt)
     return (toks[:, 0] * V + y2).numpy()
 
 
 def test_drawn_tree_emits_the_target():
     assert _gof_pvalue(_drawn_pairs()) > 1e-3
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_drawn_tree_emits_the_target_through_the_native_ops(top_p):
+    """The same law test through the native CPU ops (law_rows, drawn_targets: float32 logits), unfiltered and under
+    top-p 0.8 (the joint law of the filtered target; a dropped token never emitted). The ops equal the definition
+    the seeded biases are shown on (test_native_walk_equals_the_definition)."""
+    assert _gof_pvalue(_drawn_pairs(dtype=torch.float32, top_p=top_p), top_p) > 1e-3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_native_walk_equals_the_definition(seed):
+    """The native ops (the walk from the root, each node's tests, one bonus where it stops) and the definition
+    (every node's target: drawn_targets_torch) on the same float32 logits, mixed laws (greedy, temperature only,
+    top-k, top-p, min-p) and random numbers: the same target at every node of the walk, so the same commit."""
+    tree, lp, ids, _, seeds, step, logits = drawn_case(seed)
+    B = tree.tokens.shape[0]
+    pick = lambda *v: torch.tensor([v[i % len(v)] for i in range(B)])  # noqa: E731
+    mixed = NodeLaw(pick(0.0, 0.8, 1.0, 0.6, 1.2).float(), pick(0, 0, 3, 0, 0), pick(1.0, 1.0, 1.0, 0.7, 1.0).float(),
+                    pick(0.0, 0.0, 0.0, 0.0, 0.2).float())
+    drawn, draft = rejection.draw_children(OPS, tree, lp, ids, mixed, seeds, step)
+    x = logits.float()
+    native = rejection.rejection_targets(OPS, x, mixed, drawn, draft, seeds, step)
+    rows = law_rows_torch(x, mixed)
+    want = rejection.drawn_targets_torch(x, mixed, rows, drawn, draft, seeds, step)
+    a, b = accept_tree(drawn, native), accept_tree(drawn, want)
+    assert torch.equal(a.accept_len, b.accept_len) and torch.equal(a.accepted_tokens, b.accepted_tokens)
+    assert torch.equal(a.bonus, b.bonus)
+    walked = torch.zeros_like(native, dtype=torch.bool)
+    for r in range(B):
+        walked[r, a.accept_index[r, :int(a.accept_len[r])].long()] = True
+    assert torch.equal(native[walked], want[walked])
+    sampled = ~mixed.greedy()
+    assert (a.accept_len[sampled] >= 2).sum() > 10 and (a.accept_len[sampled] == 1).sum() > 5  # both branches
 
 
 @pytest.mark.parametrize("bias", ["bonus from p", "accept all", "q kept"])

@@ -130,6 +130,9 @@ def test_sampling_matches_ar_distribution(engine, ar_samples, method, kw):
 
 
 def test_sampling_test_catches_a_walk_that_accepts_every_draft(engine, ar_samples, monkeypatch):
+    """The mutation reaches the definition (rejection.drawn_targets_torch), which the round takes here; the native
+    ops equal it (tests/core/test_rejection.py: test_native_walk_equals_the_definition)."""
+    monkeypatch.setattr(rejection, "_native", lambda round_ops, logits: False)
     monkeypatch.setattr(rejection, "accept_children", lambda pc, rest, q, kids, pos, seed, step: (kids[..., 0], pc))
     assert min_pvalue_bonferroni(samples(engine, "walk", 20_000_000), ar_samples) < 1e-3
 

@@ -112,7 +112,7 @@ def test_the_test_catches_a_node_reusing_its_parents_noise(engine, monkeypatch):
     monkeypatch.setattr(engine_mod._EngineBatch, "adjust_logits",
                         lambda self, logits, tree: parents.__setitem__("p", tree.parents))
 
-    def sample_with_parents_noise(self, logits, seed, step, stream=0, temperatures=None):
+    def sample_with_parents_noise(self, logits, seed, step, stream=0, temperatures=None, boundary=None):
         B, n, V = logits.shape
         if n == 1:  # the prefill's root draw
             nodes = torch.zeros(B, dtype=torch.int64)
@@ -120,7 +120,8 @@ def test_the_test_catches_a_node_reusing_its_parents_noise(engine, monkeypatch):
             nodes = stream + parents["p"][:, :n].clamp(min=0).to(torch.int64).reshape(-1)
         temps = 1.0 if temperatures is None else temperatures.float().repeat_interleave(n)
         return sample_rows_torch(logits.reshape(B * n, V).float(), temps, seed.repeat_interleave(n),
-                                 step.repeat_interleave(n), nodes).view(B, n)
+                                 step.repeat_interleave(n), nodes, None if boundary is None else boundary.reshape(-1)
+                                 ).view(B, n)
 
     monkeypatch.setattr(RoundOps, "sample_tokens", sample_with_parents_noise)
     got = draws(engine, "T1", 20_000_000, **METHODS["paper"])
@@ -132,7 +133,10 @@ def test_the_test_catches_drawn_children_accepted_unverified(engine, monkeypatch
     """The mutation: a drawn tree's first child is accepted wherever it exists (the drafter's law emitted where it
     should be the target's); everything else is the default's T = 1 run. The verify's subtler biases (the residual
     from p, q not renormalised after a rejection) move this law too little to see here, where the calibrated draft is
-    close to the target: tests/core/test_rejection.py catches them on a law known exactly."""
+    close to the target: tests/core/test_rejection.py catches them on a law known exactly. The round takes the
+    definition (rejection.drawn_targets_torch) for the mutation to reach it; the native ops equal the definition
+    (tests/core/test_rejection.py: test_native_walk_equals_the_definition)."""
+    monkeypatch.setattr(rejection, "_native", lambda round_ops, logits: False)
     monkeypatch.setattr(rejection, "accept_children", lambda pc, rest, q, kids, pos, seed, step: (kids[..., 0], pc))
     got = draws(engine, "T1", 30_000_000, **METHODS["default"])
     p = pvalue(got, ar_draws(engine, "T1"), engine.target.config.vocab_size)

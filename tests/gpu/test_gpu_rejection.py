@@ -1,6 +1,6 @@
-"""A drawn tree's CUDA ops (kernels/tree_rejection.cu: draw_tree, tree_rejection) against their definitions in
-rejection.py (the CPU backend) on the same inputs, and the law test of tests/core/test_rejection.py through the
-CUDA ops (docs/DESIGN.md §3.12).
+"""A drawn tree's CUDA ops (kernels/tree_rejection.cu: draw_tree, drawn_targets; kernels/law_rows.cu) against the
+CPU backend on the same inputs, and the law test of tests/core/test_rejection.py through the CUDA ops
+(docs/DESIGN.md §3.12).
 
 The CUDA Gumbel noise takes logf where the CPU takes its libm log (kernels/tree_accept.cu: within 1 ulp), and the
 float64 sums run in another order, so a draw or a test can differ where two values lie within a few ulp of each
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpu_tree_util import load
-from sglang_ddtree import build_tree_from_topk, rejection
+from sglang_ddtree import accept_tree, build_tree_from_topk, rejection
 from sglang_ddtree.round import RoundOps
 from sglang_ddtree.sampling import NodeLaw
 
@@ -53,8 +53,8 @@ def test_draw_tree_equals_its_definition(K, budget):
 @pytest.mark.parametrize("filtered", [False, True])
 def test_cuda_round_targets_equal_the_cpu_backend(filtered):
     """Drawn trees of real shape (budget 31 over k 31 keys, V 32k, a mixed greedy / sampled batch, filters):
-    the CUDA backend's draws and targets (the ops draw_tree, tree_rejection) against the CPU backend's on the same
-    float32 logits."""
+    the CUDA backend's draws and walk (the ops draw_tree, law_rows, drawn_targets) against the CPU backend's (the
+    native CPU ops) on the same float32 logits: the same commit (accepted nodes and bonus)."""
     load()
     tree, lp, ids, law, seed, step, logits = _case(16, 7, 31, 32000, 31, int(filtered), filtered)
     out = {}
@@ -62,19 +62,21 @@ def test_cuda_round_targets_equal_the_cpu_backend(filtered):
         ops = RoundOps(dev)
         lw = NodeLaw(*_on(dev, law.temperatures, law.top_ks, law.top_ps, law.min_ps), filtered=filtered)
         drawn, draft = rejection.draw_children(ops, tree.to(dev), *_on(dev, lp, ids), lw, *_on(dev, seed, step))
-        out[dev] = (drawn.tokens.cpu(), rejection.rejection_targets(ops, logits.to(dev), lw, drawn, draft,
-                                                                   *_on(dev, seed, step)).cpu())
+        targets = rejection.rejection_targets(ops, logits.to(dev), lw, drawn, draft, *_on(dev, seed, step))
+        res = accept_tree(drawn, targets)
+        out[dev] = (drawn.tokens.cpu(), res.accept_len.cpu(), res.accepted_tokens.cpu())
     rows = (out["cuda"][0] == out["cpu"][0]).all(-1)
     assert rows.float().mean() > 0.9
-    agree = (out["cuda"][1][rows] == out["cpu"][1][rows]).float().mean()
-    assert agree > 0.995, float(agree)
+    same = (out["cuda"][1] == out["cpu"][1]) & (out["cuda"][2] == out["cpu"][2]).all(-1)
+    assert same[rows].float().mean() > 0.99, float(same[rows].float().mean())
     sampled = ~law.greedy()
-    assert (out["cpu"][1][sampled] != logits.argmax(-1)[sampled]).any()  # not the argmax: sampled
+    assert (out["cpu"][1][sampled] >= 2).any() and (out["cpu"][2][sampled, 0] != logits[sampled, 0].argmax(-1)).any()
 
 
-def test_drawn_law_through_the_cuda_ops():
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_drawn_law_through_the_cuda_ops(top_p):
     """tests/core/test_rejection.py's law test (N = 30,000 two-level rounds, chi-square goodness of fit to the
-    exact joint law) with the CUDA ops."""
+    exact joint law, unfiltered and under top-p 0.8) with the CUDA ops."""
     load()
     import sys
     from pathlib import Path
@@ -82,4 +84,4 @@ def test_drawn_law_through_the_cuda_ops():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
     import test_rejection as T
 
-    assert T._gof_pvalue(T._drawn_pairs(RoundOps("cuda"))) > 1e-3
+    assert T._gof_pvalue(T._drawn_pairs(RoundOps("cuda"), dtype=torch.float32, top_p=top_p), top_p) > 1e-3

@@ -460,7 +460,7 @@ def test_auto_budget_round_at_width_w_is_the_fixed_budget_w_minus_1_round(releas
             assert rnd.core.width(3, 1.0) == 4  # nothing predicted yet: the chain's width
             rnd.auto.round -= 1
         contexts = []
-        rnd.auto.choose = lambda bs, context=1, w=width: contexts.append(context) or w
+        rnd.auto.choose = lambda bs, context=1, sampled=False, w=width: contexts.append(context) or w
         got = rnd.decode(batch, None)
         assert contexts == [pytest.approx((5 + 9 + 12) / 3)]  # the batch's mean prefix prices the verify
         assert rnd.auto._expected.landed()  # this round's prediction is on its way to a later round's choice
