@@ -70,7 +70,7 @@ def test_cuda_round_targets_equal_the_cpu_backend(filtered):
     same = (out["cuda"][1] == out["cpu"][1]) & (out["cuda"][2] == out["cpu"][2]).all(-1)
     assert same[rows].float().mean() > 0.99, float(same[rows].float().mean())
     sampled = ~law.greedy()
-    assert (out["cpu"][1][sampled] >= 2).any() and (out["cpu"][2][sampled, 0] != logits[sampled, 0].argmax(-1)).any()
+    assert (out["cpu"][2][sampled, 0] != logits[sampled, 0].argmax(-1)).any()  # sampled: not always the argmax
 
 
 @pytest.mark.parametrize("top_p", [1.0, 0.8])
