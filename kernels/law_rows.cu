@@ -1,15 +1,17 @@
 // Every tree node's law in one launch, without sorting the vocabulary (kernels/law_rule.h defines the law; the
 // torch definition is sglang_ddtree/sampling.py:law_rows_torch). One block per row:
 //   pass 1   the argmax (and whether the row is degenerate)
-//   pass 2   Z, the counts of e > 0 and e >= min_p, and, in a row its request filters, a histogram of the tokens'
-//            count and mass over the top 11 bits of their rank key
-//   descent  the bucket that holds the last kept token (the lowest bucket whose first token the rule keeps), then
-//            its 11-bit sub-buckets, one pass each, until it holds at most kGather tokens; those are gathered into
-//            shared memory and ranked there (each token's rank and mass before it are counts and sums over the
-//            bucket: integer, so the order threads meet them in cannot change them)
-// A row whose request sets no filter takes two passes; a filtered one two plus one a level (two levels for
-// distinct float32 logits, more only for long runs of equal logits), plus the gather. Rows live in L2 between
-// passes.
+//   pass 2   Z, the counts of e > 0 and e >= min_p, and, in a row its request filters, a histogram of count and
+//            mass over the tokens' distance below the top score, d = s_max - s, in bins of 1/8 (an interval of the
+//            rank order each: d grows as x falls). A token with d > F ln 2 has mass exactly 0 (E = floor(e 2^F)):
+//            it takes no exp and no histogram atomic, only a count ("far"): a real row's tail, most of its tokens
+//   descent  the lowest bin (or the far tokens, last) whose first token the rule keeps holds the last kept token;
+//            while it holds more than kGather tokens, histograms of its rank keys' next 11 bits narrow it, one pass
+//            each; then its tokens are gathered into shared memory and ranked there (each token's rank and mass
+//            before it are counts and sums over the bucket: integer, so the order threads meet them in cannot
+//            change them)
+// A row whose request sets no filter takes two passes; a filtered one three (long runs of equal logits, a few more).
+// Rows live in L2 between passes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -27,6 +29,13 @@ constexpr int kThreads = 512;
 constexpr int kDigitBits = 11;
 constexpr int kBuckets = 1 << kDigitBits;
 constexpr int kGather = 1024;
+constexpr double kBinsPerNat = 8.0;  // the first level's bins over d = s_max - s; F ln 2 <= 62 ln 2 < 43 nats: 344 bins
+constexpr int kFar = kBuckets - 1;   // the far tokens' bucket (last in the order: mass 0)
+
+// The first level's bucket of a token d = s_max - s below the top score, or kFar.
+__device__ __forceinline__ int bin_of(double d, double cut) {
+  return d > cut ? kFar : static_cast<int>(d * kBinsPerNat);
+}
 
 // The rank key made unsigned with its order kept (the histograms' digits).
 __device__ __forceinline__ uint64_t ukey(float x, int64_t j) {
@@ -136,21 +145,27 @@ __global__ void __launch_bounds__(kThreads) law_rows_kernel(const T* __restrict_
   const bool filtered = law_filtered(top_k, top_p, min_p, V);
   const int F = mass_bits(V);
 
-  // pass 2: Z and the counts; the first level's histogram
+  // pass 2: Z and the counts; the first level's histogram over d (near tokens only)
   for (int i = tid; i < kBuckets; i += blockDim.x) { sh.cnt[i] = 0; sh.mass[i] = 0; }
   __syncthreads();
-  long long z = 0, npos = 0, nmin = 0;
+  const double cut = F * 0.6931471805599453 + 1e-6;  // d > cut: exp(-d) < 2^-F, so E = 0 (law_rule.h's mass)
+  const double log_min_p = min_p > 0.f ? log(static_cast<double>(min_p)) - 1e-6 : 0.0;
+  long long z = 0, npos = 0, nmin = 0, near = 0;
   for (int64_t base = 0; base < V; base += blockDim.x) {  // uniform trip count: hist_add is warp-wide
     const int64_t j = base + tid;
     const bool in = j < V;
-    const float xv = in ? to_f32(x[j]) : -INFINITY;
-    const double e = in ? law_weight(div_rn(xv, t), s_max) : 0.0;
+    const double d = in ? static_cast<double>(s_max) - static_cast<double>(div_rn(to_f32(x[j]), t)) : INFINITY;
+    const bool is_near = in && !(d > cut);
+    const double e = is_near ? exp(-d) : 0.0;  // law_weight's exp(s - s_max), where it can be nonzero in fixed point
     const int64_t E = fixed_mass(e, F);
     z += E;
-    npos += e > 0.0;
-    nmin += in && e >= static_cast<double>(min_p);
+    near += is_near;
+    npos += in && (is_near || d < 745.0 || exp(-d) > 0.0);
+    nmin += in && (!(min_p > 0.f) || (is_near ? e >= static_cast<double>(min_p)
+                                              : (-d >= log_min_p && exp(-d) >= static_cast<double>(min_p))));
     if (filtered)
-      hist_add(sh.cnt, sh.mass, static_cast<int>(ukey(xv, j) >> (64 - kDigitBits)), static_cast<unsigned long long>(E), in);
+      hist_add(sh.cnt, sh.mass, is_near ? static_cast<int>(d * kBinsPerNat) : kFar, static_cast<unsigned long long>(E),
+               is_near);
   }
   const long long Z = block_sum(z, sh.red);
   if (!filtered) {
@@ -158,54 +173,74 @@ __global__ void __launch_bounds__(kThreads) law_rows_kernel(const T* __restrict_
     return;
   }
   const long long count_pos = block_sum(npos, sh.red), count_min = block_sum(nmin, sh.red);
+  const long long far = V - block_sum(near, sh.red);
   const LawLimits lim = law_limits(top_k, top_p, V, count_pos, min_p > 0.f ? count_min : V, Z);
 
-  // the descent: `top` bits of the key are fixed (prefix); the histogram holds the next digit of the tokens under it
+  // the first level: the lowest bin (far last) whose first token is kept (monotone: stop at the first refusal)
+  if (tid == 0) {
+    if (far > 0) sh.cnt[kFar] = static_cast<int>(far);
+    long long ac = 0, am = 0, cac = 0, cam = 0;
+    int chosen = -1;
+    for (int b2 = 0; b2 < kBuckets; ++b2) {
+      if (sh.cnt[b2] == 0) continue;
+      if (!law_keeps(ac, am, lim)) break;
+      chosen = b2; cac = ac; cam = am;
+      ac += sh.cnt[b2];
+      am += static_cast<long long>(sh.mass[b2]);
+    }
+    sh.chosen = chosen;  // never -1: the first token is always kept
+    sh.above_cnt = cac;
+    sh.above_mass = cam;
+    sh.ngather = 0;
+  }
+  __syncthreads();
+  const int bin = sh.chosen;
+  // then the rank keys' bits, among the chosen bin's tokens: `top` bits of the key are fixed (prefix)
   uint64_t prefix = 0;
   int top = 64;
-  if (tid == 0) { sh.above_cnt = 0; sh.above_mass = 0; }
-  while (true) {
-    const int lo = top - kDigitBits > 0 ? top - kDigitBits : 0;
+  bool gather = sh.cnt[bin] <= kGather;
+  while (!gather) {
     __syncthreads();
-    if (tid == 0) {  // the lowest non-empty bucket whose first token is kept (monotone: stop at the first refusal)
-      long long ac = sh.above_cnt, am = sh.above_mass;
-      int chosen = -1;
-      long long cac = ac, cam = am;
-      for (int d = (1 << (top - lo)) - 1; d >= 0; --d) {
-        if (sh.cnt[d] == 0) continue;
-        if (!law_keeps(ac, am, lim)) break;
-        chosen = d; cac = ac; cam = am;
-        ac += sh.cnt[d];
-        am += static_cast<long long>(sh.mass[d]);
-      }
-      sh.chosen = chosen;
-      sh.above_cnt = cac;
-      sh.above_mass = cam;
-      sh.ngather = 0;
-    }
-    __syncthreads();
-    const int chosen = sh.chosen;  // never -1: the previous level's bucket starts with a kept token
-    prefix = (prefix << (top - lo)) | static_cast<uint64_t>(chosen);
-    const bool gather = sh.cnt[chosen] <= kGather || lo == 0;
-    top = lo;
-    __syncthreads();
-    if (gather) break;
     for (int i = tid; i < kBuckets; i += blockDim.x) { sh.cnt[i] = 0; sh.mass[i] = 0; }
     __syncthreads();
-    const int nlo = top - kDigitBits > 0 ? top - kDigitBits : 0;
+    const int lo = top - kDigitBits > 0 ? top - kDigitBits : 0;
     for (int64_t base = 0; base < V; base += blockDim.x) {
       const int64_t j = base + tid;
       const float xv = j < V ? to_f32(x[j]) : 0.f;
+      const double d = static_cast<double>(s_max) - static_cast<double>(div_rn(xv, t));
       const uint64_t k = ukey(xv, j);
-      const bool in = j < V && (k >> top) == prefix;
-      const int d = static_cast<int>((k >> nlo) & ((1ull << (top - nlo)) - 1));
+      const bool in = j < V && bin_of(d, cut) == bin && (top == 64 || (k >> top) == prefix);
+      const int dg = static_cast<int>((k >> lo) & ((1ull << (top - lo)) - 1));
       const unsigned long long E = in ? fixed_mass(law_weight(div_rn(xv, t), s_max), F) : 0;
-      hist_add(sh.cnt, sh.mass, d, E, in);
+      hist_add(sh.cnt, sh.mass, dg, E, in);
     }
+    __syncthreads();
+    if (tid == 0) {  // the lowest non-empty bucket whose first token is kept
+      long long ac = sh.above_cnt, am = sh.above_mass, cac = ac, cam = am;
+      int chosen = -1;
+      for (int dg = (1 << (top - lo)) - 1; dg >= 0; --dg) {
+        if (sh.cnt[dg] == 0) continue;
+        if (!law_keeps(ac, am, lim)) break;
+        chosen = dg; cac = ac; cam = am;
+        ac += sh.cnt[dg];
+        am += static_cast<long long>(sh.mass[dg]);
+      }
+      sh.chosen = chosen;  // never -1: the bucket above starts with a kept token
+      sh.above_cnt = cac;
+      sh.above_mass = cam;
+    }
+    __syncthreads();
+    const int chosen = sh.chosen;
+    prefix = (top == 64 ? 0 : prefix << (top - lo)) | static_cast<uint64_t>(chosen);
+    gather = sh.cnt[chosen] <= kGather || lo == 0;
+    top = lo;
   }
-  // the gather: the tokens under the prefix, ranked among themselves
+  __syncthreads();
+  // the gather: the tokens of the chosen bin under the prefix, ranked among themselves
   for (int64_t j = tid; j < V; j += blockDim.x) {
     const float xv = to_f32(x[j]);
+    const double d = static_cast<double>(s_max) - static_cast<double>(div_rn(xv, t));
+    if (bin_of(d, cut) != bin) continue;
     const uint64_t k = ukey(xv, j);
     if (top < 64 && (k >> top) != prefix) continue;
     const int at = atomicAdd(&sh.ngather, 1);

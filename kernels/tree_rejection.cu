@@ -117,25 +117,25 @@ __global__ void __launch_bounds__(kTailThreads) drawn_targets_kernel(
     const float z0 = lse[row];
     const T* x = logits + row * V;
     const int64_t* cand = cand_all + (static_cast<int64_t>(b) * L + depth_row(depths, row, L)) * K;
+    const bool point = bnd == kKeepNone;  // a degenerate row: the point mass at its argmax
+    const int64_t g = greedy[row];
     __syncthreads();
-    if (tid == 0) {
-      const bool point = bnd == kKeepNone;  // a degenerate row: the point mass at its argmax
-      const int64_t g = greedy[row];
-      const float* qrow = q_all + (cand - cand_all);
-      double total = 0.0;
-      for (int e = 0; e < K; ++e) {
-        const int64_t c = cand[e];
-        double p = 0.0;
-        if (point) {
-          p = c == g ? 1.0 : 0.0;
-        } else if (c >= 0 && c < V) {
-          const float xv = to_f32(x[c]);
-          if (law_key(xv, c) >= bnd) p = exp(static_cast<double>(sub_rn(div_rn(xv, t), z0)));
-        }
-        pc[e] = p;
-        q[e] = static_cast<double>(qrow[e]);
-        total += p;
+    for (int e = tid; e < K; e += blockDim.x) {  // p and q at the node's candidates, one thread each (the loads)
+      const int64_t c = cand[e];
+      double p = 0.0;
+      if (point) {
+        p = c == g ? 1.0 : 0.0;
+      } else if (c >= 0 && c < V) {
+        const float xv = to_f32(x[c]);
+        if (law_key(xv, c) >= bnd) p = exp(static_cast<double>(sub_rn(div_rn(xv, t), z0)));
       }
+      pc[e] = p;
+      q[e] = static_cast<double>(q_all[(cand - cand_all) + e]);
+    }
+    __syncthreads();
+    if (tid == 0) {  // the tests, in order (shared memory only)
+      double total = 0.0;
+      for (int e = 0; e < K; ++e) total += pc[e];
       const double rest = fmax(1.0 - total, 0.0);
       int m = 0;
       for (int j = v + 1; j < nn; ++j)
