@@ -51,9 +51,9 @@ S+=(--server "dflash=$DFLASH_ARGS")
 # ... and with the prefill on FlashInfer too (the candidate default for long prompts: is it as fast at short ones?)
 [ "${AB_SPLIT:-$INFLATED}" = 1 ] \
   && S+=(--server "ddtree_split=SGLANG_DDTREE_DRAFT_ATTENTION=ddtree $DDTREE_AUTO_ARGS $SPLIT_ARGS")
-# AB_FA3=1 (with GPU_FA3=1, where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3, SGLang's
-# Hopper default
-[ "${AB_FA3:-0}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \
+# AB_FA3 (default: GPU_FA3, i.e. wherever sgl_kernel's FA3 was carried and put in place, scripts/build_fa3_parts.sh):
+# DFLASH on fa3, SGLang's Hopper default, in every baseline, and DDTree's auto budget on fa3
+[ "${AB_FA3:-${GPU_FA3:-0}}" = 1 ] && S+=(--server "dflash_fa3=$DFLASH_ARGS --attention-backend fa3") \
   && S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DDTREE_AUTO_ARGS --attention-backend fa3")
 [ "${AB_TREE_PREFIX:-0}" = 1 ] && S+=(--server "ddtree_tree_prefix=SGLANG_DDTREE_PREFIX=tree $DDTREE_AUTO_ARGS")
 [ -n "${AB_STAGE_TIMES:-}" ] \

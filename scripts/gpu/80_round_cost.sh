@@ -54,9 +54,9 @@ if [ $MLA = 0 ] && [ "${RC_CASCADE:-1}" = 1 ]; then
   S+=(--server "ddtree_auto_tree=SGLANG_DDTREE_PREFIX=tree SGLANG_DDTREE_BUDGET=auto $DD")
   S+=(--server "ddtree_auto_fi=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend flashinfer")
 fi
-# RC_FA3=1 (with GPU_FA3=1, where sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3 (SGLang's default on
+# RC_FA3 (default: GPU_FA3, wherever sgl_kernel's FA3 was carried: scripts/build_fa3_parts.sh): DFLASH on fa3 (SGLang's default on
 # Hopper) and DDTree's auto budget on fa3 (the prefix through FA3, the tree through our kernel)
-if [ $MLA = 0 ] && [ "${RC_FA3:-0}" = 1 ]; then
+if [ $MLA = 0 ] && [ "${RC_FA3:-${GPU_FA3:-0}}" = 1 ]; then
   S+=(--server "dflash_fa3=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend fa3")
   S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend fa3")
 fi
