@@ -31,7 +31,10 @@ namespace ddtree {
 constexpr int64_t kKeepAll = INT64_MIN;   // boundary of a row that keeps every token
 constexpr int64_t kKeepNone = INT64_MAX;  // boundary of a degenerate row (its token is its argmax)
 constexpr float kMinTemperature = 1e-6f;  // a sampled row's temperature floor (sampling.MIN_TEMPERATURE)
-constexpr int64_t kAcceptStream = 2LL << 24, kBonusStream = 3LL << 24, kDrawStream = 4LL << 24;  // rejection.py
+// the drawn tree's Philox streams (2, 3 and 4 << 24: clear of the node draws' streams, one a node); rejection.py reads them
+constexpr int64_t kAcceptStream = 33554432;
+constexpr int64_t kBonusStream = 50331648;
+constexpr int64_t kDrawStream = 67108864;
 constexpr float kGumbelMax = 16.64f;      // > -log(-log(1 - 2^-24)) = 16.6355...: no Gumbel value reaches it
 
 DDTREE_HD float div_rn(float a, float b) {

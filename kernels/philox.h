@@ -6,13 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifndef DDTREE_HD
-#ifdef __CUDACC__
-#define DDTREE_HD __host__ __device__ __forceinline__
-#else
-#define DDTREE_HD inline
-#endif
-#endif
+#include "hd.h"
 
 namespace ddtree {
 

@@ -9,15 +9,8 @@
 
 #include <cstdint>
 
+#include "hd.h"
 #include "tree_constants.h"
-
-#ifndef DDTREE_HD
-#ifdef __CUDACC__
-#define DDTREE_HD __host__ __device__ __forceinline__
-#else
-#define DDTREE_HD inline
-#endif
-#endif
 
 namespace ddtree {
 

@@ -26,12 +26,12 @@ import dataclasses
 import torch
 
 from . import ops
+from ._build import header_constants
 from .sampling import (KEEP_NONE, MIN_TEMPERATURE, LawRows, NodeLaw, _mark_no_token, _native, gumbel_noise, kept,
                        law_rows, node_tokens, sample_rows_torch, uniform_noise)
 
-ACCEPT_STREAM = 2 << 24
-BONUS_STREAM = 3 << 24
-DRAW_STREAM = 4 << 24
+_STREAMS = header_constants("law_rule.h")  # written once, in kernels/law_rule.h
+ACCEPT_STREAM, BONUS_STREAM, DRAW_STREAM = (_STREAMS[k] for k in ("kAcceptStream", "kBonusStream", "kDrawStream"))
 # a drawn tree's children come from its keys' law sharpened by this power (q ∝ softmax(keys)^s): a child then
 # agrees with the target more often than under the drafter's own law; chosen on the calibration's fit prompts, not
 # the held-out ones it is reported on (docs/benchmarks/sampled-drawn-cpu-2026-12-05.md)

@@ -27,3 +27,16 @@ def test_no_other_source_defines_a_shared_constant():
         flag = r"constexpr\s+int32_t\s+k\w*(Flag|Nonfinite|Exhausted|Malformed|Unsorted)\w*\s*="
         assert not re.search(flag, text), path
         assert not re.search(r"\b4096\b", text) or path.suffix == ".cu", path  # the node limit is kMaxNodes
+
+
+def test_the_drawn_trees_streams_and_the_temperature_floor_are_the_kernels():
+    """rejection.py reads its Philox streams from kernels/law_rule.h; sampling.MIN_TEMPERATURE is its kMinTemperature
+    (a float the header reader does not parse: compared here, so the two cannot drift)."""
+    from sglang_ddtree import rejection, sampling
+
+    L = _build.header_constants("law_rule.h")
+    assert (rejection.ACCEPT_STREAM, rejection.BONUS_STREAM, rejection.DRAW_STREAM) == (2 << 24, 3 << 24, 4 << 24)
+    assert rejection.ACCEPT_STREAM == L["kAcceptStream"] and rejection.DRAW_STREAM == L["kDrawStream"]
+    text = (_build.kernels_dir() / "law_rule.h").read_text()
+    floor = float(re.search(r"kMinTemperature\s*=\s*([0-9.e+-]+)f", text).group(1))
+    assert floor == sampling.MIN_TEMPERATURE
