@@ -44,7 +44,8 @@ def _register() -> None:
     sgl.install_backend_default_hook(choose_attention_backend)
     from . import requests
 
-    sgl.install_request_hooks(is_ddtree, requests.refusal, requests.row_headroom)
+    sgl.install_request_hooks(is_ddtree, requests.refusal, requests.row_headroom, requests.tokenizer_refusal,
+                              requests.unreadable)
 
 
 def register() -> None:

@@ -31,3 +31,12 @@ def test_greedy_output_on_sglang_0517_is_its_plain_servers(fleet, prompts):
     got = generate_many(fleet.url("ddtree_0517"), prompts[:PROMPTS], GREEDY)
     assert [g["output_ids"] for g in got] == [w["output_ids"] for w in want]
     assert all(g["meta_info"].get("spec_accept_length", 0) > 1.0 for g in got)
+
+
+def test_requests_that_kill_stock_sglang_get_a_400_on_sglang_0517(fleet):
+    """killers.py on 0.5.17's DDTree server (each an HTTP 400, the server serving on; 0.5.17's tokenizer refuses an
+    empty text and ids past the vocabulary itself)."""
+    from killers import each_is_refused_and_the_server_serves_on
+
+    each_is_refused_and_the_server_serves_on(fleet.url("ddtree_0517"), stock_refuses=(
+        "empty text", "batch with an empty text", "id past the vocabulary", "completions id past the vocabulary"))

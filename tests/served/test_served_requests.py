@@ -12,6 +12,7 @@ import time
 import pytest
 
 from fleet import CONTEXT, generate, generate_many, healthy, post
+from killers import each_is_refused_and_the_server_serves_on
 
 N = 8  # prompts a check
 GREEDY = {"temperature": 0.0, "max_new_tokens": 32}
@@ -150,6 +151,11 @@ def test_requests_at_the_context_limit_next_to_short_ones_then_idle(fleet, ddtre
     assert all(len(o.get("output_ids") or []) > 0 for o in got_long), [o.get("body") for o in got_long]
     assert outputs(got_short) == outputs(want_short)
     time.sleep(15)
+
+
+def test_requests_that_kill_stock_sglang_get_a_400(ddtree):
+    """killers.py: each an HTTP 400 naming the problem and the fix, the server serving on."""
+    each_is_refused_and_the_server_serves_on(ddtree)
 
 
 def test_return_hidden_states_is_refused_naming_ddtree(fleet):

@@ -4,6 +4,7 @@ fail). Greedy output and every request option as at TP 1; sampled output distrib
 import pytest
 
 from fleet import generate, generate_many, healthy
+from killers import each_is_refused_and_the_server_serves_on
 from test_served_law import ALPHA, PROMPT_IDS, homogeneity_p, samples
 from test_served_requests import GREEDY, REGEX, outputs
 
@@ -53,3 +54,8 @@ def test_sampled_output_at_tp2_is_distributed_as_at_tp1(fleet, prompts, tp2):
     b = samples(fleet.url("ddtree"), prompts[PROMPT_IDS[0]], sampling)
     p = homogeneity_p(a, b)
     assert p > ALPHA, p
+
+
+def test_requests_that_kill_stock_sglang_get_a_400_at_tp2(tp2):
+    """killers.py at TP 2: each rank's scheduler is kept from the crash; the server serves on."""
+    each_is_refused_and_the_server_serves_on(tp2)

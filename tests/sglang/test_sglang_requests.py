@@ -63,12 +63,99 @@ def test_a_ddtree_server_answers_the_request_check(publish, sglang_release):
     check = scheduler.validate_dflash_request
     assert check(make_req(), True) is None
     assert check(make_req(return_logprob=True, top_logprobs_num=3), True) is None  # served by the round
-    why = check(make_req(return_hidden_states=True), False)
-    assert "DDTREE" in why and "return_hidden_states" in why and "Fix:" in why
+    for field in ("return_hidden_states", "return_sampling_mask"):
+        why = check(make_req(**{field: True}), False)
+        assert "DDTREE" in why and field in why and "Fix:" in why
 
     publish("dflash")  # another server: SGLang's own answer
     want = "DFLASH speculative decoding does not support return_logprob yet." if sglang_release == "0.5.17" else None
     assert check(make_req(return_logprob=True), True) == want
+
+
+@pytest.mark.parametrize("ids,top,stop,names", [([], 0, None, "empty"), ([1, 64, 2], 0, None, "64"),
+                                                ([5, -3], 0, None, "-3"), ([1], 65, None, "65"),
+                                                ([1], 0, {10, 100000}, "100000"), ([1], 0, {-1}, "-1"),
+                                                ([63, 0], 64, {0, 63}, None)])
+def test_a_ddtree_server_refuses_requests_stock_sglang_crashes_on(publish, sglang_release, ids, top, stop, names):
+    """An empty prompt, ids outside [0, vocab), more top log-probs than the vocabulary and stop ids outside it raise
+    in SGLang's scheduler (the logits processor, the embedding, the sampler, the min_new_tokens penalty), which takes
+    the server down: a DDTREE server refuses them at admission, naming the problem and the fix."""
+    from sglang.srt.managers import scheduler
+
+    publish("ddtree", "--speculative-num-draft-tokens", "17")
+    req = make_req(origin_input_ids=ids, return_logprob=True)
+    req.sampling_params.stop_token_ids = stop
+    if sglang_release == "0.5.17":
+        req.top_logprobs_num = top
+    else:
+        req.logprob.top_logprobs_num = top
+    why = scheduler.validate_dflash_request(req, True)
+    if stop is not None and names is not None:  # its answer rides a prefill batch, whose penalty reads stop ids
+        assert not req.sampling_params.stop_token_ids
+    if names is None:
+        assert why is None  # the vocabulary's own ids are served
+    else:
+        assert "DDTREE" in why and names in why and "Fix:" in why, why
+
+
+def test_a_ddtree_servers_tokenizer_refuses_them_before_the_scheduler(publish):
+    """The tokenizer's check of one request (TokenizerManager._validate_one_request) raises ValueError (an HTTP
+    400) in a DDTREE server for each crash, a logprob_start_len below -1 included (the scheduler never sees it);
+    another server's check is SGLang's own."""
+    import types
+
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    manager = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=64))
+
+    def obj(sampling=None, **kw):
+        o = GenerateReqInput(input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 4, **(sampling or {})}, **kw)
+        o.normalize_batch_and_arguments()
+        return o
+
+    publish("ddtree", "--speculative-num-draft-tokens", "17")
+    for o, ids, names in ((obj(), [], "empty"), (obj(), [1, 64], "64"),
+                          (obj(return_logprob=True, top_logprobs_num=65), [1], "65"),
+                          (obj(return_logprob=True, logprob_start_len=-5), [1, 2], "-5"),
+                          (obj(positional_embed_overrides=-1e30), [1], "positional_embed_overrides"),
+                          (obj({"stop_token_ids": [3, 100000]}), [1], "100000")):
+        with pytest.raises(ValueError, match=f"DDTREE.*{names}.*Fix:"):
+            TokenizerManager._validate_one_request(manager, o, ids)
+    with pytest.raises(AttributeError):  # a servable request goes on to SGLang's own check (this manager lacks it)
+        TokenizerManager._validate_one_request(manager, obj(logprob_start_len=-5), [1, 2])
+    publish("dflash")
+    with pytest.raises(AttributeError):
+        TokenizerManager._validate_one_request(manager, obj(), [])
+
+
+def test_a_ddtree_servers_tokenizer_answers_400_where_sglang_fails_on_a_field(publish):
+    """SGLang's tokenizer raises Python's own TypeError / IndexError / re.error on some malformed fields (a list as a
+    single request's rid, ...), which stock SGLang answers with HTTP 500; in a DDTREE server its entry turns them
+    into ValueError (HTTP 400) naming the cause. Other errors, and other servers, keep SGLang's answer."""
+    import asyncio
+    import re
+    import types
+
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    def first(error):
+        def fail():
+            raise error
+
+        manager = types.SimpleNamespace(auto_create_handle_loop=fail)
+        return asyncio.run(TokenizerManager.generate_request(manager, types.SimpleNamespace()).__anext__())
+
+    publish("ddtree", "--speculative-num-draft-tokens", "17")
+    for error in (TypeError("unhashable type: 'list'"), IndexError("list index out of range"),
+                  re.error("bad character range z-a")):
+        with pytest.raises(ValueError, match=rf"DDTREE.*{type(error).__name__}.*Fix:"):
+            first(error)
+    with pytest.raises(RuntimeError):
+        first(RuntimeError("not a field's fault"))
+    publish("dflash")
+    with pytest.raises(TypeError):
+        first(TypeError("unhashable type: 'list'"))
 
 
 @pytest.mark.parametrize("page", [1, 16, 64])

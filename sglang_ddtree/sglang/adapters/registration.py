@@ -13,8 +13,11 @@ import logging
 from . import releases
 from .need import MissingSGLangSymbol, Needs
 
-# where the scheduler looks up its DFlash-family request check, and the KV configurator its row headroom
+# where the scheduler looks up its DFlash-family request check, the tokenizer its check of one request, and the KV
+# configurator its row headroom
 REQUEST_CHECK = ("sglang.srt.managers.scheduler", "validate_dflash_request")
+TOKENIZER_CHECK = ("sglang.srt.managers.tokenizer_manager", "TokenizerManager._validate_one_request")
+TOKENIZER_ENTRY = ("sglang.srt.managers.tokenizer_manager", "TokenizerManager.generate_request")
 ROW_HEADROOM = ("sglang.srt.mem_cache.kv_cache_configurator", "get_req_to_token_extra_context_len")
 
 
@@ -200,15 +203,24 @@ def install_backend_default_hook(choose) -> None:
     registry.apply_hooks()
 
 
-def install_request_hooks(is_ddtree, refusal, row_headroom) -> None:
+def top_logprobs_num(req) -> int:
+    """The top log-probs a request asks for a token (0.5.23 keeps it in req.logprob, 0.5.17 on the request)."""
+    logprob = getattr(req, "logprob", None)
+    return int(getattr(logprob, "top_logprobs_num", None) or getattr(req, "top_logprobs_num", 0) or 0)
+
+
+def install_request_hooks(is_ddtree, refusal, row_headroom, tokenizer_refusal, unreadable) -> None:
     """Through SGLang's plugin hook registry, in a DDTREE server only (is_ddtree(view)): the scheduler's
-    DFlash-family request check answers `refusal(req)` (requests.py), and the req_to_token row headroom
-    becomes `row_headroom(SGLang's, verify width, page size)`. 0.5.17 hands the headroom function the server
-    arguments; 0.5.23 reads them from its runtime context."""
+    DFlash-family request check answers `refusal(req)` (requests.py), the tokenizer's check of one request first
+    raises ValueError (an HTTP 400) with `tokenizer_refusal(obj, input_ids, vocab)`'s message, the tokenizer's
+    entry turns an exception `unreadable(e)` names (SGLang's request handling failing on a malformed field, before
+    the request has an answer) into ValueError, and the req_to_token row headroom becomes
+    `row_headroom(SGLang's, verify width, page size)`. 0.5.17 hands the headroom function the server arguments;
+    0.5.23 reads them from its runtime context."""
     registry = need("sglang.srt.plugins.hook_registry", "HookRegistry")
     hook_type = need("sglang.srt.plugins.hook_registry", "HookType")
     try:  # a process that cannot import the scheduler (a tool without SGLang's GPU dependencies) admits no request
-        for module in (REQUEST_CHECK[0], ROW_HEADROOM[0]):
+        for module in (REQUEST_CHECK[0], ROW_HEADROOM[0], TOKENIZER_CHECK[0]):
             _needs().module(module)
     except MissingSGLangSymbol as e:
         logging.getLogger("sglang_ddtree").warning("sglang-ddtree: request hooks not installed in this process (%s)",
@@ -225,7 +237,38 @@ def install_request_hooks(is_ddtree, refusal, row_headroom) -> None:
             return None  # SGLang's own
         return row_headroom(extra, int(view.speculative_num_draft_tokens), int(getattr(view, "page_size", 1) or 1))
 
+    def check_one(original, manager, obj, input_ids, *args, **kwargs):
+        view = serving_view()
+        if view is not None and is_ddtree(view):
+            why = tokenizer_refusal(obj, input_ids, getattr(getattr(manager, "model_config", None), "vocab_size",
+                                                            None))
+            if why is not None:
+                raise ValueError(why)
+        return original(manager, obj, input_ids, *args, **kwargs)
+
+    async def entry(original, manager, obj, *args, **kwargs):
+        responses = original(manager, obj, *args, **kwargs)
+        view = serving_view()
+        if view is None or not is_ddtree(view):
+            async for response in responses:
+                yield response
+            return
+        answered = False
+        try:
+            async for response in responses:
+                answered = True
+                yield response
+        except Exception as e:  # noqa: BLE001 — sorted by `unreadable`; anything else goes on as it was
+            why = None if answered else unreadable(e)
+            if why is None:
+                raise
+            raise ValueError(why) from e
+        finally:
+            await responses.aclose()
+
     registry.register(f"{REQUEST_CHECK[0]}.{REQUEST_CHECK[1]}", check, hook_type.AROUND)
+    registry.register(f"{TOKENIZER_CHECK[0]}.{TOKENIZER_CHECK[1]}", check_one, hook_type.AROUND)
+    registry.register(f"{TOKENIZER_ENTRY[0]}.{TOKENIZER_ENTRY[1]}", entry, hook_type.AROUND)
     registry.register(f"{ROW_HEADROOM[0]}.{ROW_HEADROOM[1]}", headroom, hook_type.AFTER)
     registry.apply_hooks()
 
@@ -248,6 +291,8 @@ SYMBOLS = {
         ("sglang.srt.server_args", "ServerArgs"),
         ("sglang.srt.arg_groups.speculative_hook", "_resolve_dflash_draft_attention_backend"),
         REQUEST_CHECK,
+        TOKENIZER_CHECK,
+        TOKENIZER_ENTRY,
         ROW_HEADROOM,
     ],
     "0.5.17": [
