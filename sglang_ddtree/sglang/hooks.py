@@ -12,6 +12,9 @@ the release's adapter, which hands over the SGLang objects patched: this module 
    (graphs off, or a batch above the largest graph) fails in its first projection ("expected mat1 and mat2
    to have the same dtype"); DFLASH hits it too. The fix casts to the runner's dtype instead (no upstream diff
    in patches/ yet).
+3. A seeded request's first token. SGLang's prefill sampler draws it from torch's generator, seeded per request
+   only under --enable-deterministic-inference; the target's Sampler instance is wrapped so that a request with a
+   `sampling_seed` draws it from its own Philox stream under its own law (seeded_prefill.py says how).
 """
 from __future__ import annotations
 
@@ -57,3 +60,12 @@ def install_eager_embeds_dtype_fix(model_runner_cls) -> None:
     if getattr(current, "ddtree_original", None) is not None:
         return
     model_runner_cls._extend_forward_kwargs = _embeds_in_runner_dtype(current)
+
+
+def install_seeded_prefill(sampler, round_ops):
+    """Idempotent (see the module docstring, item 3): the seeded_prefill.SeededSampler wrapping `sampler`, SGLang's
+    Sampler instance of the target's model runner, handed over by the release's adapter."""
+    from .seeded_prefill import SeededSampler
+
+    existing = getattr(sampler, "ddtree_seeded", None)
+    return existing if existing is not None else SeededSampler(sampler, round_ops)

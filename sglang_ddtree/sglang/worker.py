@@ -1,6 +1,7 @@
 """DDTreeWorkerV2: SGLang's DFlash V2 (overlap) worker with DDTree's decode round, on every supported release.
 
-Prefill, idle rounds and the draft KV cache are DFlashWorkerV2's; the decode round is decode_round.py's.
+Prefill, idle rounds and the draft KV cache are DFlashWorkerV2's (a seeded request's first token drawn from its
+own stream: seeded_prefill.py); the decode round is decode_round.py's.
 The base class is the installed release's `adapters.<release>.WorkerBase` (DFlashWorkerV2 with one
 constructor and one entry into DFLASH's own forward), and every SGLang step of the round goes through that
 release's `Adapter`: this module imports no SGLang.
@@ -28,6 +29,7 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
         # the round as the launching process resolved it (args.resolve_round): no budget variable is parsed here
         self.ddtree = DecodeRound(self.sgl, server_args, Settings.from_env(), RoundConfig.published())
         self.sgl.install_eager_embeds_dtype_fix()
+        self.seeded = self.sgl.install_seeded_prefill(self.ddtree.round)  # seeded_prefill.py (None: not wrapped)
         logger.info("DDTREE worker (sglang %s): %s", self.sgl.RELEASE, self.ddtree.describe())
 
     def init_attention_backends(self):
@@ -52,5 +54,9 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
             self.ddtree.interrupt()
-            return self.dflash_forward(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            seeds = None if self.seeded is None or batch.forward_mode.is_idle() else self.sgl.prefill_seeds(batch)
+            if seeds is None:
+                return self.dflash_forward(batch, on_publish, grammar_barrier, pp_proxy_tensors)
+            with self.seeded.prefill(seeds):  # the seeded requests' first tokens from their own streams
+                return self.dflash_forward(batch, on_publish, grammar_barrier, pp_proxy_tensors)
         return self.ddtree.decode(batch, on_publish, grammar_barrier)

@@ -75,24 +75,26 @@ def test_n_samples_and_concurrent_copies_are_distinct(ddtree, prompts, check_hea
     assert len({o["text"] for o in copies}) == 8
 
 
-def test_a_sampling_seed_reproduces_its_sample(ddtree, prompts, check_health):
-    """Every token after the first is DDTree's, drawn from the request's own stream when it sends `sampling_seed`
-    (its seed and position), whatever else shares its batch. The first comes from the prefill, which SGLang samples
-    from its own stream, seeded only under deterministic inference (which SGLang's CPU backend does not offer): so
-    copies of a seeded request whose first tokens agree must agree throughout, and another seed must change some."""
-    def by_first(seed):
-        sampling = {"temperature": 1.0, "max_new_tokens": 24, "sampling_seed": seed}
-        groups = {}
-        for out in outputs(generate_many(ddtree, [prompts[5]] * 16, sampling, concurrency=16)):
-            groups.setdefault(out[0], []).append(out)
-        return groups
+def test_a_sampling_seed_reproduces_its_text_alone_and_among_others(ddtree, prompts, check_health):
+    """A request with `sampling_seed` draws its first token (the prefill's, sglang/seeded_prefill.py) and every later
+    one (the rounds') from its own stream: its seed and position. So the same seeded sampled request gives one text
+    run 3 times alone and 3 times among 7 other requests (other prompts, seeds, laws and lengths, some unseeded);
+    another seed gives another text. Fails if any draw of the request comes from a stream its batch shares."""
+    import concurrent.futures as cf
 
-    a, b = by_first(1234), by_first(99)
-    assert any(len(g) > 1 for g in a.values()), "no two copies drew the same first token: nothing to compare"
-    for first, group in a.items():
-        assert all(out == group[0] for out in group), f"copies with first token {first} and one seed differ"
-    shared = [f for f in a if f in b]
-    assert shared and any(a[f][0] != b[f][0] for f in shared), "another seed changed no continuation"
+    def seeded(seed):
+        return {"temperature": 1.0, "top_p": 0.95, "max_new_tokens": 32, "sampling_seed": seed}
+
+    texts = [outputs([generate(ddtree, prompts[5], seeded(1234))])[0] for _ in range(3)]
+    for rep in range(3):
+        others = [(prompts[10 + 7 * rep + k], {"temperature": [1.0, 0.6][k % 2], "max_new_tokens": 24 + 4 * k,
+                                                **({"sampling_seed": 77 + k} if k % 3 else {})}) for k in range(7)]
+        jobs = others[:rep + 2] + [(prompts[5], seeded(1234))] + others[rep + 2:]
+        with cf.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda job: generate(ddtree, *job), jobs))
+        texts.append(outputs(got)[rep + 2])
+    assert all(t == texts[0] for t in texts), f"{len({tuple(t) for t in texts})} texts from one seeded request"
+    assert outputs([generate(ddtree, prompts[5], seeded(99))])[0] != texts[0], "another seed gave the same text"
 
 
 @pytest.mark.parametrize("sampling", [{"frequency_penalty": 0.8}, {"presence_penalty": 0.8},

@@ -10,6 +10,7 @@ against every `host.<name>` in the adapters and against the installed release.
 from __future__ import annotations
 
 import contextlib
+import logging
 import statistics
 
 import torch
@@ -51,6 +52,15 @@ def need_request_features(need) -> tuple:
             need(spec, "build_grammar_vocab_mask", ("reqs", "tree", "sampling_info", "device", "barrier")),
             need("sglang.srt.layers.sampler", "apply_custom_logit_processor",
                  ("logits", "sampling_batch_info", "num_tokens_in_batch")))
+
+
+def need_sampler(need):
+    """SGLang's Sampler, whose two steps the seeded first token wraps (hooks.install_seeded_prefill): its logits
+    preprocessing and its draw from probabilities, called by name from Sampler.forward on both releases."""
+    mod = "sglang.srt.layers.sampler"
+    need(mod, "Sampler._preprocess_logits", ("self", "logits", "sampling_info"))
+    need(mod, "Sampler._sample_from_probs", ("self", "probs", "sampling_info", "positions", "simple_sampling_case"))
+    return need(mod, "Sampler")
 
 
 def need_copy_all_layers(need):
@@ -124,6 +134,7 @@ class DFlashV2Adapter:
     SPEC_LOGPROBS = None
     TP_GROUP = None  # parallel_state.get_tp_group (the round's agreement across ranks, sglang/tp.py)
     _DFLASH_UTILS = _MODEL_RUNNER = None  # what hooks.py patches: the dflash_utils module, ModelRunner
+    SAMPLER = None  # the target's sampler class, whose instance hooks.py wraps for a seeded first token
 
     def __init__(self, host):
         self.host = host
@@ -345,6 +356,15 @@ class DFlashV2Adapter:
         return (torch.tensor([0 if s is None else int(s) for s in given], dtype=torch.int64).to(dev, non_blocking=True),
                 torch.tensor([s is not None for s in given]).to(dev, non_blocking=True))
 
+    def prefill_seeds(self, batch):
+        """(int64 [bs] seed, bool [bs] given, int64 [bs] step) of a prefill batch's requests for the seeded first
+        token (seeded_prefill.py): request_seeds', the step the request's length after its prompt; None where no
+        request gave a seed."""
+        own = self.request_seeds(batch)
+        if own is None:
+            return None
+        return own[0], own[1], batch.seq_lens.view(-1).to(torch.int64)
+
     def penalized(self, batch) -> bool:
         """Whether any request of the batch has a penalty or min_new_tokens (SGLang prepared its penalizers)."""
         info = batch.sampling_info
@@ -485,3 +505,14 @@ class DFlashV2Adapter:
 
     def install_eager_embeds_dtype_fix(self) -> None:
         hooks.install_eager_embeds_dtype_fix(self._MODEL_RUNNER)
+
+    def install_seeded_prefill(self, round_ops):
+        """The target's sampler wrapped for seeded first tokens (seeded_prefill.SeededSampler), or None where the
+        target samples with another class (a custom sampler backend), said once in the log."""
+        sampler = self.host.target_worker.model_runner.sampler
+        if not isinstance(sampler, self.SAMPLER):
+            logging.getLogger("sglang_ddtree").warning(
+                "sglang-ddtree: the target samples with %s, not SGLang's Sampler: a seeded request's first token "
+                "is that sampler's (its later tokens are DDTree's seeded draws)", type(sampler).__name__)
+            return None
+        return hooks.install_seeded_prefill(sampler, round_ops)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
-    need_round_types, need_tp_group
+    need_round_types, need_sampler, need_tp_group
 from .need import Needs
 
 need = Needs("0.5.23")
@@ -108,6 +108,7 @@ class Adapter(DFlashV2Adapter):
     DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
     COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
     TP_GROUP = staticmethod(need_tp_group(need))
+    SAMPLER = need_sampler(need)
     _DFLASH_UTILS = need.module(_UTILS)
     need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
