@@ -29,6 +29,12 @@ def fleet():
 _REPORT = []
 
 
+@pytest.fixture(scope="session")
+def report():
+    """Lines a test wants in the session's output whatever pytest's verbosity (its counts), printed at the end."""
+    return _REPORT
+
+
 def pytest_terminal_summary(terminalreporter):
     for line in _REPORT:
         terminalreporter.write_line(line)
