@@ -16,8 +16,7 @@ PYTEST = $(PY) -m pytest -q -p no:cacheprovider
 
 .PHONY: install sglang-deps no-hub-kernels demo test test-core serve-cpu bench-tree gpu-bundle gpu-fa3 gpu-fi-aot
 install:
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test,bench]'
+	$(INSTALL_PACKAGE)
 
 # torch and transformers are held at the releases `install` put in place while SGLang's light dependencies
 # install (some depend on them; unpinned, pip would replace the CPU torch with a multi-GB CUDA one, and a newer
@@ -32,7 +31,22 @@ ENV_ID := $(shell $(PY) -c "import hashlib, sys; print(hashlib.sha1(sys.prefix.e
 # ... and the list itself: an environment made before a dependency was added gets it
 LIGHT_ID := $(shell echo '$(SGL_LIGHT_DEPS) $(SGL_SERVE_DEPS)' | sha1sum | cut -c1-8)
 
-$(DEPS)/light-$(ENV_ID)-$(LIGHT_ID).stamp: | install
+# The package installed once per environment (`serve-cpu` starts without reinstalling): the stamp is remade when
+# pyproject.toml changes, when the environment is made anew (its pyvenv.cfg), or when the environment lost the package
+INSTALLED = $(DEPS)/installed-$(ENV_ID).stamp
+define INSTALL_PACKAGE
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test,bench]'
+	mkdir -p $(DEPS) && touch $(INSTALLED)
+endef
+VENV_CFG := $(wildcard $(shell $(PY) -c "import sys; print(sys.prefix)")/pyvenv.cfg)
+ifneq ($(shell $(PY) -I -c "import importlib.util as u; print(u.find_spec('sglang_ddtree') is not None)" 2>/dev/null),True)
+$(shell rm -f $(INSTALLED))
+endif
+$(INSTALLED): pyproject.toml $(VENV_CFG)
+	$(INSTALL_PACKAGE)
+
+$(DEPS)/light-$(ENV_ID)-$(LIGHT_ID).stamp: | $(INSTALLED)
 	$(PIP) install -q $(SGL_LIGHT_DEPS) $(SGL_SERVE_DEPS) "$(TORCH_PIN)" "$(TRANSFORMERS_PIN)"
 	mkdir -p $(DEPS) && touch $@
 
@@ -71,7 +85,7 @@ test: install sglang-deps no-hub-kernels
 # A DDTree server on this CPU: the shipped tiny pair on SGLang 0.5.23's CPU engine (PORT, default 30000)
 PORT ?= 30000
 MODELS = sglang_ddtree/engine/models
-serve-cpu: install sglang-deps
+serve-cpu: $(INSTALLED) sglang-deps
 	SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=$(DEPS)/cpu-site:$(DEPS)/sgl-0.5.23 $(PY) -m sglang_ddtree.launch_server \
 	  --model-path $(MODELS)/tiny-target --speculative-draft-model-path $(MODELS)/tiny-dflash --device cpu \
 	  --dtype float32 --max-total-tokens 20000 --sleep-on-idle --port $(PORT)

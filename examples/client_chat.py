@@ -3,7 +3,9 @@
 
   python examples/client_chat.py "Write a haiku about trees" [--url http://127.0.0.1:30000] [--max-tokens 256]
 
-The acceptance length (tokens committed per verify round) comes from SGLang's per-request metadata,
+A model without a chat template (the shipped tiny pair `make serve-cpu` serves) gets the prompt as a plain
+completion instead (/v1/completions), and the client says so. The acceptance length (tokens committed per verify
+round) comes from SGLang's per-request metadata,
 meta_info.completion_tokens / meta_info.spec_verify_ct of a /generate response. The OpenAI chat stream does
 not carry that metadata, so after streaming the chat answer the client sends the prompt text once more
 through /generate (raw text, no chat template) and reports that request's acceptance length.
@@ -45,12 +47,11 @@ def post(url, payload):
     return urllib.request.urlopen(req, timeout=600)
 
 
-def chat_stream(base, prompt, max_tokens, temperature):
-    payload = {"model": "default", "messages": [{"role": "user", "content": prompt}], "stream": True,
-               "max_tokens": max_tokens, "temperature": temperature,
-               "stream_options": {"include_usage": True}}
+def stream(base, path, payload, piece):
+    """POST a streaming OpenAI request and print each chunk's text (piece(choice)) as it comes: (seconds to the
+    first text, seconds in all, the usage the last chunk carried)."""
     t0, first, usage = time.perf_counter(), None, None
-    with post(base + "/v1/chat/completions", payload) as resp:
+    with post(base + path, payload) as resp:
         for raw in resp:
             line = raw.decode().strip()
             if not line.startswith("data:") or line == "data: [DONE]":
@@ -58,13 +59,41 @@ def chat_stream(base, prompt, max_tokens, temperature):
             chunk = json.loads(line[5:])
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices", []):
-                text = choice.get("delta", {}).get("content")
+                text = piece(choice)
                 if text:
                     first = first or time.perf_counter() - t0
                     sys.stdout.write(text)
                     sys.stdout.flush()
     print()
     return first, time.perf_counter() - t0, usage
+
+
+def body_of(error):
+    """An HTTPError's body, read once (kept on the error for whoever reports it)."""
+    if not hasattr(error, "body_text"):
+        error.body_text = error.read().decode(errors="replace")
+    return error.body_text
+
+
+def no_chat_template(error):
+    """Whether an HTTPError says the model has no chat template (SGLang's 400)."""
+    return error.code == 400 and "chat_template" in body_of(error).replace(" ", "_")
+
+
+def chat_stream(base, prompt, max_tokens, temperature):
+    """The chat answer streamed; a model without a chat template (the shipped tiny pair of `make serve-cpu`) gets the
+    prompt as a plain completion instead, said on stderr."""
+    common = {"model": "default", "stream": True, "max_tokens": max_tokens, "temperature": temperature,
+              "stream_options": {"include_usage": True}}
+    try:
+        return stream(base, "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": prompt}]},
+                      lambda choice: choice.get("delta", {}).get("content"))
+    except urllib.error.HTTPError as e:
+        if not no_chat_template(e):
+            raise
+    sys.stderr.write(f"{PROG}: the server's model has no chat template: streaming the prompt as a plain "
+                     "completion (/v1/completions) instead\n")
+    return stream(base, "/v1/completions", {**common, "prompt": prompt}, lambda choice: choice.get("text"))
 
 
 def acceptance(base, prompt, max_tokens, temperature):
@@ -84,13 +113,13 @@ def main(argv=None):
     why = reachable(a.url)
     if why is not None:
         sys.stderr.write(f"{PROG}: error: argument --url: no server answers at {a.url} ({why}); start one with "
-                         "bash examples/launch_ddtree.sh\n")
+                         "bash examples/launch_ddtree.sh (a GPU) or make serve-cpu (this CPU)\n")
         return 1
     try:
         ttft, total, usage = chat_stream(a.url, a.prompt, a.max_tokens, a.temperature)
         accept, meta = acceptance(a.url, a.prompt, a.max_tokens, a.temperature)
     except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace").strip().splitlines()
+        detail = body_of(e).strip().splitlines()
         sys.stderr.write(f"{PROG}: error: the server at {a.url} answered {e.code} {e.reason}"
                          f"{': ' + detail[0][:300] if detail else ''}\n")
         return 1

@@ -50,6 +50,8 @@ DDTREE = ["--speculative-draft-model-path", DRAFTER]
 DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", DRAFTER,
           "--speculative-draft-attention-backend", "torch_native"]
 
+MAKE = "make"  # a server's launcher named so is a make target of the repository's Makefile, run in its root
+
 # name -> (launcher module, extra flags, extra environment, SGLang install)
 SERVERS = {
     "plain": ("sglang.launch_server", [], {}, SGLANG),
@@ -82,6 +84,8 @@ SERVERS = {
     # SGLang 0.5.17 (the release served on the H200), unpatched too
     "plain_0517": ("sglang.launch_server", [], {}, SGLANG_0517),
     "ddtree_0517": ("sglang_ddtree.launch_server", DDTREE, {}, SGLANG_0517),
+    # the README's CPU server, started as the README starts it: `make serve-cpu` (its own flags, not COMMON)
+    "serve_cpu": (MAKE, ["serve-cpu"], {}, SGLANG),
 }
 
 
@@ -135,6 +139,8 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = os.path.join(logdir, f"{name}-{self.port}.log")  # a restarted server keeps its crash log
         self.argv = [sys.executable, "-m", self.module, *COMMON, *flags, "--port", str(self.port)]
+        if self.module == MAKE:  # this Python's environment, the make target's flags and the port
+            self.argv = [MAKE, "--no-print-directory", *flags, f"PY={sys.executable}", f"PORT={self.port}"]
         self.proc = None
 
     def start(self) -> None:
