@@ -184,7 +184,7 @@ def mutate_prompt(rng: random.Random, req: dict, completions: bool) -> None:
         req[name] = _ids(rng, oov=True) if value == "oov" else value
 
 
-def mutate(rng: random.Random, req: dict, field: str, completions: bool, sp_fields) -> None:
+def mutate(rng: random.Random, req: dict, field: str, completions: bool) -> None:
     """Set one field of req to an edge value ("prompt": the prompt; "sp:NAME": a sampling parameter of /generate)."""
     if field in ("prompt", "text", "input_ids", "input_embeds"):
         mutate_prompt(rng, req, completions)
@@ -249,7 +249,7 @@ def requests(seed: int, count: int, fields=None) -> list[tuple[str, dict, int | 
         if rng.random() < 0.15:  # the prompt, where stock SGLang's crashes live, more often than one field in ~100
             mutated.append("prompt")
         for field in mutated:
-            mutate(rng, req, field, completions, sp_fields)
+            mutate(rng, req, field, completions)
         drop = rng.choice([1, 2, 3]) if req.get("stream") is True and rng.random() < 0.5 else None
         out.append((path, req, drop, mutated))
     return out
