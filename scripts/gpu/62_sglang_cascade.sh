@@ -3,7 +3,7 @@
 # tiny pair inflated to head dim 128 (scripts/inflate_pair.py: the tiny pair's function in shapes FlashInfer's
 # prefill takes; real acceptance): DDTree's auto budget with SGLANG_DDTREE_PREFIX=flashinfer on triton and on
 # flashinfer, at page sizes 16 and 64, without CUDA graphs, and the tree kernel over the whole prefix as before;
-# the drafter's attention through the cascade too (dd_draft_cascade, _fi).
+# the drafter's attention through the cascade too (dd_draft_cascade, _fi); the served default (dd_default).
 # Correctness only (servers in parallel). env (SG_*): scripts/README.md
 set -u
 cd "$(dirname "$0")/../.."
@@ -31,5 +31,11 @@ ARGS[dd_draft_cascade_fi]="$DD --attention-backend flashinfer"; ENVS[dd_draft_ca
 # cascade (the long-context candidate of docs/SERVING.md)
 ARGS[dd_split]="$DD --prefill-attention-backend flashinfer --speculative-attention-mode decode
  --speculative-draft-attention-backend triton"; ENVS[dd_split]="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree"
+# the served default, exactly as a user types it (the plugin's split: prefill on FlashInfer, verify and drafter on
+# triton, both through the cascade); every other server names its backend (triton where it names none)
+ARGS[dd_default]="$DD"
+for k in "${!ARGS[@]}"; do
+  [ "$k" = dd_default ] || [[ "${ARGS[$k]}" == *--attention-backend* ]] || ARGS[$k]="${ARGS[$k]} --attention-backend triton"
+done
 SG_PORT0=34000 serve_compare "$OUTD" "$COMMON" base
 log "done"

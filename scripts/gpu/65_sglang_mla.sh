@@ -12,7 +12,7 @@ OUTD=${STEP_OUT:-${OUT:-/tmp}/sglang_mla}; mkdir -p "$OUTD"
 source scripts/gpu/sglang_env.sh
 MLA_TARGET=$PWD/sglang_ddtree/engine/models/tiny-mla-target
 MLA_DRAFTER=$PWD/sglang_ddtree/engine/models/tiny-mla-dflash
-MLA_COMMON=$(server_flags "$MLA_TARGET" 0.75)
+MLA_COMMON="$(server_flags "$MLA_TARGET" 0.75) --attention-backend triton"
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $MLA_DRAFTER --speculative-num-draft-tokens 17"
 declare -A ARGS ENVS
 ARGS[base]=""

@@ -69,6 +69,7 @@ if [ -n "${AB_SERVERS:-}" ]; then
   K=(); for want in $AB_SERVERS; do for ((i = 1; i < ${#S[@]}; i += 2)); do
     [ "${S[i]%%=*}" = "$want" ] && K+=(--server "${S[i]}"); done; done; S=("${K[@]}")
 fi
+pin_triton
 # AB_TRAFFIC='greedy=;t06=--temperature 0.6 --top-p 0.95': one --traffic per item
 T=(); IFS=';' read -ra ITEMS <<< "${AB_TRAFFIC:-}"; for t in "${ITEMS[@]}"; do [ -n "$t" ] && T+=(--traffic "$t"); done
 timeout ${AB_TIMEOUT:-540} python3 -m sglang_ddtree.bench.ab --out "$OUTD" --common "$COMMON" "${S[@]}" \

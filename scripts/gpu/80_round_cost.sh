@@ -21,7 +21,7 @@ python3 scripts/mk_wordlevel_tokenizer.py $T $VOCAB && cp $T/tokenizer*.json $D/
 MLA=0; [ "$PAIR" = kimi-k2-shaped ] && MLA=1
 BUDGETS=${RC_BUDGETS:-15 63}
 COMMON="--model-path $T --load-format dummy --speculative-draft-load-format dummy --dtype bfloat16
- --attention-backend triton --sampling-backend pytorch --grammar-backend none
+ --sampling-backend pytorch --grammar-backend none
  --max-total-tokens 131072 --context-length 40960 --chunked-prefill-size 8192 --cuda-graph-bs 1 2 4 8 16 32
  --disable-prefill-cuda-graph --max-running-requests 32 --random-seed 0"
 S=()
@@ -36,7 +36,8 @@ b0=${BUDGETS%% *}
 [ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $D"
 [ "${RC_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DD")
-# exactly what a user types: no budget, no backend (auto on triton, the prefix through FlashInfer for GQA)
+# exactly what a user types: no budget, no backend (the plugin's default: auto, the prefill on FlashInfer, verify and
+# drafter on triton with the prefix through the FlashInfer cascade)
 S+=(--server "ddtree_default=$DD")
 # the default with its drafter on flashinfer (its attention over the context, which on triton grows the round with
 # the context: round-cost-h200-2026-12-04-long-context.md), the target's modes still on triton
@@ -59,6 +60,15 @@ fi
 if [ $MLA = 0 ] && [ "${RC_FA3:-${GPU_FA3:-0}}" = 1 ]; then
   S+=(--server "dflash_fa3=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend fa3")
   S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend fa3")
+fi
+# RC_WINDOW (2048 by default; empty: none): DFLASH with its drafter's compact KV window
+# (--speculative-draft-window-size, 0.5.17's --speculative-dflash-draft-window-size), as users run it at long context,
+# on flashinfer and (with RC_FA3) fa3
+if [ $MLA = 0 ] && [ -n "${RC_WINDOW-2048}" ]; then
+  W="--speculative-draft-window-size ${RC_WINDOW-2048}"
+  S+=(--server "dflash_flashinfer_window=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend flashinfer $W")
+  [ "${RC_FA3:-${GPU_FA3:-0}}" = 1 ] \
+    && S+=(--server "dflash_fa3_window=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend fa3 $W")
 fi
 if [ $MLA = 1 ] && [ "${RC_FLASHMLA:-1}" = 1 ]; then
   FM="--attention-backend flashmla --page-size 64 --speculative-draft-attention-backend triton"
@@ -83,13 +93,14 @@ if [ -n "${RC_SERVERS:-}" ]; then
   K=(); for want in $RC_SERVERS; do for ((i = 1; i < ${#S[@]}; i += 2)); do
     [ "${S[i]%%=*}" = "$want" ] && K+=(--server "${S[i]}"); done; done; S=("${K[@]}")
 fi
+pin_triton
 ALL=""; n=1
 [ "${RC_START_ALL:-0}" = 1 ] && { ALL="--start-all --interleave --repeats ${RC_REPEATS:-3}"; n=$(( ${#S[@]} / 2 )); }
 FRAC=$(python3 -c "print(round(min(0.8, 0.92 / $n), 2))")
 COMMON="$COMMON --mem-fraction-static $FRAC"
 echo "$PAIR servers: ${S[*]}, mem fraction $FRAC each" | tee "$OUTD/setup.txt"
 timeout ${RC_TIMEOUT:-560} python3 -m sglang_ddtree.bench.ab --out "$OUTD" --common "$COMMON" "${S[@]}" \
-  --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts 8 --prompts-per-conc 4 \
+  --tokenizer $T --random-input-len ${RC_WORKLOADS:-1024@1,16,32 8192@1} --num-prompts ${RC_PROMPTS:-8} --prompts-per-conc ${RC_PER_CONC:-4} \
   --output-len 64 --profile-concurrency ${RC_PROFILE-1 16} --profile-steps 10 --start-timeout 400 $ALL
 rc=$?
 for f in "$OUTD"/server_*.log; do

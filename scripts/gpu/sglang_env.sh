@@ -20,12 +20,22 @@ TARGET=$PWD/sglang_ddtree/engine/models/tiny-target
 DRAFTER=$PWD/sglang_ddtree/engine/models/tiny-dflash
 HELDOUT=$PWD/sglang_ddtree/engine/models/heldout_prompts.json
 # server_flags MODEL MEM_FRACTION: the flags every correctness/A-B server of a tiny pair shares
+# (no attention backend: pin_triton gives every server but the served defaults triton)
 server_flags() {
-  echo "--model-path $1 --attention-backend triton --sampling-backend pytorch --grammar-backend none" \
+  echo "--model-path $1 --sampling-backend pytorch --grammar-backend none" \
     "--mem-fraction-static $2 --max-total-tokens 65536 --cuda-graph-bs 1 2 4 8 16 32 --disable-prefill-cuda-graph" \
     "--max-running-requests 32 --random-seed 0"
 }
-TINY_COMMON=$(server_flags "$TARGET" 0.75)
+TINY_COMMON="$(server_flags "$TARGET" 0.75) --attention-backend triton"
+# pin_triton: each server of the array S (--server NAME=ARGS pairs) that names no --attention-backend gets triton,
+# but the served defaults (ddtree_default, ddtree_default_before: exactly what a user types, the plugin choosing)
+pin_triton() {
+  local i
+  for ((i = 1; i < ${#S[@]}; i += 2)); do
+    case "${S[i]%%=*}" in ddtree_default|ddtree_default_before) continue;; esac
+    [[ "${S[i]}" == *--attention-backend* ]] || S[i]="${S[i]} --attention-backend triton"
+  done
+}
 DFLASH_ARGS="--speculative-algorithm DFLASH --speculative-draft-model-path $DRAFTER"
 DDTREE_AUTO_ARGS="--speculative-algorithm DDTREE --speculative-draft-model-path $DRAFTER"  # with SGLANG_DDTREE_BUDGET=auto
 # the target's prefill on FlashInfer through SGLang's hybrid backend, TARGET_VERIFY and the drafter kept on triton

@@ -11,6 +11,8 @@ Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
 - `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads;
 - the budget and the round's other knobs are one round_config.RoundConfig, resolved once (`resolve_round`, in
   validate_server_args, which SGLang runs before handle_server_args) and published for the scheduler processes;
+- attention: with no --attention-backend, prefill on FlashInfer, verify and drafter on triton with the prefix
+  through the FlashInfer cascade where FlashInfer serves, else triton (`default_backends`);
 - drafter block size: `--speculative-dflash-block-size`, else the drafter config's `block_size`, else 16.
   It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
 
@@ -301,17 +303,40 @@ def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
     return RoundConfig(budget=check_budget(budget_of(ndt)), **rest)
 
 
-def choose_attention_backend(view) -> str | None:
-    """The default --attention-backend for a DDTREE server when the user gave none (else None): the half of a
-    split not given (--prefill-attention-backend or --decode-attention-backend alone) falls back to it; with both
-    halves given it is left to SGLang."""
+def default_backends(view) -> dict | None:
+    """The attention fields a DDTREE server gets when the user gave no --attention-backend (else None), as
+    {ServerArgs field: value}. With both halves of a split given it is left to SGLang; a half given alone gets the
+    plugin's default backend for the other. Otherwise one default for every context length, no flag:
+    - the CPU: torch_native (SGLang's one CPU backend; DDTree verifies trees inside it);
+    - an MHA/GQA target where FlashInfer's prefill serves (its head dims, installed): SGLang's hybrid backend with
+      the prefill on FlashInfer (SPLIT: the first token as fast as DFLASH on flashinfer; triton's extend kernel
+      grows with the prompt), TARGET_VERIFY on triton by the decode mode (the tree kernel takes it; the prefix
+      through the FlashInfer cascade), the drafter on triton (its block attention through the same cascade:
+      settings' draft_attention `auto`), so no library plans on the host a round;
+    - else (MLA targets, other head dims, no FlashInfer): triton, the tree kernel verifying."""
     if not is_ddtree(view) or getattr(view, "attention_backend", None):
         return None
-    if getattr(view, "prefill_attention_backend", None) and getattr(view, "decode_attention_backend", None):
+    prefill, decode = (getattr(view, f"{half}_attention_backend", None) for half in ("prefill", "decode"))
+    if prefill and decode:
         return None
     if str(getattr(view, "device", None) or "") == "cpu":
-        return CPU_ATTENTION_BACKEND
-    return DEFAULT_ATTENTION_BACKEND  # MLA targets too: the tree kernel verifies, triton runs the other modes
+        return {"attention_backend": CPU_ATTENTION_BACKEND}
+    fields = {"attention_backend": DEFAULT_ATTENTION_BACKEND}
+    if prefill or decode or mla_dims(view) is not None:
+        return fields
+    d = head_dim(view)
+    shape = Shape("gqa", d, d, page_size=int(getattr(view, "page_size", None) or 1))
+    if prefixes.refusal(SPLIT["prefill_attention_backend"], shape) is not None:
+        return fields
+    fields.update(SPLIT)
+    if getattr(view, "speculative_draft_attention_backend", None):
+        del fields["speculative_draft_attention_backend"]  # the user's drafter backend stays
+    return fields
+
+
+# the default split of an MHA/GQA target where FlashInfer serves (default_backends)
+SPLIT = {"prefill_attention_backend": "flashinfer", "speculative_attention_mode": "decode",
+         "speculative_draft_attention_backend": DEFAULT_ATTENTION_BACKEND}
 
 
 def _reject(what: str, fix: str) -> None:
@@ -373,7 +398,10 @@ def validate_server_args(server_args) -> None:
     if getattr(view, "enable_dp_attention", False):
         _reject("DP attention", "drop --enable-dp-attention")
     if getattr(view, "speculative_draft_window_size", None) is not None:
-        _reject("--speculative-draft-window-size (compact draft KV)", "drop the flag")
+        _reject(f"--speculative-draft-window-size {view.speculative_draft_window_size} (DFLASH's compact draft KV: "
+                "its drafter attends a recent window; DDTree's drafter shares the target's KV slots and attends "
+                "its whole context through the FlashInfer cascade, which reads a long context in a few µs a layer)",
+                "drop the flag")
     from sglang_ddtree.attention.native import MLA_LATENT, MLA_ROPE
 
     dims = mla_dims(view)

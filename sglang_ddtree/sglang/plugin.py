@@ -28,7 +28,7 @@ def _register() -> None:
     from .adapters.releases import check_version
 
     check_version()
-    from .args import ALGORITHM, ALTERNATIVE_ALGORITHM, choose_attention_backend, is_ddtree, set_active_algorithm, \
+    from .args import ALGORITHM, ALTERNATIVE_ALGORITHM, default_backends, is_ddtree, set_active_algorithm, \
         validate_server_args
     from .spec_algo import DDTreeSpecAlgo
 
@@ -41,7 +41,7 @@ def _register() -> None:
     if sgl.is_registered(name, DDTreeSpecAlgo):  # load_plugins is idempotent; register() may be called again
         return
     sgl.register_algorithm(name, DDTreeSpecAlgo, validate_server_args, _factory)
-    sgl.install_backend_default_hook(choose_attention_backend)
+    sgl.install_backend_default_hook(default_backends)
     from . import requests
 
     sgl.install_request_hooks(is_ddtree, requests.refusal, requests.row_headroom, requests.tokenizer_refusal,

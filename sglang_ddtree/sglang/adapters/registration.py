@@ -174,8 +174,9 @@ def cpu_serving_gaps(environ=None) -> list[str]:
 
 # --- hooks -----------------------------------------------------------------------------------------------------
 def install_backend_default_hook(choose) -> None:
-    """Run `choose(view) -> backend | None` right before SGLang fills the attention-backend default, and
-    apply a non-None answer as the attention backend (only when the user gave none)."""
+    """Run `choose(view) -> {field: value} | None` right before SGLang fills the attention-backend default, and
+    apply a non-None answer's fields (the attention backends, the speculative attention mode, the drafter's
+    backend: only when the user gave no --attention-backend)."""
     if releases.is_pipeline_resolution():
         declare = need("sglang.srt.arg_groups.overrides", "declare_resolution")
         resolving_view = need("sglang.srt.arg_groups.overrides", "resolving_view")
@@ -183,9 +184,9 @@ def install_backend_default_hook(choose) -> None:
 
         @register_resolution_hook("handle_attention_backend_compatibility")
         def _ddtree_attention_default(server_args, previous):
-            choice = choose(resolving_view(server_args))
-            if choice is not None:
-                declare(server_args, "ddtree.attention_backend_default", attention_backend=choice)
+            fields = choose(resolving_view(server_args))
+            if fields:
+                declare(server_args, "ddtree.attention_backend_default", **fields)
             previous(server_args)
         return
 
@@ -193,9 +194,8 @@ def install_backend_default_hook(choose) -> None:
     hook_type = need("sglang.srt.plugins.hook_registry", "HookType")
 
     def _before(self, *args, **kwargs):
-        choice = choose(self)
-        if choice is not None:
-            self.attention_backend = choice
+        for field, value in (choose(self) or {}).items():
+            setattr(self, field, value)
         return None
 
     registry.register("sglang.srt.server_args.ServerArgs._handle_attention_backend_compatibility",
