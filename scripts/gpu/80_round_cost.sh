@@ -60,6 +60,8 @@ fi
 if [ $MLA = 0 ] && [ "${RC_FA3:-${GPU_FA3:-0}}" = 1 ]; then
   S+=(--server "dflash_fa3=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend fa3")
   S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend fa3")
+  # the default's split with the prefill on fa3 instead of FlashInfer (which prefill the default should take)
+  S+=(--server "ddtree_split_fa3=$DD --attention-backend triton --prefill-attention-backend fa3 --speculative-attention-mode decode --speculative-draft-attention-backend triton")
 fi
 # RC_WINDOW (2048 by default; empty: none): DFLASH with its drafter's compact KV window
 # (--speculative-draft-window-size, 0.5.17's --speculative-dflash-draft-window-size), as users run it at long context,
