@@ -116,7 +116,8 @@ def test_top_level_help_exits_0_as_a_module():
 
 
 def test_bench_lists_only_benchmarks(capsys):
-    assert bench.names() == ["ab", "api_overhead", "attention", "dflash2", "engine", "sampled", "tree", "tree_gpu", "verify_splits"]
+    assert bench.names() == ["ab", "api_overhead", "attention", "dflash2", "engine", "law_gpu", "sampled", "tree",
+                             "tree_gpu", "verify_splits"]
     assert bench.main(["__main__"]) == 2
     err = capsys.readouterr().err
     assert "unknown benchmark '__main__'" in err and "Traceback" not in err

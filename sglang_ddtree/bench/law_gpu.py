@@ -1,0 +1,196 @@
+"""The sampled round's law kernel on the GPU (the op law_rows, kernels/law_rows.cu) timed against its floor: the
+passes it makes over the rows, read at the bandwidth of a device copy of the same bytes measured in the same run.
+
+Each case is R rows of random logits (normal, scaled by --logit-scale) of V tokens in one dtype, under one law a
+row: unfiltered (temperature 0.6 only: two passes, the argmax and the normaliser) or filtered (T 0.6, top-p 0.95:
+three, the descent's gather the third). Its time is the median over CUDA-graph replays (each replay `--inner`
+back-to-back calls, after warm-up) by CUDA events; the floor is passes x R x V x the dtype's bytes at the copy's
+bandwidth (read + write over its time). Each case also records a hash of the op's outputs on its seeded inputs, so
+two runs (this checkout and an older copy) show whether the kernels agree bit for bit.
+
+The prediction this bench checks (the kernel that splits each row over a thread-block cluster): one block a row
+reading 4-byte words, one load in flight a warp, takes about as long for a pass over a row whatever the row count
+(latency-bound, far above its floor). 16-byte loads, four in flight a thread, and each row split over up to 8 CTAs
+of a cluster for every pass over it (partial histograms summed through distributed shared memory) should bring it
+to about 3x its floor: ~0.1 ms at 64 rows and ~0.2 ms at 128 (float32, V 151,936, three passes), the same bits out.
+
+  python -m sglang_ddtree.bench law_gpu --out law_gpu.json
+  PYTHONPATH=.before python sglang_ddtree/bench/law_gpu.py --out before.json   # the older copy's kernel
+
+scripts/mk_before.sh REV makes .before/; run as a file, this module imports only sglang_ddtree's ops and _cli
+(both in older copies), so the copy on PYTHONPATH is the one timed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # run as a file: its folder is no import root (bench/trace.py would shadow the stdlib's)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import datetime  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from sglang_ddtree import _cli  # noqa: E402
+
+V_QWEN = 151936
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+LAWS = {  # name: (temperature, top_k, top_p, min_p), passes over the row
+    "unfiltered": ((0.6, 0, 1.0, 0.0), 2),
+    "filtered": ((0.6, 0, 0.95, 0.0), 3),
+}
+
+
+def graph_us(fn, inner: int, replays: int) -> tuple[float, float]:
+    """(median, min) µs a call: `inner` calls of fn captured in one CUDA graph, replayed `replays` times after
+    warm-up, each replay timed by CUDA events."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1e3 / inner)
+    del graph
+    return statistics.median(samples), min(samples)
+
+
+def hbm_bandwidth() -> float:
+    """Bytes/s of a 1 GiB device copy (read + write), timed eagerly: large enough that L2 holds none of it."""
+    src = torch.randn(2 ** 28, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) / 1e3)
+    return 2 * src.numel() * 4 / statistics.median(samples)
+
+
+def warm_up(seconds: float = 0.5) -> None:
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        a @ a
+    torch.cuda.synchronize()
+
+
+def metadata() -> dict:
+    import sglang_ddtree
+
+    pkg = Path(sglang_ddtree.__file__).resolve().parent
+    revision = pkg.parent / "REVISION"  # scripts/mk_before.sh's record of the older copy's commit
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=pkg).stdout.strip() or None
+    except OSError:
+        commit = None
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "package": str(pkg), "package_revision": revision.read_text().strip() if revision.is_file() else commit,
+            "torch": torch.__version__, "python": platform.python_version(), "gpu": torch.cuda.get_device_name()}
+
+
+def outputs_hash(outs) -> str:
+    h = hashlib.sha256()
+    for t in outs:
+        h.update(t.contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def bench_case(op, dtype_name: str, R: int, V: int, law: str, scale: float, inner: int, replays: int,
+               seed: int) -> dict:
+    dtype = DTYPES[dtype_name]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = (torch.randn(R, V, generator=g, device="cuda") * scale).to(dtype)
+    (t, k, p, m), passes = LAWS[law]
+    full = lambda v, dt: torch.full((R,), v, dtype=dt, device="cuda")  # noqa: E731  (one request a row: n = 1)
+    args = (full(t, torch.float32), full(k, torch.int64), full(p, torch.float32), full(m, torch.float32))
+    digest = outputs_hash(op(x, 1, *args))
+    us, us_min = graph_us(lambda: op(x, 1, *args), inner, replays)
+    dst = torch.empty_like(x)
+    copy_us, _ = graph_us(lambda: torch.neg(x, out=dst), inner, replays)  # a kernel copy (a graph's memcpy is DMA)
+    nbytes = R * V * x.element_size()
+    copy_bw = 2 * nbytes / (copy_us * 1e-6)
+    floor_us = passes * nbytes / copy_bw * 1e6
+    return {"dtype": dtype_name, "R": R, "V": V, "law": law, "passes": passes, "bytes_read": passes * nbytes,
+            "us": us, "us_min": us_min, "copy_us": copy_us, "copy_TBps": copy_bw / 1e12, "floor_us": floor_us,
+            "ratio": us / floor_us, "outputs_sha256": digest}
+
+
+def main(argv=None) -> int:
+    ap = _cli.Parser(prog=_cli.prog("bench", "law_gpu"), description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", type=_cli.output_file, default=None, help="JSON file for the results")
+    ap.add_argument("--rows", type=_cli.positive_int_list, default=[16, 64, 128, 256],
+                    help="row counts R (requests x nodes), comma-separated")
+    ap.add_argument("--vocab", type=_cli.positive_int, default=V_QWEN, help="tokens a row (default: Qwen's)")
+    ap.add_argument("--dtypes", type=_cli.choice_list(*DTYPES), default=["bf16"], help="logit dtypes, comma-separated")
+    ap.add_argument("--laws", type=_cli.choice_list(*LAWS), default=list(LAWS), help="laws, comma-separated")
+    ap.add_argument("--logit-scale", type=_cli.nonnegative_float, default=3.0,
+                    help="the logits' standard deviation (larger: more tokens without mass)")
+    ap.add_argument("--inner", type=_cli.positive_int, default=20, help="calls captured in one graph")
+    ap.add_argument("--replays", type=_cli.int_at_most(100000, "a bound on the run's length"), default=50,
+                    help="graph replays timed (the median is reported; at least 20 advised)")
+    ap.add_argument("--seed", type=int, default=0, help="the logits' generator seed")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.stderr.write(f"{ap.prog}: error: needs a CUDA device (torch {torch.__version__} sees none)\n")
+        return 2
+    from sglang_ddtree import ops
+
+    ops.ensure_backend("cuda")
+    op = ops.op("law_rows")
+    result = {"meta": metadata()}
+    print(f"law_rows from {result['meta']['package']} ({result['meta']['package_revision']}), "
+          f"{result['meta']['gpu']}")
+    result["hbm_copy_TBps"] = hbm_bandwidth() / 1e12
+    warm_up()
+    cases = []
+    print(f"{'dtype':>5} {'R':>4} {'law':>10} {'us':>8} {'floor us':>8} {'x floor':>7} {'copy TB/s':>9}  outputs")
+    for dtype_name in args.dtypes:
+        for R in args.rows:
+            for law in args.laws:
+                c = bench_case(op, dtype_name, R, args.vocab, law, args.logit_scale, args.inner, args.replays,
+                               args.seed)
+                c["floor_hbm_us"] = c["bytes_read"] / (result["hbm_copy_TBps"] * 1e12) * 1e6
+                c["ratio_hbm"] = c["us"] / c["floor_hbm_us"]
+                cases.append(c)
+                print(f"{dtype_name:>5} {R:>4} {law:>10} {c['us']:8.1f} {c['floor_us']:8.1f} {c['ratio']:7.2f} "
+                      f"{c['copy_TBps']:9.2f}  {c['outputs_sha256']}", flush=True)
+    result["cases"] = cases
+    print(f"1 GiB copy {result['hbm_copy_TBps']:.2f} TB/s")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
