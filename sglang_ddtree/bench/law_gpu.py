@@ -1,18 +1,22 @@
-"""The sampled round's law kernel on the GPU (the op law_rows, kernels/law_rows.cu) timed against its floor: the
-passes it makes over the rows, read at the bandwidth of a device copy of the same bytes measured in the same run.
+"""The sampled round's law kernels on the GPU (the ops law_rows and drawn_targets, kernels/law_rows.cu and
+kernels/tree_rejection.cu) timed against their floors: the passes they make over the rows, read at the bandwidth
+of a device copy of the same bytes measured in the same run.
 
-Each case is R rows of random logits (normal, scaled by --logit-scale) of V tokens in one dtype, under one law a
-row: unfiltered (temperature 0.6 only: two passes, the argmax and the normaliser) or filtered (T 0.6, top-p 0.95:
-three, the descent's gather the third). Its time is the median over CUDA-graph replays (each replay `--inner`
-back-to-back calls, after warm-up) by CUDA events; the floor is passes x R x V x the dtype's bytes at the copy's
-bandwidth (read + write over its time). Each case also records a hash of the op's outputs on its seeded inputs, so
-two runs (this checkout and an older copy) show whether the kernels agree bit for bit.
+law_rows: R rows of random logits (normal, scaled by --logit-scale) of V tokens in one dtype, one law a row:
+unfiltered (temperature 0.6 only: two passes, the argmax and the normaliser) or filtered (T 0.6, top-p 0.95: three,
+the descent's gather the third). drawn_targets: B requests whose trees are their roots alone, so each request's
+walk draws its bonus at once, one pass over its root's row (one block a request). A case's time is the median
+over CUDA-graph replays (each replay `--inner` back-to-back calls, after warm-up) by CUDA events; its floor is the
+passes x rows x V x the dtype's bytes at the copy's bandwidth (read + write over its time). Each case also records
+a hash of the op's outputs on its seeded inputs, so two runs (this checkout and an older copy) show whether the
+kernels agree bit for bit.
 
 The prediction this bench checks (the kernel that splits each row over a thread-block cluster): one block a row
 reading 4-byte words, one load in flight a warp, takes about as long for a pass over a row whatever the row count
 (latency-bound, far above its floor). 16-byte loads, four in flight a thread, and each row split over up to 8 CTAs
 of a cluster for every pass over it (partial histograms summed through distributed shared memory) should bring it
-to about 3x its floor: ~0.1 ms at 64 rows and ~0.2 ms at 128 (float32, V 151,936, three passes), the same bits out.
+to about 3x its floor: ~0.1 ms at 64 rows and ~0.2 ms at 128 (float32, V 151,936, three passes), the same bits out;
+drawn_targets' bonus pass, the same 16-byte loads on one block, ~20 us.
 
   python -m sglang_ddtree.bench law_gpu --out law_gpu.json
   PYTHONPATH=.before python sglang_ddtree/bench/law_gpu.py --out before.json   # the older copy's kernel
@@ -140,7 +144,40 @@ def bench_case(op, dtype_name: str, R: int, V: int, law: str, scale: float, inne
     nbytes = R * V * x.element_size()
     copy_bw = 2 * nbytes / (copy_us * 1e-6)
     floor_us = passes * nbytes / copy_bw * 1e6
-    return {"dtype": dtype_name, "R": R, "V": V, "law": law, "passes": passes, "bytes_read": passes * nbytes,
+    return {"op": "law_rows", "dtype": dtype_name, "R": R, "V": V, "law": law, "passes": passes,
+            "bytes_read": passes * nbytes,
+            "us": us, "us_min": us_min, "copy_us": copy_us, "copy_TBps": copy_bw / 1e12, "floor_us": floor_us,
+            "ratio": us / floor_us, "outputs_sha256": digest}
+
+
+def bench_drawn(law_op, op, dtype_name: str, B: int, V: int, law: str, scale: float, inner: int, replays: int,
+                seed: int) -> dict:
+    """drawn_targets on B requests of n = 8 nodes whose trees hold only their roots (num_nodes 1): each request's
+    walk draws its bonus at the root, one pass over one row, its K = 16 candidates at their residual values."""
+    n, L, K = 8, 1, 16
+    dtype = DTYPES[dtype_name]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = (torch.randn(B * n, V, generator=g, device="cuda") * scale).to(dtype)
+    (t, k, p, m), _ = LAWS[law]
+    full = lambda v, dt, *shape: torch.full(shape or (B,), v, dtype=dt, device="cuda")  # noqa: E731
+    temps = full(t, torch.float32)
+    greedy, lse, boundary = law_op(x, n, temps, full(k, torch.int64), full(p, torch.float32), full(m, torch.float32))
+    tree = (full(0, torch.int64, B, n), full(-1, torch.int32, B, n), full(1, torch.int32), full(0, torch.int32, B, n),
+            full(-1, torch.int64, B, n), full(-1, torch.int64, B, n))
+    cand = torch.randint(0, V, (B, L, K), generator=g, device="cuda")
+    q = full(1.0 / K, torch.float32, B, L, K)
+    rest = (cand, q, full(True, torch.bool), torch.arange(B, device="cuda") + seed, full(3, torch.int64))
+    call = lambda: op(x, temps, greedy, lse, boundary, *tree, *rest)  # noqa: E731
+    digest = outputs_hash([call()])
+    us, us_min = graph_us(call, inner, replays)
+    row0 = x.view(B, n, V)[:, 0]  # the rows the bonus passes read
+    src = row0.contiguous()
+    dst = torch.empty_like(src)
+    copy_us, _ = graph_us(lambda: torch.neg(src, out=dst), inner, replays)
+    nbytes = B * V * x.element_size()
+    copy_bw = 2 * nbytes / (copy_us * 1e-6)
+    floor_us = nbytes / copy_bw * 1e6
+    return {"op": "drawn_targets", "dtype": dtype_name, "B": B, "V": V, "law": law, "passes": 1, "bytes_read": nbytes,
             "us": us, "us_min": us_min, "copy_us": copy_us, "copy_TBps": copy_bw / 1e12, "floor_us": floor_us,
             "ratio": us / floor_us, "outputs_sha256": digest}
 
@@ -150,6 +187,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=_cli.output_file, default=None, help="JSON file for the results")
     ap.add_argument("--rows", type=_cli.positive_int_list, default=[16, 64, 128, 256],
                     help="row counts R (requests x nodes), comma-separated")
+    ap.add_argument("--requests", type=_cli.positive_int_list, default=[1, 8, 32],
+                    help="request counts B of the drawn_targets cases, comma-separated")
     ap.add_argument("--vocab", type=_cli.positive_int, default=V_QWEN, help="tokens a row (default: Qwen's)")
     ap.add_argument("--dtypes", type=_cli.choice_list(*DTYPES), default=["bf16"], help="logit dtypes, comma-separated")
     ap.add_argument("--laws", type=_cli.choice_list(*LAWS), default=list(LAWS), help="laws, comma-separated")
@@ -173,17 +212,24 @@ def main(argv=None) -> int:
     result["hbm_copy_TBps"] = hbm_bandwidth() / 1e12
     warm_up()
     cases = []
-    print(f"{'dtype':>5} {'R':>4} {'law':>10} {'us':>8} {'floor us':>8} {'x floor':>7} {'copy TB/s':>9}  outputs")
+    print(f"{'op':>13} {'dtype':>5} {'rows':>4} {'law':>10} {'us':>8} {'floor us':>8} {'x floor':>7} "
+          f"{'copy TB/s':>9}  outputs")
+
+    def record(c: dict) -> None:
+        c["floor_hbm_us"] = c["bytes_read"] / (result["hbm_copy_TBps"] * 1e12) * 1e6
+        c["ratio_hbm"] = c["us"] / c["floor_hbm_us"]
+        cases.append(c)
+        print(f"{c['op']:>13} {c['dtype']:>5} {c.get('R', c.get('B')):>4} {c['law']:>10} {c['us']:8.1f} "
+              f"{c['floor_us']:8.1f} {c['ratio']:7.2f} {c['copy_TBps']:9.2f}  {c['outputs_sha256']}", flush=True)
+
     for dtype_name in args.dtypes:
-        for R in args.rows:
-            for law in args.laws:
-                c = bench_case(op, dtype_name, R, args.vocab, law, args.logit_scale, args.inner, args.replays,
-                               args.seed)
-                c["floor_hbm_us"] = c["bytes_read"] / (result["hbm_copy_TBps"] * 1e12) * 1e6
-                c["ratio_hbm"] = c["us"] / c["floor_hbm_us"]
-                cases.append(c)
-                print(f"{dtype_name:>5} {R:>4} {law:>10} {c['us']:8.1f} {c['floor_us']:8.1f} {c['ratio']:7.2f} "
-                      f"{c['copy_TBps']:9.2f}  {c['outputs_sha256']}", flush=True)
+        for law in args.laws:
+            for R in args.rows:
+                record(bench_case(op, dtype_name, R, args.vocab, law, args.logit_scale, args.inner, args.replays,
+                                  args.seed))
+            for B in args.requests:
+                record(bench_drawn(op, ops.op("drawn_targets"), dtype_name, B, args.vocab, law, args.logit_scale,
+                                   args.inner, args.replays, args.seed))
     result["cases"] = cases
     print(f"1 GiB copy {result['hbm_copy_TBps']:.2f} TB/s")
     if args.out:

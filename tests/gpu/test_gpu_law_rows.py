@@ -214,3 +214,30 @@ def test_law_rows_are_the_same_bits_at_any_split():
                 a, w, o = (getattr(r, name) for r in (alone, whole, big))
                 bits = (lambda t: t.view(torch.int32)) if name == "lse" else (lambda t: t)
                 assert bits(a[0, 0]) == bits(w[b, v]) == bits(o[b, v]), (name, b, v)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_drawn_targets_bonus_pass_aligned_or_not(dtype):
+    """drawn_targets' bonus pass (kernels/tree_rejection.cu) reads the row in 16-byte vectors where it is aligned and
+    one element a thread where it is not (the law_rows rows too): drawn trees at V 151,936 give the same targets bit
+    for bit either way, and the CPU backend's but for near-ties of the noise."""
+    from test_gpu_rejection import _case, _on
+
+    from sglang_ddtree import rejection
+
+    cuda_ops()
+    tree, lp, ids, law, seed, step, logits = _case(8, 7, 15, 151936, 15, 3, filtered=True)
+    x = logits.to(dtype)
+    out = {}
+    for dev in ("cpu", "cuda"):
+        ops = RoundOps(dev)
+        lw = NodeLaw(*_on(dev, law.temperatures, law.top_ks, law.top_ps, law.min_ps), filtered=True)
+        drawn, draft = rejection.draw_children(ops, tree.to(dev), *_on(dev, lp, ids), lw, *_on(dev, seed, step))
+        inputs = [x.to(dev)] + ([misaligned(x)] if dev == "cuda" else [])
+        out[dev] = [drawn.tokens.cpu()] + [rejection.rejection_targets(ops, xi, lw, drawn, draft,
+                                                                       *_on(dev, seed, step)).cpu() for xi in inputs]
+    tokens, aligned, unaligned = out["cuda"]
+    assert torch.equal(aligned, unaligned)
+    rows = (tokens == out["cpu"][0]).all(-1)  # the same drawn tree (the noise's near-ties aside)
+    assert rows.float().mean() > 0.9
+    assert (aligned == out["cpu"][1])[rows].float().mean() > 0.99
