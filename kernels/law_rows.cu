@@ -1,8 +1,8 @@
 // Every tree node's law in one launch, without sorting the vocabulary (kernels/law_rule.h defines the law; the
 // torch definition is sglang_ddtree/sampling.py:law_rows_torch). A row is split over a cluster of C CTAs (C = 1
 // when rows alone fill the GPU, up to 8 when they are few; launch_t says how C is chosen): each CTA reads a
-// contiguous chunk in tiles of 16-byte vectors, kLoads a thread, the next tile's loads in flight while the current
-// one is processed (one block reading 4-byte words with one load in flight is latency-bound, whatever the row
+// contiguous chunk in tiles of 16-byte vectors, kLoads a thread issued together, two CTAs an SM hiding each
+// other's latency (one block reading 4-byte words with one load in flight is latency-bound, whatever the row
 // count). Every pass covers the whole row, split so:
 //   pass 1   the argmax (and whether the row is degenerate): each CTA's best pushed to every CTA of the cluster
 //   pass 2   Z, the counts of e > 0 and e >= min_p, and, in a row its request filters, a histogram of count and
@@ -36,7 +36,7 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
-constexpr int kLoads = 4;            // 16-byte loads a thread issues a tile (the next tile's issued before it is read)
+constexpr int kLoads = 4;            // 16-byte loads a thread issues a tile, all before the first is read
 constexpr int kMaxCluster = 8;       // portable cluster size
 constexpr int64_t kMinChunk = 4096;  // a CTA's share of a row (elements) stays at least this when rows are split
 constexpr int kDigitBits = 11;
