@@ -22,7 +22,7 @@ from . import flags as F
 from .ops import mask_words
 from .rejection import rejection_targets
 from .sampling import NodeLaw, node_tokens
-from .sizes import budget_of, verify_width
+from .sizes import budget_of, check_budget, verify_width
 from .tree import TreeBatch
 
 
@@ -36,9 +36,7 @@ def expected_commit(tree: TreeBatch) -> torch.Tensor:
 def truncate(tree: TreeBatch, budget: int) -> TreeBatch:
     """The tree of a smaller budget from a larger one (fact (1)), on the device with no host read: equal
     field for field to building it afresh with that budget (tests/core/test_budget.py)."""
-    if not 0 <= budget <= tree.budget:
-        raise ValueError(f"budget must be in [0, {tree.budget}], got {budget}")
-    n = verify_width(budget)
+    n = verify_width(check_budget(budget, maximum=tree.budget))
     if n == tree.n:
         return tree
     B = tree.batch_size

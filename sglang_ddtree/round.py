@@ -33,7 +33,7 @@ from . import ops
 from .budget import truncate
 from .rejection import draw_children, rejection_targets
 from .sampling import node_tokens, sample_rows_torch
-from .sizes import budget_of
+from .sizes import budget_of, check_budget
 from .tree import TreeBatch, build_tree_from_lattice, build_tree_from_topk
 
 logger = logging.getLogger("sglang_ddtree")
@@ -122,9 +122,7 @@ class RoundOps:
         """The tree of a smaller budget (budget.truncate, its definition) in one op on this decoder's backend:
         the auto budget verifies fewer nodes than the drafter's tree nearly every round, and the definition's
         two dozen tensor ops would each be a launch."""
-        if not 0 <= budget <= tree.budget:
-            raise ValueError(f"budget must be in [0, {tree.budget}], got {budget}")
-        if budget == tree.budget or self.fallback:  # the fallback: torch ops on the device, no round trip
+        if check_budget(budget, maximum=tree.budget) == tree.budget or self.fallback:  # the fallback: torch ops on the device, no round trip
             return truncate(tree, budget)
         t = tree
         outs = ops.op("truncate_tree")(t.num_nodes, t.tokens, t.parents, t.depths, t.ranks, t.logw, t.positions,

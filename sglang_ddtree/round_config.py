@@ -14,7 +14,7 @@ import dataclasses
 import json
 import os
 
-from .sizes import MAX_CUDA_BUDGET, budget_of, verify_width
+from .sizes import MAX_CUDA_BUDGET, budget_error, budget_of, verify_width
 
 DEFAULT_BUDGET = 32  # a fixed budget where none is given and auto is not the default
 # the auto budget's default candidates, with the drafter chain's budget (block - 1) always among them
@@ -40,7 +40,7 @@ def auto_candidates(block: int, given=(), max_budget: int | None = MAX_CUDA_BUDG
         low = [b for b in cands if b < chain]
         raise ValueError(f"{name}: budgets {low} are below the drafter block size − 1 = {chain} (the chain alone "
                          f"needs {chain} nodes); list budgets >= {chain}")
-    if max_budget is not None and cands[-1] > max_budget:
+    if budget_error(cands[-1], max_budget) is not None:
         raise ValueError(f"{name}: budget {cands[-1]} is above the tree builder's limit; use budgets <= {max_budget}")
     return tuple(cands)
 

@@ -13,7 +13,7 @@ import torch
 from . import _checks as C
 from . import ops
 from .lattice import key_temperatures, lattice_logprobs
-from .sizes import MAX_BUDGET, verify_width
+from .sizes import check_budget, verify_width
 from .topk import topk_logprobs
 
 
@@ -152,7 +152,7 @@ def build_tree_from_topk(top_logprobs: torch.Tensor, top_ids: torch.Tensor, budg
     device = top_logprobs.device
     C.tensor("top_ids", top_ids, ndim=3, dtypes=C.INT_DTYPES, device=device)
     C.shape("top_ids", top_ids, tuple(top_logprobs.shape))
-    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    budget = check_budget(budget)
     B, L, k = top_logprobs.shape
     forced = chain_pops(anchor, L)
     C.in_range("top_ids", top_ids, 0)  # a negative id would become a node's token, unflagged
@@ -180,7 +180,7 @@ def build_tree(draft_logits: torch.Tensor, budget: int, *, topk: int | None = No
     build_tree_from_topk.
     """
     C.tensor("draft_logits", draft_logits, ndim=3, dtypes=C.FLOAT_DTYPES)
-    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    budget = check_budget(budget)
     if topk is not None:
         C.integer("topk", topk, minimum=1)
     B, L, V = draft_logits.shape
@@ -220,7 +220,7 @@ def build_tree_from_lattice_rows(row_logprobs: torch.Tensor, row_order: torch.Te
     C.tensor("candidate_ids", candidate_ids, ndim=3, dtypes=C.INT_DTYPES, device=device)
     C.shape("candidate_ids", candidate_ids, (B, L, K))
     C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
-    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    budget = check_budget(budget)
     forced = chain_pops(anchor, L)
     if row_order.device.type == "cpu" and row_order.numel():  # a CUDA tensor is not read (the builder flags it)
         if not torch.equal(row_order.sort(-1).values, torch.arange(K, dtype=row_order.dtype).expand_as(row_order)):
@@ -267,7 +267,7 @@ def build_tree_from_lattice(candidate_ids: torch.Tensor, scores: torch.Tensor, b
     C.tensor("scores", scores, ndim=4, dtypes=C.FLOAT_DTYPES, device=device)
     C.shape("scores", scores, (B, L, K, K))
     C.in_range("candidate_ids", candidate_ids, 0)  # a negative id would become a node's token, unflagged
-    C.integer("budget", budget, minimum=0, maximum=MAX_BUDGET)
+    budget = check_budget(budget)
     forced = chain_pops(anchor, L)
     temps = key_temperatures(temperature, B, device)
     roots, lens = _request_vectors(root_tokens, seq_lens, B, device)

@@ -28,7 +28,7 @@ from ..attention import Shape, choose, engine_prefix
 from ..round import Round, RoundHost, RoundOps
 from ..round_config import DEFAULT_BUDGET, RoundConfig, auto_candidates
 from ..sampling import NodeLaw, node_tokens
-from ..sizes import MAX_BUDGET
+from ..sizes import MAX_BUDGET, check_budget
 from ..stage_clock import StageClock
 from ..tree import build_tree, build_tree_from_topk, chain_pops
 from .checkpoint import load_drafter, load_target
@@ -220,7 +220,7 @@ class Engine:
             elif isinstance(auto_budgets, (str, bytes)) or not isinstance(auto_budgets, Iterable) or not auto_budgets:
                 raise ValueError(f"auto_budgets must be positive ints, got {auto_budgets!r}")
             else:
-                cands = tuple(sorted({_int("auto_budgets", b, 1, MAX_BUDGET) for b in auto_budgets}))
+                cands = tuple(sorted({_budget("auto_budgets", b) for b in auto_budgets}))
             if round_cost is not None and cands:
                 costs = _reals("round_cost", round_cost)
                 if len(costs) != len(cands) or not all(math.isfinite(c) and c > 0 for c in costs):
@@ -230,7 +230,7 @@ class Engine:
         elif budget is not None:
             if isinstance(budget, str):
                 raise ValueError(f"budget must be a positive int or 'auto', got {budget!r}")
-            budget = _int("budget", budget, 1, MAX_BUDGET)
+            budget = _budget("budget", budget)
         budget = DEFAULT_BUDGET if budget is None else budget
         chain_pops(anchor, L)
         if anchor is not None and method not in ("ddtree", "lattice"):
@@ -346,11 +346,16 @@ class Engine:
         return self.target.op_attention(seq_lens, tree.mask_bits, cap, prefix_choice=self.prefix)
 
 
-def _int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+def _int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
     """An int argument (numpy integers too, bools not) within [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return C.integer(name, int(value), minimum=minimum, maximum=maximum)
+
+
+def _budget(name: str, value) -> int:
+    """A tree budget argument (numpy integers too): sizes.check_budget's range, 1 .. every builder's MAX_BUDGET."""
+    return check_budget(_int(name, value), minimum=1, name=name)
 
 
 def _temperatures(temperature, count: int) -> list[float]:

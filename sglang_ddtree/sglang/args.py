@@ -8,7 +8,8 @@ Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
 - the default, when no budget is given: auto where it has served on the GPU (an MHA/GQA target on triton at
   page size 1, or on triton / flashinfer at page sizes 1/16/64 with the FlashInfer prefix; the tree kernel
   verifying), else the fixed DEFAULT_BUDGET (`default_budget_is_auto`);
-- `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads;
+- `speculative_num_draft_tokens` := n = B + 1, the verify width every attention backend reads (written and read
+  back through adapters/registration.py alone: set_budget, flag_budget; the package's unit is B);
 - the budget and the round's other knobs are one round_config.RoundConfig, resolved once (`resolve_round`, in
   validate_server_args, which SGLang runs before handle_server_args) and published for the scheduler processes;
 - attention: with no --attention-backend, prefill on FlashInfer, verify and drafter on triton with the prefix
@@ -29,7 +30,7 @@ import logging
 import os
 
 from sglang_ddtree.round_config import DEFAULT_BUDGET, RoundConfig, auto_candidates
-from sglang_ddtree.sizes import MAX_CUDA_BUDGET, budget_of, verify_width
+from sglang_ddtree.sizes import MAX_CUDA_BUDGET, budget_error
 
 from sglang_ddtree.attention import choose, prefixes
 from sglang_ddtree.attention.prefixes import Shape
@@ -219,8 +220,8 @@ def _check_selector_drafter(view, config: RoundConfig) -> None:
 
 def check_budget(budget: int) -> int:
     """Refuse a budget the CUDA tree builder cannot build (at start-up, not in the first decode round)."""
-    if budget > MAX_CUDA_BUDGET:
-        top = verify_width(MAX_CUDA_BUDGET)
+    if budget_error(budget, MAX_CUDA_BUDGET) is not None:
+        top = sgl.draft_tokens(MAX_CUDA_BUDGET)
         _reject(f"a tree budget of {budget} (the CUDA tree builder holds at most budget + 1 = {top} nodes per "
                 f"request)", f"use a budget <= {MAX_CUDA_BUDGET} (--speculative-num-draft-tokens <= {top}, or "
                 f"{env('budget')} / --speculative-ddtree-budget <= {MAX_CUDA_BUDGET})")
@@ -268,13 +269,13 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
 
 def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
     """The server's RoundConfig, from the round's variables (settings.round_knobs, read here only: once per server,
-    in the launching process) and --speculative-num-draft-tokens (= B + 1). The budget: SGLANG_DDTREE_BUDGET, or
+    in the launching process) and --speculative-num-draft-tokens (= B + 1: registration.flag_budget). The budget: SGLANG_DDTREE_BUDGET, or
     with =auto the largest candidate, else --speculative-num-draft-tokens − 1, else the default's (auto where
     default_budget_is_auto says it has served, else DEFAULT_BUDGET). Every bad value is one line naming it."""
     knobs = round_knobs()
-    given, ndt = knobs["budget"], getattr(view, "speculative_num_draft_tokens", None)
+    given, flag = knobs["budget"], sgl.flag_budget(view)
     rest = {k: knobs[k] for k in ("topk", "anchor", "children", "selector", "calibration")}
-    if given is None and ndt is None:
+    if given is None and flag is None:
         why_not = default_budget_is_auto(view, settings)
         logger.info("DDTREE: no budget given: %s", "auto, chosen every round" if why_not is None else
                     f"the fixed budget {DEFAULT_BUDGET} (auto is the default for MHA/GQA targets on triton, "
@@ -287,20 +288,20 @@ def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
         return RoundConfig(budget=cands[-1], auto_budgets=cands, auto_default=True, **rest)
     if given == AUTO:
         cands = auto_budgets(knobs["auto_budgets"], block)
-        if ndt is not None and int(ndt) != verify_width(cands[-1]):
-            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal the largest auto budget + 1 "
-                             f"= {verify_width(cands[-1])} ({env('budget')}=auto); drop it, or set "
+        if flag is not None and flag != cands[-1]:
+            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({sgl.draft_tokens(flag)}) must equal the largest "
+                             f"auto budget + 1 = {sgl.draft_tokens(cands[-1])} ({env('budget')}=auto); drop it, or set "
                              f"{env('auto_budgets')}")
         return RoundConfig(budget=cands[-1], auto_budgets=cands, **rest)
     if given is not None:
-        if ndt is not None and int(ndt) != verify_width(given):
-            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({ndt}) must equal budget + 1 = "
-                             f"{verify_width(given)} ({env('budget')}={given}); drop one of the two")
+        if flag is not None and flag != given:
+            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({sgl.draft_tokens(flag)}) must equal budget + 1 = "
+                             f"{sgl.draft_tokens(given)} ({env('budget')}={given}); drop one of the two")
         return RoundConfig(budget=check_budget(given), **rest)
-    if int(ndt) < 2:
+    if flag < 1:
         raise ValueError(f"DDTREE: --speculative-num-draft-tokens is the tree verify width budget + 1 and "
-                         f"must be >= 2, got {ndt}")
-    return RoundConfig(budget=check_budget(budget_of(ndt)), **rest)
+                         f"must be >= 2, got {sgl.draft_tokens(flag)}")
+    return RoundConfig(budget=check_budget(flag), **rest)
 
 
 def default_backends(view) -> dict | None:
@@ -449,7 +450,7 @@ def validate_server_args(server_args) -> None:
     block = draft_block_size(view)
     config = resolve_round(view, settings, block)
     budget = config.budget
-    if verify_width(budget) < block:
+    if budget < block - 1:
         _reject(f"a tree budget {budget} below the drafter block size − 1 = {block - 1} (SGLang reserves "
                 f"2 × (budget + 1) KV slots per request and round; the drafter writes {block})",
                 f"use a budget >= {block - 1} (--speculative-num-draft-tokens >= {block})")
@@ -458,7 +459,7 @@ def validate_server_args(server_args) -> None:
         _reject(f"--speculative-eagle-topk {topk}",
                 f"drop it; cap DDTree's per-depth candidates with {env('topk')} instead")
     _check_selector_drafter(view, config)
-    drafter_calibration(config, view.speculative_draft_model_path, budget_of(block))  # a bad file fails here
+    drafter_calibration(config, view.speculative_draft_model_path, block - 1)  # a bad file fails here
     config.publish()  # for apply_ddtree_defaults, next in this process, and the scheduler processes it spawns
 
 
@@ -474,7 +475,7 @@ def apply_ddtree_defaults(server_args) -> None:
                        "block; the tree's size is the budget, %d)", steps, budget)
     server_args.speculative_num_steps = 1
     server_args.speculative_eagle_topk = 1
-    server_args.speculative_num_draft_tokens = config.verify_width
+    sgl.set_budget(server_args, budget)
     server_args.speculative_dflash_block_size = block
     sgl.resolve_draft_attention_backend(server_args)
     if str(getattr(view, "device", None) or "") == "cpu":  # SGLang's DFlash picks a CUDA backend for the drafter
@@ -490,5 +491,5 @@ def apply_ddtree_defaults(server_args) -> None:
                        "without mixed chunked prefill)")
         server_args.enable_mixed_chunk = False
     logger.info("DDTREE: budget=%s (verify width %d), drafter block=%d, topk=%s",
-                f"auto {list(config.auto_budgets)}" if config.auto else budget, config.verify_width, block,
+                f"auto {list(config.auto_budgets)}" if config.auto else budget, sgl.draft_tokens(budget), block,
                 config.topk or "min(budget, vocab)")

@@ -50,9 +50,9 @@ class DecodeRound:
         self.knobs, self.config = knobs, config  # the server's settings; its round (args.resolve_round)
         server_args = registration.read_view(server_args)  # 0.5.23 keeps resolved values off the record
         self.verify_width, self.budget = config.verify_width, config.budget  # n = budget + 1, the widest tree
-        if int(server_args.speculative_num_draft_tokens) != self.verify_width:
-            raise ValueError(f"DDTREE: the round's widest tree verifies {self.verify_width} tokens, but the server "
-                             f"verifies {server_args.speculative_num_draft_tokens} (the argument hook did not run?)")
+        if registration.served_budget(server_args) != self.budget:
+            raise ValueError(f"DDTREE: the round's budget is {self.budget}, but the server's arguments carry "
+                             f"{registration.served_budget(server_args)} (the argument hook did not run?)")
         self.block_size = int(server_args.speculative_dflash_block_size)
         if self.verify_width < self.block_size:
             raise ValueError(f"DDTREE: verify width {self.verify_width} < drafter block {self.block_size}")

@@ -44,12 +44,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def split_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    from sglang_ddtree.sizes import MAX_CUDA_BUDGET
+    from sglang_ddtree.sizes import MAX_CUDA_BUDGET, budget_error
 
     p = parser()
     ours, rest = p.parse_known_args(argv)
     budget = ours.speculative_ddtree_budget
-    if budget not in (None, AUTO) and budget > MAX_CUDA_BUDGET:
+    if budget not in (None, AUTO) and budget_error(budget, MAX_CUDA_BUDGET) is not None:
         p.error(f"argument --speculative-ddtree-budget: at most {MAX_CUDA_BUDGET} (the CUDA tree builder's limit), "
                 f"got {budget}")
     if not any(a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in rest):

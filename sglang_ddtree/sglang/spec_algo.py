@@ -68,7 +68,7 @@ class DDTreeSpecAlgo(sgl.spec_base()):
         return num_draft_tokens
 
     def resolve_max_speculative_num_draft_tokens(self, server_args):
-        return sgl.read_view(server_args).speculative_num_draft_tokens
+        return sgl.draft_tokens(sgl.served_budget(server_args))
 
     # --- arguments ---------------------------------------------------------------------------------------
     def handle_server_args(self, server_args) -> None:

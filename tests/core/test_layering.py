@@ -222,3 +222,16 @@ def test_the_graph_check_catches_a_circle_and_an_upward_import(tmp_path):
     assert graph["budget.py"] == {"engine/__init__.py"} and graph["engine/engine.py"] == {"budget.py"}
     assert circles(graph) == [["budget.py", "engine/__init__.py", "engine/engine.py"]]
     assert layer_of("budget.py") < layer_of("engine/engine.py")
+
+
+def test_the_verify_width_meets_sglang_in_the_adapters_only():
+    """The package's unit for a tree's size is the budget B; SGLang's field for it, speculative_num_draft_tokens (the
+    verify width B + 1), is read and written in adapters/ alone (registration.flag_budget, set_budget,
+    served_budget, draft_tokens)."""
+    bad = []
+    for name, path in modules().items():
+        if Path(name).parts[:2] == ADAPTERS:
+            continue
+        bad += [f"{name}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.Attribute) and n.attr == "speculative_num_draft_tokens"]
+    assert not bad, f"SGLang's verify width read or written outside sglang/adapters/: {bad}"

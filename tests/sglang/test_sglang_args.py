@@ -335,13 +335,14 @@ def test_fa3_backend_serves_where_sgl_kernel_has_fa3(resolve, monkeypatch):
     from sglang_ddtree.attention import fa3
     from sglang_ddtree.engine.data import MODELS_DIR
     from sglang_ddtree.sglang import args as A
+    from sglang_ddtree.sglang.adapters import registration
 
     monkeypatch.setattr(fa3, "installed", lambda: False)
     with pytest.raises(ValueError, match="fa3 without sgl_kernel's FA3 library.*Fix: install sglang-kernel"):
         resolve("--attention-backend", "fa3")
     monkeypatch.setattr(fa3, "installed", lambda: True)
     sa = resolve("--attention-backend", "fa3")
-    assert sa.attention_backend == "fa3" and sa.speculative_num_draft_tokens == A.verify_width(A.DEFAULT_BUDGET)
+    assert sa.attention_backend == "fa3" and registration.served_budget(sa) == A.DEFAULT_BUDGET
     monkeypatch.setenv("SGLANG_DDTREE_PREFIX", "fa3")
     for extra in ((), ("--attention-backend", "fa3"), ("--page-size", "16")):
         resolve(*extra)  # the fixture target: head dim 64, FA3's prefix on any MHA backend

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import logging
 
+from sglang_ddtree.sizes import budget_of, verify_width
+
 from . import releases
 from .need import MissingSGLangSymbol, Needs
 
@@ -102,6 +104,32 @@ def read_view(server_args):
     if releases.is_pipeline_resolution():
         return need("sglang.srt.arg_groups.overrides", "resolving_view")(server_args)
     return need("sglang.srt.arg_groups.overrides", "resolved_view")(server_args)
+
+
+# --- the tree budget as SGLang carries it ---------------------------------------------------------------------
+# SGLang has no field for a tree budget: it reads the tree's verify width B + 1 from speculative_num_draft_tokens
+# (every attention backend sizes TARGET_VERIFY by it). The package's unit is the budget B; these four are where it
+# meets SGLang's field.
+def flag_budget(view) -> int | None:
+    """The budget --speculative-num-draft-tokens gives (its value − 1), None where it was not given."""
+    width = getattr(view, "speculative_num_draft_tokens", None)
+    return None if width is None else budget_of(width)
+
+
+def draft_tokens(budget: int) -> int:
+    """--speculative-num-draft-tokens' value for a budget (the verify width B + 1): what SGLang reads, what a
+    message about the flag names."""
+    return verify_width(budget)
+
+
+def set_budget(server_args, budget: int) -> None:
+    """The budget onto SGLang's field, as its verify width."""
+    server_args.speculative_num_draft_tokens = draft_tokens(budget)
+
+
+def served_budget(server_args) -> int:
+    """The budget the resolved server arguments carry."""
+    return budget_of(read_view(server_args).speculative_num_draft_tokens)
 
 
 def serving_view():
@@ -235,7 +263,7 @@ def install_request_hooks(is_ddtree, refusal, row_headroom, tokenizer_refusal, u
         view = read_view(args[0]) if args else serving_view()
         if view is None or not is_ddtree(view):
             return None  # SGLang's own
-        return row_headroom(extra, int(view.speculative_num_draft_tokens), int(getattr(view, "page_size", 1) or 1))
+        return row_headroom(extra, draft_tokens(flag_budget(view)), int(getattr(view, "page_size", 1) or 1))
 
     def check_one(original, manager, obj, input_ids, *args, **kwargs):
         view = serving_view()
