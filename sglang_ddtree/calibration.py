@@ -116,6 +116,7 @@ def collect(engine, prompts, max_new: int = 48, budget: int = 16, anchor="chain"
         chunk = prompts[i:i + batch_size]
         rounds = []
         res = engine.generate(chunk, max_new, method="ddtree", budget=budget, anchor=anchor, batch_size=len(chunk),
+                              draft_temperature=None,  # the raw draft: what the temperatures are fitted to
                               on_round=lambda logits, *_: rounds.append(logits.float().cpu()))
         for b, r in enumerate(res):
             start = 0  # output index of the round's root: the prefill's token is out[0]

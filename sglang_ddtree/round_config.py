@@ -21,7 +21,7 @@ DEFAULT_BUDGET = 32  # a fixed budget where none is given and auto is not the de
 AUTO_LADDER = (15, 31, 63)
 ANCHOR_CHOICES = ("chain", None)   # tree.ANCHORS' values: the greedy chain always in the tree, or the paper's tree
 CHILDREN = ("drawn", "top")        # a sampled request's tree tokens: drawn (rejection.py) or the top candidates
-KEYS = ("draft", "law")            # a sampled request's tree ranked by the draft, or by the draft under its law
+KEYS = ("draft", "law")            # a sampled request's tree ranked by the draft (the paper's), or under its law
 # a DFlash2 drafter's tree: auto (greedy requests over its selector's lattice, sampled ones over its backbone's
 # marginals, their children drawn), or one of the two for every request
 SELECTOR = ("auto", "lattice", "marginals")
@@ -56,7 +56,8 @@ class RoundConfig:
     topk: int | None = None       # per-depth candidate cap k; None: k = min(budget, vocab), as in the paper
     anchor: str | None = "chain"  # ANCHOR_CHOICES
     children: str = "drawn"       # CHILDREN
-    keys: str = "draft"           # KEYS
+    keys: str = "law"             # KEYS (the server's draft head always ranks under each request's law; the engine
+                                  # reads this field)
     selector: str = "auto"        # SELECTOR (read only where the drafter has a candidate selector)
     # the drafter's per-depth temperatures: 'auto' (its directory's file) | 'off' | a path; None: the caller holds
     # them itself (Engine.generate's draft_temperature / sampling_temperature)

@@ -26,8 +26,8 @@ def _runs(budgets) -> dict:
     runs = {"walk": {"method": "walk"}, "chain": {"method": "chain"}}
     for b in budgets:
         for anchor, tag in ((None, ""), ("chain", "_anchored")):
-            runs[f"lattice{b}{tag}"] = {"method": "lattice", "budget": b, "anchor": anchor}
-            runs[f"ddtree{b}{tag}"] = {"method": "ddtree", "budget": b, "anchor": anchor}
+            runs[f"lattice{b}{tag}"] = {"method": "lattice", "budget": b, "anchor": anchor, "paper": True}
+            runs[f"ddtree{b}{tag}"] = {"method": "ddtree", "budget": b, "anchor": anchor, "paper": True}
     return runs
 
 

@@ -44,8 +44,8 @@ def lossless(device, n_prompts: int, max_new: int, budgets, dtypes=(torch.float3
         gen = lambda method, **kw: eng.generate(prompts, max_new, method=method, batch_size=batch_size, **kw)
         runs = {"ar": gen("ar"), "chain": gen("chain")}
         for b in budgets:
-            runs[f"ddtree{b}"] = gen("ddtree", budget=b)
-            runs[f"ddtree{b}_anchored"] = gen("ddtree", budget=b, anchor="chain")
+            runs[f"ddtree{b}"] = gen("ddtree", budget=b, paper=True)
+            runs[f"ddtree{b}_anchored"] = gen("ddtree", budget=b, anchor="chain", paper=True)
         ids = {k: [r.token_ids for r in v] for k, v in runs.items()}
         rows = {}
         for k, v in ids.items():
@@ -93,11 +93,11 @@ def timing(engine: Engine, batches, budgets, prompt_len: int, rounds: int, warmu
                     ported.append(run_ported_round(draft_logits, bud, node_tokens))
 
             # random weights accept ~1 token per round, so max_new ~ rounds; stop tokens disabled
-            engine.generate(prompts, warmup + 1, method="ddtree", budget=budget, stop_token_ids=[])
+            engine.generate(prompts, warmup + 1, method="ddtree", budget=budget, stop_token_ids=[], paper=True)
             torch.cuda.synchronize() if engine.device.type == "cuda" else None
             t0 = time.perf_counter()
             res = engine.generate(prompts, rounds + 1, method="ddtree", budget=budget, stop_token_ids=[],
-                                  on_round=on_round)
+                                  on_round=on_round, paper=True)
             wall = time.perf_counter() - t0
             st = dict(res[0].stage_times)
             n_rounds = st.pop("rounds")

@@ -52,7 +52,7 @@ def fixed(engine, budget: int) -> dict:
     """Engine.generate arguments of the fixed-budget variants."""
     served = {k: v for k, v in served_default(engine, "here").items() if k not in ("budget", "auto_budgets",
                                                                                   "round_cost")}
-    return {"paper's tree": {"method": "ddtree", "budget": budget},
+    return {"paper's tree": {"method": "ddtree", "budget": budget, "paper": True},
             "served default": {**served, "budget": budget},
             "served default shaped by its law keys (before the shape table)": {**served, "budget": budget,
                                                                                "drawn_shape": None},
@@ -60,7 +60,7 @@ def fixed(engine, budget: int) -> dict:
                 **served, "budget": budget, "children": "top", "sampling_temperature": "drafter"},
             "law keys with the sampling calibration, drawn children": {**served, "budget": budget,
                                                                        "sampling_temperature": "drafter"},
-            "paper's keys, drawn children": {"method": "ddtree", "budget": budget, "children": "drawn"}}
+            "paper's keys, drawn children": {"method": "ddtree", "budget": budget, "children": "drawn", "paper": True}}
 
 
 def spread(values) -> dict:
@@ -147,7 +147,8 @@ def exact_runs(engine, prompts, max_new, law: dict, seed: int, which=compared_tr
     trees on one run's rounds; a drawn tree's the mean over DRAWS draws (each scored exactly for its draw:
     round_contexts.expected_commit's drafts)."""
     L = engine.block_size - 1
-    rounds = round_contexts.collect(engine, prompts, max_new, method="ddtree", budget=BUDGETS[0], seed=seed, **law)
+    rounds = round_contexts.collect(engine, prompts, max_new, method="ddtree", budget=BUDGETS[0], seed=seed, paper=True,
+                                    **law)
     N = rounds.tokens.shape[0]
     node_law = NodeLaw(torch.full((N,), law["temperature"]), torch.zeros(N, dtype=torch.int64),
                        torch.full((N,), law.get("top_p", 1.0)), torch.zeros(N), filtered=True)
@@ -319,7 +320,8 @@ def main(argv=None) -> int:
             "keys served before, auto": summarize(engine.generate(prompts, a.max_new, **{
                 **served, "keys": "draft", "sampling_temperature": None}))["tau"],
             "served default, auto": summarize(engine.generate(prompts, a.max_new, **served))["tau"],
-            "paper's tree, B=31": summarize(engine.generate(prompts, a.max_new, method="ddtree", budget=31))["tau"]}
+            "paper's tree, B=31": summarize(engine.generate(prompts, a.max_new, method="ddtree", budget=31,
+                                                            paper=True))["tau"]}
     if 4 in a.sections:
         fit = heldout_prompts()[:min(a.prompts, FIT_PROMPTS)]
         result["fit_prompts"] = len(fit)

@@ -23,10 +23,11 @@ import torch
 
 from .. import _checks as C
 from ..budget import AutoWidth
+from ..calibration import FILE as CALIBRATION_FILE
 from ..keys import Calibration, DraftKeys
 from ..attention import Shape, choose, engine_prefix
 from ..round import Round, RoundHost, RoundOps
-from ..round_config import DEFAULT_BUDGET, RoundConfig, auto_candidates
+from ..round_config import CHILDREN, DEFAULT_BUDGET, KEYS, RoundConfig, auto_candidates
 from ..sampling import NodeLaw, node_tokens
 from ..sizes import MAX_BUDGET, check_budget
 from ..stage_clock import StageClock
@@ -41,8 +42,12 @@ from .tokenizer import ByteTokenizer
 STAGES = ("prefill", "cost", "loop", "draft", "build", "verify", "sample", "accept", "commit")
 METHODS = ("ddtree", "chain", "ar", "lattice", "walk")
 SELECTOR_METHODS = ("lattice", "walk")  # a DFlash2 drafter's own (engine/dflash2.py, docs/DESIGN.md §8.2)
-KEYS = ("draft", "law")  # round_config.KEYS, in the engine's order (the default first)
-CHILDREN = ("top", "drawn")  # round_config.CHILDREN, likewise
+# generate()'s default for the tree's arguments: what the server serves for the method (RoundConfig's defaults)
+SERVED = "served"
+SERVED_TREE = RoundConfig()  # the served tree's anchor, children, keys and calibration ('auto': the drafter's file)
+# paper=True's defaults instead: the paper's tree (no anchor, each depth's top candidates, the raw draft's keys)
+PAPER_TREE = dict(anchor=None, children="top", keys="draft", draft_temperature=None, sampling_temperature=None,
+                  drawn_shape=None)
 
 
 @dataclasses.dataclass
@@ -120,9 +125,10 @@ class Engine:
     # ------------------------------------------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, method: str = "ddtree", budget: int | None = None,
                  temperature=0.0, seed=0, stop_token_ids=None, batch_size: int | None = None,
-                 on_round=None, anchor=None, draft_temperature=None, auto_budgets=None,
-                 round_cost=None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, keys: str = "draft",
-                 sampling_temperature=None, children: str = "top", drawn_shape=None) -> list[GenerationResult]:
+                 on_round=None, anchor=SERVED, draft_temperature=SERVED, auto_budgets=None,
+                 round_cost=None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, keys: str = SERVED,
+                 sampling_temperature=SERVED, children: str = SERVED, drawn_shape=SERVED,
+                 paper: bool = False) -> list[GenerationResult]:
         """prompts: strings or token-id lists. method: 'ddtree' | 'chain' | 'ar', and with a DFlash2 drafter
         (pair='dflash2') 'lattice' (DDTree over its selector's lattice) | 'walk' (the selector's own walk, verified
         as SGLang's DFLASH verifies it: greedy, or by rejection sampling). budget: DDTree's node budget (default
@@ -147,7 +153,18 @@ class Engine:
         keys) or 'drafter' (the calibration file's shape table, the law keys without one) or a keys.ShapeTable: the
         shape keys w · lp + (1 − w) · log α (keys.DraftKeys.shape_keys); the children are drawn from the law keys.
         stop_token_ids: default [eos]. batch_size: requests decoded together (default: all).
-        on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock."""
+        on_round(draft_logits, budget, node_tokens): called after each round, outside the stage clock.
+        The tree's arguments (anchor, children, keys, draft_temperature, sampling_temperature, drawn_shape) default to
+        'served': the tree the SGLang plugin serves for this method (round_config.RoundConfig's defaults: the chain
+        anchor ('ddtree', 'lattice'); for 'ddtree' keys 'law', children 'drawn' and the drafter directory's
+        calibration file where it has one, its greedy temperatures and shape table as the server keeps them; the
+        other methods take no anchor, top children, the raw draft). The budget's default is the server's fixed
+        DEFAULT_BUDGET (budget='auto' asks for the auto budget). paper=True makes the paper's tree the default
+        instead (no anchor, top children, the draft's keys, the raw draft: PAPER_TREE); an argument given
+        explicitly applies either way."""
+        anchor, children, keys, draft_temperature, sampling_temperature, drawn_shape = self._tree_defaults(
+            method, paper, anchor=anchor, children=children, keys=keys, draft_temperature=draft_temperature,
+            sampling_temperature=sampling_temperature, drawn_shape=drawn_shape)
         ids, seeds, stops, temps, law, config, costs, calibration = self._checked_args(
             prompts, max_new_tokens, method, budget, temperature, seed, stop_token_ids, batch_size, on_round, anchor,
             draft_temperature, auto_budgets, round_cost, top_k, top_p, min_p, keys, sampling_temperature, children,
@@ -159,6 +176,27 @@ class Engine:
             out += self._decode(ids[i:i + bs], seeds[i:i + bs], max_new_tokens, method, config, draft_keys, costs,
                                 temps[i:i + bs], law, stops, on_round)
         return out
+
+    def _tree_defaults(self, method: str, paper: bool, **given) -> tuple:
+        """(anchor, children, keys, draft_temperature, sampling_temperature, drawn_shape) with each 'served' default
+        resolved for `method` (generate's docstring), or the paper's tree's with paper=True."""
+        if not isinstance(paper, bool):
+            raise TypeError(f"paper must be a bool, got {type(paper).__name__}")
+        if paper:
+            return tuple(PAPER_TREE[k] if _served(v) else v for k, v in given.items())
+        served = dict(PAPER_TREE)  # what a method the server has no tree arguments for takes
+        if method in ("ddtree", "lattice"):
+            served["anchor"] = SERVED_TREE.anchor
+        if method == "ddtree":
+            children = SERVED_TREE.children if _served(given["children"]) else given["children"]
+            served.update(children=SERVED_TREE.children, keys=SERVED_TREE.keys)
+            if SERVED_TREE.calibration == "auto" and self.draft_dir is not None and \
+                    os.path.isfile(os.path.join(self.draft_dir, CALIBRATION_FILE)):
+                # as the server keeps the file's entries: drawn children rank by the raw law (its sampling
+                # temperatures dropped) and are shaped by its shape table; top children the other way round
+                served.update(draft_temperature="drafter", **({"drawn_shape": "drafter"} if children == "drawn"
+                                                               else {"sampling_temperature": "drafter"}))
+        return tuple(served[k] if _served(v) else v for k, v in given.items())
 
     def round_config(self, method: str, budget: int, auto_budgets=(), anchor=None, keys: str = "draft",
                      children: str = "top") -> RoundConfig:
@@ -351,6 +389,11 @@ def _int(name: str, value, minimum: int | None = None, maximum: int | None = Non
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return C.integer(name, int(value), minimum=minimum, maximum=maximum)
+
+
+def _served(value) -> bool:
+    """A tree argument left at generate()'s 'served' default."""
+    return isinstance(value, str) and value == SERVED
 
 
 def _budget(name: str, value) -> int:

@@ -131,7 +131,7 @@ def fit_sampling(eng, fit_p, max_new: int) -> list[float]:
 
 
 def _seeded(law: dict, seed: int) -> dict:
-    return {**law, "method": "ddtree", "budget": SAMPLED_BUDGETS[0], "seed": seed}
+    return {**law, "method": "ddtree", "budget": SAMPLED_BUDGETS[0], "seed": seed, "paper": True}
 
 
 def _law_name(law: dict) -> str:

@@ -135,7 +135,7 @@ def configs(engine: Engine, budgets, costs: str) -> list[tuple[str, object, dict
     tree at each budget."""
     return ([("ar", 0, {"method": "ar"}), ("chain", engine.block_size - 1, {"method": "chain"}),
              (SERVED, "auto", served_default(engine, costs))]
-            + [("ddtree", b, {"method": "ddtree", "budget": b}) for b in budgets])
+            + [("ddtree", b, {"method": "ddtree", "budget": b, "paper": True}) for b in budgets])
 
 
 def run(engine: Engine, prompts, max_new, budgets, batch_size, temperature=0.0, seed=0, progress=None,

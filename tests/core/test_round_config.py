@@ -30,7 +30,7 @@ def test_fields_widths_and_fixed():
     assert not f.auto and not f.auto_default and f.budget == 63 and f.widths == (64,) and f.topk == 4
     d = RoundConfig()
     assert (d.budget, d.auto, d.topk, d.anchor, d.children, d.keys, d.calibration) == \
-        (32, False, None, "chain", "drawn", "draft", "auto")
+        (32, False, None, "chain", "drawn", "law", "auto")
     with pytest.raises(dataclasses_error()):
         d.budget = 3  # frozen: resolved once, then only read
 

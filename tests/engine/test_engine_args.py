@@ -39,6 +39,7 @@ BAD = [
     (dict(keys="law", method="chain"), ValueError, "keys"),
     (dict(children="sampled"), ValueError, "children"),
     (dict(children="drawn", method="chain"), ValueError, "children"),
+    (dict(paper="yes"), TypeError, "paper"),
     (dict(drawn_shape="bogus"), ValueError, "drawn_shape"),
     (dict(drawn_shape=[[0.5]]), ValueError, "drawn_shape"),
     (dict(drawn_shape=ShapeTable(0.5, (1.0,), (((0.5,),) * 6,))), ValueError, "drawn_shape"),  # 6 depths of 7
@@ -134,3 +135,37 @@ def test_a_sampled_request_at_nan_temperature_no_longer_returns_nul_bytes(engine
         engine.generate(["def f():"], 8, temperature=float("nan"))
     out = engine.generate(["def f():"], 8, temperature=1.0, method="ar", stop_token_ids=[])
     assert len(out[0].token_ids) == 8 and all(0 <= t < V for t in out[0].token_ids)
+
+
+def test_the_defaults_are_the_served_tree_and_the_papers_is_one_argument_away(engine):
+    """generate()'s tree arguments default to what the server serves (round_config.RoundConfig's: the chain anchor,
+    keys under each request's law, drawn children, the drafter's calibration file); paper=True gives the paper's
+    tree; an argument given explicitly applies either way; a method without those arguments takes none."""
+    import inspect
+
+    from sglang_ddtree.engine.engine import PAPER_TREE, SERVED
+    from sglang_ddtree.round_config import RoundConfig
+
+    names = ("anchor", "children", "keys", "draft_temperature", "sampling_temperature", "drawn_shape")
+    params = inspect.signature(engine.generate).parameters
+    assert all(params[n].default == SERVED for n in names) and params["paper"].default is False
+    given = dict.fromkeys(names, SERVED)
+    served = RoundConfig()
+    assert engine._tree_defaults("ddtree", False, **given) == (served.anchor, served.children, served.keys,
+                                                                "drafter", None, "drafter")
+    assert (served.anchor, served.children, served.keys, served.calibration) == ("chain", "drawn", "law", "auto")
+    assert engine._tree_defaults("ddtree", False, **{**given, "children": "top"})[3:] == ("drafter", "drafter", None)
+    assert engine._tree_defaults("ddtree", True, **given) == tuple(PAPER_TREE[n] for n in names)
+    assert engine._tree_defaults("ddtree", True, **{**given, "anchor": "chain"})[:2] == ("chain", "top")
+    assert engine._tree_defaults("lattice", False, **given) == ("chain", "top", "draft", None, None, None)
+    for method in ("chain", "ar"):
+        assert engine._tree_defaults(method, False, **given) == tuple(PAPER_TREE[n] for n in names)
+    bare = Engine(engine.target, engine.drafter)  # no drafter directory: no calibration file, the raw draft
+    assert bare._tree_defaults("ddtree", False, **given)[3:] == (None, None, None)
+    prompts, kw = ["def f(x):", "import os"], dict(max_new_tokens=6, temperature=1.0, seed=3, budget=15)
+    assert [r.token_ids for r in engine.generate(prompts, **kw)] == [r.token_ids for r in engine.generate(
+        prompts, **kw, anchor="chain", children="drawn", keys="law", draft_temperature="drafter",
+        drawn_shape="drafter")]
+    assert [r.accept_lengths for r in engine.generate(prompts, **kw, paper=True)] == [r.accept_lengths for r in
+                                                                                     engine.generate(
+        prompts, **kw, anchor=None, children="top", keys="draft", draft_temperature=None)]

@@ -33,7 +33,8 @@ _runs: dict = {}
 def greedy(engine, prompts, method, budget=None, anchor=None):
     key = (method, budget, anchor)
     if key not in _runs:
-        _runs[key] = engine.generate(prompts, MAX_NEW, method=method, budget=budget, anchor=anchor, batch_size=BATCH)
+        _runs[key] = engine.generate(prompts, MAX_NEW, method=method, budget=budget, anchor=anchor, batch_size=BATCH,
+                                     paper=True)
     return _runs[key]
 
 
@@ -76,10 +77,10 @@ def test_ragged_batch_equals_one_at_a_time(engine, prompts):
     picks = sorted(prompts[:40], key=len)[::10]
     assert len({len(p) for p in picks}) > 1
     for method, kw in (("walk", {}), ("walk", {"temperature": 1.0, "seed": 5}), ("lattice", {"budget": 16})):
-        batched = engine.generate(picks, 16, method=method, **kw)
+        batched = engine.generate(picks, 16, method=method, paper=True, **kw)
         for i, (p, b) in enumerate(zip(picks, batched)):
             alone_kw = dict(kw, seed=kw["seed"] + i) if "seed" in kw else kw
-            alone = engine.generate([p], 16, method=method, **alone_kw)[0]
+            alone = engine.generate([p], 16, method=method, paper=True, **alone_kw)[0]
             assert alone.token_ids == b.token_ids and alone.accept_lengths == b.accept_lengths, (method, i)
 
 
@@ -110,7 +111,7 @@ N_SAMPLES, POSITIONS = 600, 8
 
 def samples(engine, method, seed0, **kw):
     res = engine.generate([SAMPLE_PROMPT] * N_SAMPLES, POSITIONS, method=method, temperature=1.0,
-                          seed=list(range(seed0, seed0 + N_SAMPLES)), stop_token_ids=[], **kw)
+                          seed=list(range(seed0, seed0 + N_SAMPLES)), stop_token_ids=[], paper=True, **kw)
     return torch.tensor([r.token_ids for r in res])
 
 
@@ -139,5 +140,6 @@ def test_sampling_test_catches_a_walk_that_accepts_every_draft(engine, ar_sample
 
 def test_same_seed_same_sample(engine):
     for method in ("walk", "lattice"):
-        a, b = (engine.generate([SAMPLE_PROMPT] * 3, 12, method=method, temperature=1.0, seed=7) for _ in range(2))
+        a, b = (engine.generate([SAMPLE_PROMPT] * 3, 12, method=method, temperature=1.0, seed=7, paper=True)
+                for _ in range(2))
         assert [r.token_ids for r in a] == [r.token_ids for r in b]

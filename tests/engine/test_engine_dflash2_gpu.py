@@ -22,14 +22,15 @@ def test_fp32_greedy_identical_to_ar_on_cuda(cuda_engine):
     ar = [r.token_ids for r in cuda_engine.generate(prompts, 48, method="ar")]
     for method, kw in (("walk", {}), ("lattice", {"budget": 8}), ("lattice", {"budget": 64, "anchor": "chain"}),
                        ("ddtree", {"budget": 32})):
-        got = [r.token_ids for r in cuda_engine.generate(prompts, 48, method=method, **kw)]
+        got = [r.token_ids for r in cuda_engine.generate(prompts, 48, method=method, paper=True, **kw)]
         assert got == ar, (method, kw)
 
 
 @pytest.mark.parametrize("method,kw", [("walk", {}), ("lattice", {"budget": 16, "anchor": "chain"})])
 def test_sampled_on_cuda_is_reproducible_and_matches_the_cpu(cuda_engine, method, kw):
     prompts = heldout_prompts(32)
-    run = lambda eng: [r.token_ids for r in eng.generate(prompts, 24, method=method, temperature=1.0, seed=3, **kw)]
+    run = lambda eng: [r.token_ids for r in eng.generate(prompts, 24, method=method, temperature=1.0, seed=3,
+                                                         paper=True, **kw)]
     first = run(cuda_engine)
     assert first == run(cuda_engine)
     cpu = run(Engine.from_pretrained(device="cpu", pair="dflash2"))

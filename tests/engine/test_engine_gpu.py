@@ -18,7 +18,7 @@ def test_fp32_greedy_identical_to_ar_on_cuda():
     prompts = heldout_prompts(100)
     ar = [r.token_ids for r in eng.generate(prompts, 48, method="ar")]
     for method, budget in (("chain", None), ("ddtree", 8), ("ddtree", 64)):
-        got = [r.token_ids for r in eng.generate(prompts, 48, method=method, budget=budget)]
+        got = [r.token_ids for r in eng.generate(prompts, 48, method=method, budget=budget, paper=True)]
         assert got == ar, (method, budget)
 
 
@@ -81,7 +81,7 @@ def test_decode_loop_host_syncs_are_one_per_round(sampled):
 
     eng = Engine.from_pretrained(device="cuda", dtype=torch.float32)
     prompts = heldout_prompts(16)
-    eng.generate(prompts, 8, method="ddtree", budget=32, **sampled)  # warm-up (kernel loading may sync)
+    eng.generate(prompts, 8, method="ddtree", budget=32, paper=True, **sampled)  # warm-up (kernel loading may sync)
     torch.cuda.synchronize()
 
     def count(max_new):
@@ -89,7 +89,8 @@ def test_decode_loop_host_syncs_are_one_per_round(sampled):
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                res = eng.generate(prompts, max_new, method="ddtree", budget=32, stop_token_ids=[], **sampled)
+                res = eng.generate(prompts, max_new, method="ddtree", budget=32, stop_token_ids=[], paper=True,
+                                   **sampled)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         return sum("synchroniz" in str(w.message) for w in caught), int(res[0].stage_times["rounds"])

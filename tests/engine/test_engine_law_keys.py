@@ -14,7 +14,7 @@ def test_at_temperature_one_without_filters_the_law_is_the_draft(engine, prompts
     """T = 1, no filter, no calibration: the request's law over the draft is the draft itself, so keys='law'
     gives the paper's tree round for round (same tokens, same accept lengths)."""
     run = lambda keys: engine.generate(prompts, 24, method="ddtree", budget=15, temperature=1.0, seed=5,  # noqa: E731
-                                       keys=keys)
+                                       keys=keys, paper=True)
     law, draft = run("law"), run("draft")
     assert [r.token_ids for r in law] == [r.token_ids for r in draft]
     assert [r.accept_lengths for r in law] == [r.accept_lengths for r in draft]
@@ -25,7 +25,7 @@ def test_a_mixed_batch_decodes_each_request_as_alone(engine, prompts):
     request's output and accept lengths equal its decode alone with the same seed, and the greedy ones are AR's."""
     temps = [0.0, 1.0, 0.6, 0.0, 0.8, 1.0]
     kw = dict(method="ddtree", budget=31, anchor="chain", keys="law", draft_temperature="drafter",
-              sampling_temperature="drafter", top_p=0.9, top_k=30)
+              sampling_temperature="drafter", top_p=0.9, top_k=30, paper=True)
     seeds = list(range(40, 46))
     mixed = engine.generate(prompts, 24, temperature=temps, seed=seeds, **kw)
     for p, t, s, got in zip(prompts, temps, seeds, mixed):

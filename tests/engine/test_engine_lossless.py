@@ -25,7 +25,7 @@ def greedy(engine, prompts, method, budget=None, anchor=None):
     key = (method, budget, anchor)
     if key not in _runs:
         _runs[key] = engine.generate(prompts, MAX_NEW, method=method, budget=budget, batch_size=BATCH,
-                                     anchor=anchor)
+                                     anchor=anchor, paper=True)
     return _runs[key]
 
 
@@ -98,15 +98,15 @@ def test_ragged_batch_equals_one_at_a_time(engine, prompts):
     picks = sorted(prompts[:40], key=len)[::8]  # different lengths in one batch
     assert len({len(p) for p in picks}) > 1
     for method in ("ddtree", "chain", "ar"):
-        batched = engine.generate(picks, 24, method=method, budget=16)
+        batched = engine.generate(picks, 24, method=method, budget=16, paper=True)
         for p, b in zip(picks, batched):
-            alone = engine.generate([p], 24, method=method, budget=16)[0]
+            alone = engine.generate([p], 24, method=method, budget=16, paper=True)[0]
             assert alone.token_ids == b.token_ids and alone.accept_lengths == b.accept_lengths
 
 
 def test_stop_tokens_and_max_tokens(engine, prompts):
     nl = ord("\n")
-    outs = {m: engine.generate(prompts[:32], 40, method=m, budget=32, stop_token_ids=[nl])
+    outs = {m: engine.generate(prompts[:32], 40, method=m, budget=32, stop_token_ids=[nl], paper=True)
             for m in ("ar", "chain", "ddtree")}
     stopped = 0
     for r in outs["ar"]:
@@ -118,7 +118,7 @@ def test_stop_tokens_and_max_tokens(engine, prompts):
     for m in ("chain", "ddtree"):
         assert [r.token_ids for r in outs[m]] == [r.token_ids for r in outs["ar"]]
         assert [r.finish_reason for r in outs[m]] == [r.finish_reason for r in outs["ar"]]
-    for r in engine.generate(prompts[:8], 5, method="ddtree", stop_token_ids=[]):
+    for r in engine.generate(prompts[:8], 5, method="ddtree", stop_token_ids=[], paper=True):
         assert len(r.token_ids) == 5 and r.finish_reason == "length"
 
 
@@ -126,7 +126,7 @@ def test_stop_tokens_and_max_tokens(engine, prompts):
 
 def sampled_tokens(engine, prompt, method, temperature, n, seed0, positions=8):
     res = engine.generate([prompt] * n, positions, method=method, budget=8, temperature=temperature,
-                          seed=list(range(seed0, seed0 + n)), stop_token_ids=[])
+                          seed=list(range(seed0, seed0 + n)), stop_token_ids=[], paper=True)
     return torch.tensor([r.token_ids for r in res])
 
 
@@ -158,8 +158,8 @@ def test_sampling_test_has_power(engine, ar_samples):
 
 
 def test_same_seed_same_sample(engine):
-    a = engine.generate([SAMPLE_PROMPT] * 3, 12, method="ddtree", temperature=1.0, seed=7)
-    b = engine.generate([SAMPLE_PROMPT] * 3, 12, method="ddtree", temperature=1.0, seed=7)
+    a = engine.generate([SAMPLE_PROMPT] * 3, 12, method="ddtree", temperature=1.0, seed=7, paper=True)
+    b = engine.generate([SAMPLE_PROMPT] * 3, 12, method="ddtree", temperature=1.0, seed=7, paper=True)
     assert [r.token_ids for r in a] == [r.token_ids for r in b]
 
 

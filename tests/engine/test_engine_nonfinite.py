@@ -30,7 +30,7 @@ def test_nan_logits_stop_only_that_request():
     for method, call_no in (("ddtree", 1), ("ddtree", 3), ("chain", 3), ("ar", 5)):
         restore = _poison_call(engine, call_no, 0)
         try:
-            got = engine.generate(prompts, 24, method=method, budget=8 if method == "ddtree" else None)
+            got = engine.generate(prompts, 24, method=method, budget=8 if method == "ddtree" else None, paper=True)
         finally:
             restore()
         assert got[0].finish_reason == "nonfinite", (method, call_no)

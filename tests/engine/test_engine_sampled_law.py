@@ -45,7 +45,7 @@ METHODS = {
     "default": {"method": "ddtree", "budget": "auto", "auto_budgets": AUTO, "anchor": "chain", "keys": "law",
                 "children": "drawn", "draft_temperature": "drafter", "drawn_shape": "drafter",
                 "round_cost": [H200_GRAPH_MS[32][b + 1] for b in AUTO]},  # a fixed table: no timing in a test
-    "paper": {"method": "ddtree", "budget": 15},
+    "paper": {"method": "ddtree", "budget": 15, "paper": True},
 }
 ALPHA = 1e-3 / (len(LAWS) * len(METHODS))
 

@@ -49,7 +49,7 @@ def counted(engine):
         mp.setattr(engine_mod._EngineBatch, "mark", marking)
         with rec:
             engine.generate(["def fib(n):", "import os\n"], 24, anchor="chain", children="drawn", budget=15,
-                            temperature=0.6, top_p=0.95, seed=[1, 2])
+                            temperature=0.6, top_p=0.95, seed=[1, 2], paper=True)
     assert rec.rounds >= 2, "no sampled decode round ran"
     return rec, engine.target.config.vocab_size
 

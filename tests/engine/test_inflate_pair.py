@@ -146,7 +146,7 @@ _tiny_runs: dict = {}
 def generate(engine, method):
     rounds = []
     out = engine.generate(heldout_prompts(N_PROMPTS), MAX_NEW, method=method, budget=32 if method == "ddtree" else None,
-                          on_round=lambda logits, budget, nodes: rounds.append(logits.clone()))
+                          on_round=lambda logits, budget, nodes: rounds.append(logits.clone()), paper=True)
     return out, rounds
 
 

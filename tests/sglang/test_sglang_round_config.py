@@ -93,4 +93,8 @@ def test_engine_defaults_are_the_servers(resolve, monkeypatch):
     resolve()
     auto = RoundConfig.published()
     assert engine_config(budget="auto").auto_budgets == auto.auto_budgets == (7, 15, 31, 63)
+    from sglang_ddtree.engine.engine import SERVED  # and its tree: the server's anchor, children, keys
+
+    tree = eng._tree_defaults("ddtree", False, anchor=SERVED, children=SERVED, keys=SERVED)
+    assert tree == (fixed.anchor, fixed.children, fixed.keys) == (auto.anchor, auto.children, auto.keys)
     assert engine_config(budget="auto").budget == auto.budget
