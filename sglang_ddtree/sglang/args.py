@@ -37,7 +37,7 @@ from sglang_ddtree.attention.prefixes import Shape
 
 from . import backends
 from .adapters import registration as sgl
-from .adapters.releases import check_version
+from .adapters import releases
 from .settings import AUTO, Settings, env, round_knobs
 
 logger = logging.getLogger(__name__)
@@ -189,12 +189,10 @@ def draft_block_size(view) -> int:
     return int(size) if size is not None else DEFAULT_BLOCK_SIZE
 
 
-SELECTOR_RELEASES = ("0.5.23",)  # the releases whose DFLASH loads DFlash2 (candidate selector) drafters
-
-
 def has_selector(view) -> bool:
-    """Whether the drafter is a DFlash2 drafter (its config's dflash_config names a selector rank, which SGLang
-    0.5.23 reads to build the candidate selector); False where the config cannot be read (SGLang says why later)."""
+    """Whether the drafter is a DFlash2 drafter (its config's dflash_config names a selector rank, which SGLang reads
+    to build the candidate selector where a release supports one); False where the config cannot be read (SGLang
+    says why later)."""
     try:
         cfg = _hf_config(view.speculative_draft_model_path, view,
                          getattr(view, "speculative_draft_model_revision", None))
@@ -209,10 +207,10 @@ def _check_selector_drafter(view, config: RoundConfig) -> None:
     merge for the lattice yet)."""
     if not has_selector(view):
         return
-    release = check_version()
-    if release not in SELECTOR_RELEASES:
-        _reject(f"a DFlash2 drafter (a candidate selector) on sglang {release}, which cannot load one",
-                f"serve it with sglang {' / '.join(SELECTOR_RELEASES)}, or use a plain DFlash drafter")
+    if not releases.supports("selector"):
+        _reject(f"a DFlash2 drafter (a candidate selector) on sglang {releases.check_version()}, which cannot load "
+                f"one",
+                f"serve it with sglang {' / '.join(releases.supporting('selector'))}, or use a plain DFlash drafter")
     if config.selector != "marginals" and int(getattr(view, "tp_size", 1) or 1) > 1:
         _reject(f"a DFlash2 drafter's lattice tree at --tp-size {view.tp_size}",
                 f"use --tp-size 1, or set {env('selector')}=marginals (the tree over the backbone's marginals)")
@@ -269,9 +267,10 @@ def default_budget_is_auto(view, settings: Settings) -> str | None:
 
 def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
     """The server's RoundConfig, from the round's variables (settings.round_knobs, read here only: once per server,
-    in the launching process) and --speculative-num-draft-tokens (= B + 1: registration.flag_budget). The budget: SGLANG_DDTREE_BUDGET, or
-    with =auto the largest candidate, else --speculative-num-draft-tokens − 1, else the default's (auto where
-    default_budget_is_auto says it has served, else DEFAULT_BUDGET). Every bad value is one line naming it."""
+    in the launching process) and --speculative-num-draft-tokens (= B + 1: registration.flag_budget). The budget:
+    SGLANG_DDTREE_BUDGET, or with =auto the largest candidate, else --speculative-num-draft-tokens − 1, else the
+    default's (auto where default_budget_is_auto says it has served, else DEFAULT_BUDGET). Every bad value is one line
+    naming it."""
     knobs = round_knobs()
     given, flag = knobs["budget"], sgl.flag_budget(view)
     rest = {k: knobs[k] for k in ("topk", "anchor", "children", "selector", "calibration")}
@@ -289,14 +288,14 @@ def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
     if given == AUTO:
         cands = auto_budgets(knobs["auto_budgets"], block)
         if flag is not None and flag != cands[-1]:
-            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({sgl.draft_tokens(flag)}) must equal the largest "
-                             f"auto budget + 1 = {sgl.draft_tokens(cands[-1])} ({env('budget')}=auto); drop it, or set "
-                             f"{env('auto_budgets')}")
+            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({sgl.draft_tokens(flag)}) must equal the "
+                             f"largest auto budget + 1 = {sgl.draft_tokens(cands[-1])} ({env('budget')}=auto); drop "
+                             f"it, or set {env('auto_budgets')}")
         return RoundConfig(budget=cands[-1], auto_budgets=cands, **rest)
     if given is not None:
         if flag is not None and flag != given:
-            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({sgl.draft_tokens(flag)}) must equal budget + 1 = "
-                             f"{sgl.draft_tokens(given)} ({env('budget')}={given}); drop one of the two")
+            raise ValueError(f"DDTREE: --speculative-num-draft-tokens ({sgl.draft_tokens(flag)}) must equal budget "
+                             f"+ 1 = {sgl.draft_tokens(given)} ({env('budget')}={given}); drop one of the two")
         return RoundConfig(budget=check_budget(given), **rest)
     if flag < 1:
         raise ValueError(f"DDTREE: --speculative-num-draft-tokens is the tree verify width budget + 1 and "

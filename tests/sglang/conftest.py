@@ -16,12 +16,24 @@ try:
 except importlib.metadata.PackageNotFoundError:
     SGLANG_VERSION = None
 
+def _transformers_sees_no_torchvision() -> bool:
+    """Whether the installed transformers must see no torchvision (>= 5.19, next to sglang 0.5.23); an older one
+    (5.12, next to sglang 0.5.17, which registers image processors at import) must see one (torchvision_stub)."""
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return True
+    return tuple(int(x) for x in version.split(".")[:2] if x.isdigit()) >= (5, 19)
+
+
+HIDE_TORCHVISION = _transformers_sees_no_torchvision()
+
 if SGLANG_VERSION is None:
     collect_ignore_glob = ["test_*.py"]
 else:
     import torchvision_stub
 
-    torchvision_stub.install(hide_from_transformers=not SGLANG_VERSION.startswith("0.5.17"))
+    torchvision_stub.install(hide_from_transformers=HIDE_TORCHVISION)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -31,6 +43,12 @@ def sglang_release():
     from sglang_ddtree.sglang.adapters import releases
 
     return releases.check_version()
+
+
+@pytest.fixture(scope="session")
+def hide_torchvision():
+    """How the torchvision stand-in is installed here (from the installed transformers, not a release name)."""
+    return HIDE_TORCHVISION
 
 
 @pytest.fixture(scope="session")

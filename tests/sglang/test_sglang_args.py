@@ -241,10 +241,15 @@ SHIPPED_DFLASH2 = os.path.join(os.path.dirname(__file__), "..", "..", "sglang_dd
 
 
 def test_a_dflash2_drafter_is_served_where_sglang_loads_one(resolve, sglang_release, monkeypatch):
-    """A drafter with a candidate selector resolves on 0.5.23 (its lattice tree, the default's for greedy requests,
-    at --tp-size 1; its marginals' tree at any size) and is refused in one line on 0.5.17, which cannot load one."""
-    if sglang_release == "0.5.17":
-        with pytest.raises(ValueError, match=r"DFlash2 drafter .*on sglang 0.5.17.*Fix: serve it with sglang 0.5.23"):
+    """A drafter with a candidate selector resolves where the release supports a selector (0.5.23: its lattice tree,
+    the default's for greedy requests, at --tp-size 1; its marginals' tree at any size) and is refused in one line
+    where it does not (0.5.17, which cannot load one), naming the releases that can."""
+    from sglang_ddtree.sglang.adapters import releases
+
+    assert releases.supporting("selector") == ("0.5.23",)
+    if not releases.supports("selector"):
+        with pytest.raises(ValueError, match=rf"DFlash2 drafter .*on sglang {sglang_release}.*Fix: serve it with "
+                                             rf"sglang 0.5.23"):
             resolve(drafter=SHIPPED_DFLASH2)
         return
     assert resolve(drafter=SHIPPED_DFLASH2).speculative_dflash_block_size == 8

@@ -29,7 +29,7 @@ def _resolve(module, qualname):
 
 def test_registration_symbols_import(sglang_release):
     missing = []
-    for module, name in registration.SYMBOLS["common"] + registration.SYMBOLS[sglang_release]:
+    for module, name in registration.symbols(sglang_release):
         try:
             _resolve(module, name)
         except (ImportError, AttributeError) as e:
@@ -68,7 +68,7 @@ def test_the_adapter_lists_every_symbol_it_resolved(sglang_release):
     # every SGLang object the adapter class holds came through need
     resolved = {id(_resolve(m, q)) for m, q, _ in mod.need.symbols}
     held = {k: getattr(v, "__func__", v) for k, v in vars(mod.Adapter).items()
-            if k.isupper() and not k.startswith("HOST_") and k not in ("RELEASE", "DRAFT_KV_LENS")}
+            if k.isupper() and not k.startswith("HOST_") and k not in ("RELEASE", "SUPPORTS", "DRAFT_KV_LENS")}
     assert len(held) > 10 and [k for k, v in held.items() if id(v) not in resolved] == []
 
 
@@ -166,6 +166,54 @@ def test_unknown_release_has_no_adapter():
     with pytest.raises(releases.UnsupportedSGLangVersion, match="no worker adapter for sglang 0.5.20"):
         adapters.for_release("0.5.20")
     assert set(adapters.MODULES) == set(releases.SUPPORTED_VERSIONS)
+    with pytest.raises(releases.UnsupportedSGLangVersion, match="no adapter for sglang 0.5.20"):
+        releases.capabilities("0.5.20")
+
+
+def test_a_release_is_its_adapter_file_and_says_what_it_supports(sglang_release):
+    """The supported releases are the adapter files (vMAJOR_MINOR_PATCH.py), each answering every capability in
+    its SUPPORTS, read from its text (no SGLang import) the same as the module holds it; the installed release's
+    Adapter answers them; an unknown capability is refused by name."""
+    files = sorted(p.stem for p in ADAPTER_FILES if p.stem.startswith("v"))
+    assert sorted(releases.MODULES.values()) == files and list(releases.MODULES) == sorted(
+        releases.MODULES, key=lambda r: tuple(map(int, r.split("."))))
+    for rel in releases.MODULES:
+        assert set(releases.capabilities(rel)) == set(releases.CAPABILITIES)
+    mod = adapters.for_release(sglang_release)
+    assert mod.SUPPORTS == mod.Adapter.SUPPORTS == releases.capabilities(sglang_release)
+    assert all(mod.Adapter.supports(c) == releases.supports(c) for c in releases.CAPABILITIES)
+    with pytest.raises(ValueError, match="unknown SGLang capability 'teleport'"):
+        releases.supports("teleport")
+
+
+def release_decisions(source: str) -> list[int]:
+    """Lines that decide by a release number: a comparison with one ("0.5.17", or a collection holding one:
+    `rel in ("0.5.23",)`), or a collection of them bound to a name (a list of releases that can do something)."""
+    import re
+
+    def numbers(node) -> bool:
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                   and re.fullmatch(r"\d+\.\d+\.\d+\w*", n.value) for n in items)
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(numbers(n) for n in (node.left, *node.comparators)):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List, ast.Set)) and \
+                numbers(node.value):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_no_decision_reads_a_release_name():
+    """The package decides by capability (releases.supports, an Adapter's supports), never by a release number."""
+    bad = [f"{p.name}:{line}" for p in Path(adapters.__file__).resolve().parents[2].rglob("*.py")
+           for line in release_decisions(p.read_text())]
+    assert not bad, bad
+    assert release_decisions('if rel != "0.5.17":\n    pass\nX = ("0.5.23",)\nok = rel in ("0.5.23",)\n') == \
+        [1, 3, 4]  # the check sees a decision by name
+    assert release_decisions('"""0.5.23 docs"""\nneed = Needs("0.5.23")\nRELEASE = "0.5.23"\n') == []
 
 
 def test_backend_names_and_classes_are_sglangs(sglang_release):

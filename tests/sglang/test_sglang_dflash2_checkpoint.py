@@ -19,7 +19,9 @@ TARGET_DIR, DRAFTER_DIR = (os.path.join(MODELS_DIR, d) for d in PAIRS["dflash2"]
 @pytest.fixture(scope="module")
 def sglang_drafter(sglang_release):
     """SGLang's DFlash2DraftModel of the shipped checkpoint, built and loaded by SGLang's own code on the CPU."""
-    if sglang_release == "0.5.17":
+    from sglang_ddtree.sglang.adapters import releases
+
+    if not releases.supports("selector"):
         pytest.skip(f"SGLang {sglang_release} has no DFlash2 drafter")
     from sglang.srt import runtime_context as rc
     from sglang.srt.layers.rotary_embedding import base as rope_base

@@ -94,12 +94,12 @@ ORDER = ("import sys; sys.path.insert(0, {here!r}); import torchvision_stub; "
          "print(n.index('BatchedFrequencyPenalizer') < n.index('BatchedRepetitionPenalizer'))")
 
 
-def test_that_sets_order_changes_from_process_to_process(sglang_release):
+def test_that_sets_order_changes_from_process_to_process(hide_torchvision):
     """Fresh processes (up to 12, four at a time) iterate SGLang's set of penalizers with frequency before
     repetition in some and after it in others (each way has probability about one half in a process)."""
     import os
 
-    code = ORDER.format(here=os.path.dirname(os.path.abspath(__file__)), hide=sglang_release != "0.5.17")
+    code = ORDER.format(here=os.path.dirname(os.path.abspath(__file__)), hide=hide_torchvision)
     seen = set()
     for _ in range(3):
         procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -74,6 +74,44 @@ def need_tp_group(need):
     return need("sglang.srt.distributed.parallel_state", "get_tp_group")
 
 
+def shared_symbols(need) -> dict:
+    """{Adapter attribute: SGLang object} of every symbol the releases name and call alike (DFlashV2Adapter declares
+    each), resolved through a release's `need`; functions come as staticmethods, ready for the class."""
+    common = "sglang.srt.speculative.draft_worker_common"
+    utils = "sglang.srt.speculative.dflash_utils"
+    runner = "sglang.srt.model_executor.model_runner"
+    grammar_tree, grammar_mask, logit_processor = need_request_features(need)
+    decode_graph_runner, full_graph_backend = need_graph_runners(need)
+    need(utils, "resolve_dflash_verify_mask_policy", ("attn_backend",))
+    need(runner, "ModelRunner._extend_forward_kwargs", ("self", "forward_batch", "pp_proxy_tensors"))
+    symbols = dict(zip(("FORWARD_BATCH", "FORWARD_MODE", "CAPTURE_HIDDEN_MODE", "SPECULATIVE_ALGORITHM",
+                        "RADIX_ATTENTION", "DRAFT_INPUT"), need_round_types(need)))
+    symbols.update(
+        VERIFY_INPUT=need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput"),
+        BATCH_RESULT=need("sglang.srt.managers.scheduler", "GenerationBatchResult"),
+        PREPARE_DRAFT_BLOCK=staticmethod(need(
+            "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
+            ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
+             "cache_loc_out", "mask_token_id"))),
+        GRAMMAR_TREE=grammar_tree, BUILD_GRAMMAR_MASK=staticmethod(grammar_mask),
+        CUSTOM_LOGIT_PROCESSOR=staticmethod(logit_processor),
+        BLOCK_POS_OFFSETS=staticmethod(need(common, "build_block_pos_offsets", ("length", "device"))),
+        BLOCK_SPEC_INFO=staticmethod(need(common, "make_draft_block_spec_info", ("draft_token_num", "device"))),
+        DECODE_GRAPH_RUNNER=decode_graph_runner, FULL_GRAPH_BACKEND=full_graph_backend,
+        COPY_ALL_LAYERS=staticmethod(need_copy_all_layers(need)), TP_GROUP=staticmethod(need_tp_group(need)),
+        SAMPLER=need_sampler(need), _DFLASH_UTILS=need.module(utils), _MODEL_RUNNER=need(runner, "ModelRunner"))
+    return symbols
+
+
+def with_shared_symbols(need):
+    """Class decorator for a release's Adapter: shared_symbols(need) set on the class."""
+    def bind(cls):
+        for name, value in shared_symbols(need).items():
+            setattr(cls, name, value)
+        return cls
+    return bind
+
+
 ROWS_PER_LAUNCH = 256  # the copy kernel's row count (one compiled shape), as SGLang's MHA pool sizes its chunks
 
 
@@ -110,6 +148,7 @@ def move_rows(copy_all_layers, rows, dst: torch.Tensor, src: torch.Tensor) -> No
 
 class DFlashV2Adapter:
     RELEASE = ""
+    SUPPORTS: dict = {}  # the release module's SUPPORTS (releases.CAPABILITIES: what the release has)
     # DFlashWorkerV2 methods / properties the adapters call, and those the DDTree worker overrides
     HOST_MEMBERS = ("__init__", "forward_batch_generation", "init_cuda_graphs", "init_attention_backends",
                     "_maybe_build_draft_sampler", "_ensure_draft_block_buffers",
@@ -139,6 +178,11 @@ class DFlashV2Adapter:
     def __init__(self, host):
         self.host = host
         self._rows = None  # all_layer_rows of the target pool, made at the first move (False: per layer)
+
+    @classmethod
+    def supports(cls, capability: str) -> bool:
+        """Whether this adapter's release has `capability` (releases.CAPABILITIES)."""
+        return cls.SUPPORTS[capability]
 
     # --- construction ------------------------------------------------------------------------------
     @property

@@ -2,8 +2,9 @@
 registry, the server-argument views, the HF config reader. Every symbol comes through `need` (need.py), looked up
 when a function first runs, so importing this module imports no SGLang (`--help` works without it).
 
-0.5.17 resolves arguments in `ServerArgs.__post_init__` and hands hooks the real record; 0.5.23 resolves them in a
-pipeline (`resolve_once`) and hands hooks a stand-in whose writes become declarations.
+A release without `pipeline_resolution` (releases.CAPABILITIES; 0.5.17) resolves arguments in `ServerArgs.__post_init__`
+and hands hooks the real record; one with it (0.5.23) resolves them in a pipeline (`resolve_once`) and hands hooks a
+stand-in whose writes become declarations.
 """
 from __future__ import annotations
 
@@ -95,13 +96,13 @@ def future_map(*args):
 def read_view(server_args):
     """What a hook should read: the resolving configuration with every declaration so far applied.
 
-    0.5.17 hands hooks the record and keeps pass declarations in an overlay until the end of __post_init__;
-    0.5.23 keeps resolved values off the record altogether and hands plugin callbacks a stand-in that
-    already reads through them. Writes always go to the object SGLang handed over.
+    Without pipeline resolution (0.5.17) SGLang hands hooks the record and keeps pass declarations in an overlay
+    until the end of __post_init__; with it (0.5.23) it keeps resolved values off the record altogether and hands
+    plugin callbacks a stand-in that already reads through them. Writes always go to the object SGLang handed over.
     """
     if not isinstance(server_args, need("sglang.srt.server_args", "ServerArgs")):
-        return server_args  # 0.5.23 stand-in, a view already, or a test double
-    if releases.is_pipeline_resolution():
+        return server_args  # a pipeline's stand-in, a view already, or a test double
+    if releases.supports("pipeline_resolution"):
         return need("sglang.srt.arg_groups.overrides", "resolving_view")(server_args)
     return need("sglang.srt.arg_groups.overrides", "resolved_view")(server_args)
 
@@ -174,9 +175,9 @@ CPU_KERNEL_OPS = ("copy_all_layer_kv_cache_cpu", "assign_req_to_token_pool_cpu",
 
 
 def cpu_overlap_supported() -> bool:
-    """Whether this release's overlap scheduler runs on the CPU: 0.5.17's records CUDA streams on the speculative
-    inputs it resolves (`Tensor.record_stream` fails on a CPU tensor); 0.5.23's does not."""
-    return releases.check_version() != "0.5.17"
+    """Whether this release's overlap scheduler runs on the CPU (releases' `cpu_overlap`): 0.5.17's records CUDA
+    streams on the speculative inputs it resolves (`Tensor.record_stream` fails on a CPU tensor); 0.5.23's does not."""
+    return releases.supports("cpu_overlap")
 
 
 def cpu_serving_gaps(environ=None) -> list[str]:
@@ -205,7 +206,7 @@ def install_backend_default_hook(choose) -> None:
     """Run `choose(view) -> {field: value} | None` right before SGLang fills the attention-backend default, and
     apply a non-None answer's fields (the attention backends, the speculative attention mode, the drafter's
     backend: only when the user gave no --attention-backend)."""
-    if releases.is_pipeline_resolution():
+    if releases.supports("pipeline_resolution"):
         declare = need("sglang.srt.arg_groups.overrides", "declare_resolution")
         resolving_view = need("sglang.srt.arg_groups.overrides", "resolving_view")
         register_resolution_hook = need("sglang.srt.arg_groups.resolution_hooks", "register_resolution_hook")
@@ -301,8 +302,9 @@ def install_request_hooks(is_ddtree, refusal, row_headroom, tokenizer_refusal, u
     registry.apply_hooks()
 
 
-# Every SGLang symbol this module and spec_algo.py use, by release: (module, attribute); the conformance test
-# imports each (they are looked up only when a function runs).
+# Every SGLang symbol this module and spec_algo.py use: (module, attribute), those of every release and those of each
+# way of resolving arguments (`symbols` picks by the release's capability); the conformance test imports each (they
+# are looked up only when a function runs).
 SYMBOLS = {
     "common": [
         ("sglang.srt.speculative.dflash_utils", "parse_dflash_draft_config"),
@@ -323,12 +325,18 @@ SYMBOLS = {
         TOKENIZER_ENTRY,
         ROW_HEADROOM,
     ],
-    "0.5.17": [
+    "post_init_resolution": [
         ("sglang.srt.arg_groups.overrides", "resolved_view"),
     ],
-    "0.5.23": [
+    "pipeline_resolution": [
         ("sglang.srt.arg_groups.resolution_hooks", "register_resolution_hook"),
         ("sglang.srt.arg_groups.overrides", "declare_resolution"),
         ("sglang.srt.arg_groups.overrides", "resolving_view"),
     ],
 }
+
+
+def symbols(rel: str | None = None) -> list:
+    """SYMBOLS of the release (default: the installed one)."""
+    way = "pipeline_resolution" if releases.supports("pipeline_resolution", rel) else "post_init_resolution"
+    return SYMBOLS["common"] + SYMBOLS[way]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
-    need_round_types, need_sampler, need_tp_group
+from .dflash_v2 import DFlashV2Adapter, with_shared_symbols
 from .need import Needs
 
+# what this release has (releases.CAPABILITIES; read from this text without importing SGLang)
+SUPPORTS = {"pipeline_resolution": False, "cpu_overlap": False, "selector": False, "dflash_logprobs": False,
+            "kv_loc_plan": False, "deferred_verify_gather": False}
 need = Needs("0.5.17")
 _WORKER = "sglang.srt.speculative.dflash_worker_v2"
 DFlashWorkerV2 = need(_WORKER, "DFlashWorkerV2")
@@ -23,43 +25,22 @@ need(_WORKER, "DFlashWorkerV2._make_next_draft_input_decode", ("self", "bonus_to
 need(_WORKER, "DFlashWorkerV2._ensure_draft_block_buffers", ("self", "bs"))
 need(_WORKER, "DFlashWorkerV2._make_next_draft_input_prefill", ("self", "bonus_tokens", "seq_lens"))
 _FB = "sglang.srt.model_executor.forward_batch_info"
-_UTILS = "sglang.srt.speculative.dflash_utils"
 _COMMON = "sglang.srt.speculative.draft_worker_common"
 
 
+@with_shared_symbols(need)
 class Adapter(DFlashV2Adapter):
     RELEASE = "0.5.17"
+    SUPPORTS = SUPPORTS
     HOST_MEMBERS = DFlashV2Adapter.HOST_MEMBERS + ("_make_next_draft_input_prefill",)
-    FORWARD_BATCH, FORWARD_MODE, CAPTURE_HIDDEN_MODE, SPECULATIVE_ALGORITHM, RADIX_ATTENTION, DRAFT_INPUT = \
-        need_round_types(need)
     DRAFT_KV_LENS = ("reserved_seq_lens_cpu", "reserved_seq_lens_sum")
-    VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")
     need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify",
          ("self", "batch", "target_worker"))
-    BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
     need("sglang.srt.managers.scheduler", "GenerationBatchResult.__init__", ("cap_lens",))
-    PREPARE_DRAFT_BLOCK = staticmethod(need(
-        "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
-        ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
-         "cache_loc_out", "mask_token_id")))
-    GRAMMAR_TREE, _grammar_mask, _logit_processor = need_request_features(need)
-    BUILD_GRAMMAR_MASK, CUSTOM_LOGIT_PROCESSOR = staticmethod(_grammar_mask), staticmethod(_logit_processor)
     SPEC_LOGPROBS = staticmethod(need("sglang.srt.layers.logprob_processor", "compute_spec_v2_logprobs",
                                       ("batch", "logits_output", "predict", "accept_index", "speculative_num_steps")))
-    BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
-    BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
-    DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
-    COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
-    TP_GROUP = staticmethod(need_tp_group(need))
-    SAMPLER = need_sampler(need)
-    _DFLASH_UTILS = need.module(_UTILS)
-    need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
     COMPUTE_POSITION = staticmethod(need(_FB, "compute_position", ("attn_backend", "extend_prefix_lens",
                                                                     "extend_seq_lens", "extend_seq_lens_sum")))
-    _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
-    need("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs",
-         ("self", "forward_batch", "pp_proxy_tensors"))
-
 
     def spec_logprobs(self, batch, logits_output, node_tokens, accept_rows):
         self.SPEC_LOGPROBS(batch, logits_output, node_tokens, accept_rows, int(accept_rows.shape[1]) - 1)

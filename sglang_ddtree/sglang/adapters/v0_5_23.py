@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, need_copy_all_layers, need_graph_runners, need_request_features, \
-    need_round_types, need_sampler, need_tp_group
+from .dflash_v2 import DFlashV2Adapter, with_shared_symbols
 from .need import Needs
 
+# what this release has (releases.CAPABILITIES; read from this text without importing SGLang)
+SUPPORTS = {"pipeline_resolution": True, "cpu_overlap": True, "selector": True, "dflash_logprobs": True,
+            "kv_loc_plan": True, "deferred_verify_gather": True}
 need = Needs("0.5.23")
 _WORKER = "sglang.srt.speculative.dflash_worker_v2"
 DFlashWorkerV2 = need(_WORKER, "DFlashWorkerV2")
@@ -40,8 +42,6 @@ _CHOICES = "sglang.srt.arg_groups.choices"
 DRAFT_BACKENDS = need(_CHOICES, "DRAFT_ATTENTION_BACKEND_CHOICES")
 ADD_DRAFT_BACKENDS = need(_CHOICES, "add_draft_attention_backend_choices")
 _FB = "sglang.srt.model_executor.forward_batch_info"
-_UTILS = "sglang.srt.speculative.dflash_utils"
-_COMMON = "sglang.srt.speculative.draft_worker_common"
 _PLAN = "sglang.srt.mem_cache.kv_loc_plan"
 _DRAFT_MODELS = "sglang.srt.models.dflash"
 need(_DRAFT_MODELS, "DFlash2DraftModel._transform_unary_logits", ("self", "logits"))
@@ -68,33 +68,23 @@ class Selector:
 
 
 
+@with_shared_symbols(need)
 class Adapter(DFlashV2Adapter):
     RELEASE = "0.5.23"
+    SUPPORTS = SUPPORTS
     HOST_MEMBERS = DFlashV2Adapter.HOST_MEMBERS + ("prewarm_sampling",)
     HOST_ATTRS = DFlashV2Adapter.HOST_ATTRS + ("selector", "lilicorr", "_is_domino", "_need_mamba_verify_commit",
                                                "draft_parallel_layout", "_noise_embed_scale",
                                                "_target_logits_processor")
-    FORWARD_BATCH, FORWARD_MODE, CAPTURE_HIDDEN_MODE, SPECULATIVE_ALGORITHM, RADIX_ATTENTION, DRAFT_INPUT = \
-        need_round_types(need)
     NUM_TOKEN_NON_PADDED = staticmethod(need(_FB, "enable_num_token_non_padded"))
     DRAFT_KV_LENS = ("nxt_kv_lens_cpu", "nxt_kv_lens_sum")
-    VERIFY_INPUT = need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput")
     need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.__init__", ("self", "kv_loc_plan"))
     need("sglang.srt.speculative.dflash_info", "DFlashVerifyInput.prepare_for_verify",
          ("self", "batch", "target_worker", "defer_metadata_init"))
-    BATCH_RESULT = need("sglang.srt.managers.scheduler", "GenerationBatchResult")
     need("sglang.srt.managers.scheduler", "GenerationBatchResult.__init__",
          ("routed_experts_output", "indexer_topk_output", "cap_lens"))
-    PREPARE_DRAFT_BLOCK = staticmethod(need(
-        "sglang.kernels.ops.speculative.dflash", "_prepare_dflash_draft_block_unchecked",
-        ("bonus_tokens", "prefix_lens", "req_pool_indices", "req_to_token", "block_ids_out", "positions_out",
-         "cache_loc_out", "mask_token_id")))
-    GRAMMAR_TREE, _grammar_mask, _logit_processor = need_request_features(need)
-    BUILD_GRAMMAR_MASK, CUSTOM_LOGIT_PROCESSOR = staticmethod(_grammar_mask), staticmethod(_logit_processor)
     SPEC_LOGPROBS = staticmethod(need("sglang.srt.layers.logprob_processor", "compute_spec_logprobs",
                                       ("batch", "logits_output", "predict", "accept_index")))
-    BLOCK_POS_OFFSETS = staticmethod(need(_COMMON, "build_block_pos_offsets", ("length", "device")))
-    BLOCK_SPEC_INFO = staticmethod(need(_COMMON, "make_draft_block_spec_info", ("draft_token_num", "device")))
     EMBEDDING_MODULE = staticmethod(need(_WORKER, "_resolve_dflash_embedding_module",
                                          ("draft_model", "target_model")))
     UNWRAP_LORA = staticmethod(need("sglang.srt.lora.layers", "unwrap_lora_layer", ("module",)))
@@ -105,15 +95,6 @@ class Adapter(DFlashV2Adapter):
     need(_PLAN, "KVLocPlan.write_ids", ("self", "reader", "cols"))
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.is_deferred_shard", ("self", "logits"))
     need("sglang.srt.layers.logits_processor", "LogitsProcessor.finish_deferred_gather", ("self", "logits"))
-    DECODE_GRAPH_RUNNER, FULL_GRAPH_BACKEND = need_graph_runners(need)
-    COPY_ALL_LAYERS = staticmethod(need_copy_all_layers(need))
-    TP_GROUP = staticmethod(need_tp_group(need))
-    SAMPLER = need_sampler(need)
-    _DFLASH_UTILS = need.module(_UTILS)
-    need(_UTILS, "resolve_dflash_verify_mask_policy", ("attn_backend",))
-    _MODEL_RUNNER = need("sglang.srt.model_executor.model_runner", "ModelRunner")
-    need("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs",
-         ("self", "forward_batch", "pp_proxy_tensors"))
     need("sglang.srt.model_executor.model_runner", "ModelRunner.prewarm_sampling", ("self",))
 
     # --- construction ------------------------------------------------------------------------------
