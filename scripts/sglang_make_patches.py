@@ -1,6 +1,6 @@
 """Regenerate patches/<release>/*.diff from an unpacked sglang (usage: python scripts/sglang_make_patches.py SITE).
 
-Each patch is the upstream form of a run-time fix the plugin applies (spec_algo.py, hooks.py); paths are
+Each patch is the upstream form of a run-time fix the plugin applies (spec_algo.py, adapters/hooks.py); paths are
 those of the sglang git repository (python/sglang/...). tests/sglang/test_sglang_patches.py checks they
 apply to the installed sglang.
 """

@@ -48,20 +48,19 @@ class DecodeRound:
     def __init__(self, sgl, server_args, knobs: Settings, config: RoundConfig):
         self.sgl = sgl  # the release's adapters.*.Adapter, bound to the worker
         self.knobs, self.config = knobs, config  # the server's settings; its round (args.resolve_round)
-        server_args = registration.read_view(server_args)  # 0.5.23 keeps resolved values off the record
+        served = registration.round_args(server_args)  # what the round reads of the resolved server arguments
         self.verify_width, self.budget = config.verify_width, config.budget  # n = budget + 1, the widest tree
-        if registration.served_budget(server_args) != self.budget:
+        if served.budget != self.budget:
             raise ValueError(f"DDTREE: the round's budget is {self.budget}, but the server's arguments carry "
-                             f"{registration.served_budget(server_args)} (the argument hook did not run?)")
-        self.block_size = int(server_args.speculative_dflash_block_size)
+                             f"{served.budget} (the argument hook did not run?)")
+        self.block_size = served.block_size
         if self.verify_width < self.block_size:
             raise ValueError(f"DDTREE: verify width {self.verify_width} < drafter block {self.block_size}")
         self.device = sgl.device
         sgl.use_block_size(self.block_size)
         self.round = RoundOps(self.device, knobs.ops_backend)
         self._node_offsets = torch.arange(self.verify_width, device=self.device, dtype=torch.int64)
-        self._seed = int(getattr(server_args, "random_seed", 0) or 0)
-        self._max_bs = registration.max_batch_size(server_args)
+        self._seed, self._max_bs = served.seed, served.max_batch_size
         # a DFlash2 drafter (SGLANG_DDTREE_SELECTOR): greedy requests' trees over its selector's lattice (auto,
         # lattice), sampled ones' too with `lattice`, whose children are then the lattice's top candidates (drawn
         # children are defined over per-depth marginals); args._check_selector_drafter refused it at --tp-size > 1
@@ -69,14 +68,13 @@ class DecodeRound:
         if self.selector is not None and config.selector == "lattice":
             config = dataclasses.replace(config, children="top")
             self.config = config
-        self._calibration = drafter_calibration(config, server_args.speculative_draft_model_path, self.block_size - 1)
+        self._calibration = drafter_calibration(config, served.draft_model_path, self.block_size - 1)
         if self._calibration is not None:  # drawn trees rank by the raw law; the shape table is theirs (§3.12)
             drop = {"sampling": None} if config.children == "drawn" else {"shape": None}
             self._calibration = dataclasses.replace(self._calibration, **drop)
         # the round; .auto: budget.AutoWidth with budget auto
         self.core = Round(self.round, self.verify_width, drawn=config.children == "drawn")
-        tp = int(getattr(server_args, "tp_size", 1) or 1)
-        self.tp = TpAgreement(sgl.tp_group(), check=knobs.tp_check) if tp > 1 else None  # tp.py
+        self.tp = TpAgreement(sgl.tp_group(), check=knobs.tp_check) if served.tp_size > 1 else None  # tp.py
         self._tp_size = 1 if self.tp is None else self.tp.size
         if config.auto:
             self.auto = AutoWidth(list(config.widths), device=self.device)  # its costs come in capture_widths
@@ -98,15 +96,12 @@ class DecodeRound:
         self.core.auto = value
 
     def _make_head(self) -> DraftTreeHead:
-        lm_head = self.sgl.lm_head()
-        if lm_head is None or not hasattr(lm_head, "weight") or not torch.is_floating_point(lm_head.weight):
+        target = self.sgl.target_head()
+        if target is None:
             raise RuntimeError("DDTREE needs the target's lm_head weight (unquantized) for the draft head")
-        shard = getattr(lm_head, "shard_indices", None)
-        num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
-        self.vocab = int(getattr(lm_head, "org_vocab_size", num_org))  # the verify's full-vocabulary logits
-        tp = {} if self.tp is None else dict(tp=self.tp, vocab=int(lm_head.org_vocab_size),
-                                             vocab_start=int(shard.org_vocab_start_index))
-        return DraftTreeHead(weight=lm_head.weight, num_org=num_org, block_size=self.block_size, **tp,
+        self.vocab = target.vocab  # the verify's full-vocabulary logits
+        tp = {} if self.tp is None else dict(tp=self.tp, vocab=target.vocab, vocab_start=target.vocab_start)
+        return DraftTreeHead(weight=target.weight, num_org=target.num_org, block_size=self.block_size, **tp,
                              budget=self.budget, topk=self.config.topk, max_bs=self._max_bs, ops=self.round,
                              tree_in_graph=self.knobs.draft_graph_head, anchor=self.config.anchor,
                              calibration=self._calibration, selector=self.selector,
@@ -148,7 +143,7 @@ class DecodeRound:
         why = tree_attention.unsupported(runner) if self._tree_ops(runner) else "the CUDA ops are unavailable"
         choice = self.knobs.verify_attention
         if not choose.verify(choice, why, f"{env('verify_attention')}={choice}"):
-            page = int(getattr(runner, "page_size", 1) or 1)
+            page = self.sgl.page_size()
             if self.auto is not None and self.config.auto_default:  # auto was only the default: keep the widest
                 logger.warning("sglang-ddtree: no budget was given and auto needs the tree kernel, which is not in "
                                "use here (%s): serving the fixed budget %d instead", why or choice, self.budget)
@@ -262,13 +257,13 @@ class DecodeRound:
         if self.auto is not None:
             self.auto.interrupt()
 
-    def _penalty_counts(self, batch, vocab: int):
+    def _penalty_counts(self, batch, vocab: int, device):
         """The request rows' output counts (penalties.PenaltyCounts) when a request of the batch has a penalty
         or min_new_tokens, else None (no host work)."""
         if not self.sgl.penalized(batch):
             return None
         if self.penalty_counts is None:
-            self.penalty_counts = penalties.PenaltyCounts(self.sgl.req_to_token().shape[0], vocab, batch.seq_lens.device)
+            self.penalty_counts = penalties.PenaltyCounts(self.sgl.req_to_token().shape[0], vocab, device)
         return self.penalty_counts
 
     def decode(self, batch, on_publish, grammar_barrier=None):
@@ -285,19 +280,14 @@ class DecodeRound:
 
 
 class _ServerRound(RoundHost):
-    """One decode round's verbs on the worker (round.RoundHost), for one ScheduleBatch."""
+    """One decode round's verbs on the worker (round.RoundHost), for one ScheduleBatch: `batch` goes only to the
+    adapter's verbs; what the round reads of it is `view` (the adapter's RoundBatch)."""
 
     def __init__(self, dr: DecodeRound, batch, on_publish, grammar_barrier):
         self.dr, self.sgl, self.batch = dr, dr.sgl, batch
         self.on_publish, self.grammar_barrier = on_publish, grammar_barrier
-        if batch.spec_info is None:
-            batch.spec_info = self.sgl.idle_draft_input()
-        self.draft_input = batch.spec_info
-        if batch.seq_lens.is_cuda:  # produced on another stream under overlap
-            batch.seq_lens.record_stream(torch.cuda.current_stream(batch.seq_lens.device))
-        self.bs = len(batch.seq_lens)
-        self.host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else \
-            self.sgl.draft_kv_lens(self.draft_input)[0]
+        self.view = view = self.sgl.open_round(batch)
+        self.draft_input, self.bs, self.host_lens = view.draft_input, view.bs, view.host_lens
         self.window = self.target_out = self.gtree = self.counts = self.rows = self.tree = None
 
     def batch_size(self) -> int:
@@ -313,18 +303,18 @@ class _ServerRound(RoundHost):
         return float(self.host_lens.float().mean()) if self.host_lens is not None and self.bs else 1.0
 
     def prefix(self) -> torch.Tensor:
-        return self.batch.seq_lens
+        return self.view.seq_lens
 
     def sampled(self) -> bool:
         return self.sgl.node_law(self.batch) is not None
 
     def slots(self, n: int) -> torch.Tensor:
         """Read from req_to_token before any graph of this round."""
-        batch = self.batch
+        view = self.view
         req_to_token = self.sgl.req_to_token()
-        slots = req_to_token[batch.req_pool_indices.unsqueeze(1),
-                             batch.seq_lens.unsqueeze(1) + self.dr._node_offsets[:n]].to(torch.int64)
-        self.window = self.sgl.plan_window(batch, self.draft_input, slots)
+        slots = req_to_token[view.req_pool_indices.unsqueeze(1),
+                             view.seq_lens.unsqueeze(1) + self.dr._node_offsets[:n]].to(torch.int64)
+        self.window = self.sgl.plan_window(self.batch, self.draft_input, slots)
         return slots
 
     def draft(self, slots):
@@ -332,14 +322,13 @@ class _ServerRound(RoundHost):
         head, batch = self.dr.head, self.batch
         law = self.sgl.node_law(batch)  # the tree ranks each request under its own law (keys.py)
         head.load_law(law, self.bs)
-        draft_out, ran_graph, roots = self.sgl.draft_forward(batch, self.draft_input, slots, self.window, self.bs)
+        hidden, ran_graph, roots = self.sgl.draft_forward(batch, self.draft_input, slots, self.window, self.bs)
         if ran_graph and head.graph_ready:
             tree, from_graph = head.from_graph(self.bs), True
         else:
-            hidden = draft_out.hidden_states
             if hidden is None:
                 raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states")
-            tree, from_graph = head.build(hidden, self.bs, roots, batch.seq_lens, law), False
+            tree, from_graph = head.build(hidden, self.bs, roots, self.view.seq_lens, law), False
         self.from_graph = from_graph
         return tree, (head.predicted(tree, from_graph) if self.dr.auto is not None else None)
 
@@ -348,30 +337,29 @@ class _ServerRound(RoundHost):
 
     def verify(self, tree, slots, n: int) -> torch.Tensor:
         """n slots per request at req_to_token[row, prefix : prefix + n], through width n's graphs."""
-        sgl, batch, dr = self.sgl, self.batch, self.dr
+        sgl, batch, dr, view = self.sgl, self.batch, self.dr, self.view
         self.tree = tree
-        self.gtree = sgl.grammar_tree(tree) if getattr(batch, "has_grammar", False) else None
-        host_bound = host_mask_bound(batch.seq_lens_cpu, None if batch.seq_lens_cpu is not None else self.host_lens,
-                                     n)
+        self.gtree = sgl.grammar_tree(tree) if view.has_grammar else None
+        host_bound = host_mask_bound(view.seq_lens_cpu, None if view.seq_lens_cpu is not None else self.host_lens, n)
         if dr.tree_attn is not None:
             dr.tree_attn.load_mask(tree.mask_bits)
             custom_mask = None
         else:
-            custom_mask = full_tree_mask(tree.tree_mask, batch.seq_lens, host_bound.total)
+            custom_mask = full_tree_mask(tree.tree_mask, view.seq_lens, host_bound.total)
         runner = dr.verify_runners.get(n) if n != dr.verify_width else None
         with sgl.verify_with(runner) if runner is not None else contextlib.nullcontext():
             self.target_out = sgl.verify_forward(batch, tree.tokens, tree.positions, custom_mask, slots, host_bound,
                                                  n, self.window)
-        return self.target_out.logits_output.next_token_logits.view(self.bs, n, -1)
+        return sgl.verify_logits(self.target_out).view(self.bs, n, -1)
 
     def adjust_logits(self, logits, tree) -> None:
         """As the plain server adjusts the next token's: penalties, grammar, bias, processors."""
         sgl, batch = self.sgl, self.batch
         flat = logits.view(-1, logits.shape[-1])
-        self.counts = self.dr._penalty_counts(batch, logits.shape[-1])
+        self.counts = self.dr._penalty_counts(batch, logits.shape[-1], self.view.seq_lens.device)
         if self.counts is not None:
             reqs = sgl.penalty_requests(batch)
-            self.rows = self.counts.begin(reqs, batch.seq_lens, tree.tokens[:, 0])
+            self.rows = self.counts.begin(reqs, self.view.seq_lens, tree.tokens[:, 0])
             penalties.apply(logits, self.counts.counts[self.rows], self.counts.lengths[self.rows],
                             penalties.path_tokens(tree.tokens, tree.parents, tree.depths, tree.depth_limit),
                             tree.depths, penalties.params_of(reqs, logits.shape[-1], logits.device))
@@ -383,17 +371,17 @@ class _ServerRound(RoundHost):
         """The request's law (sampling.py), from the request's own stream: its sampling seed and position where it
         gave a seed (reproducible whatever the batch), else the server's seed with the request's pool row and the
         round counter."""
-        batch = self.batch
+        batch, view = self.batch, self.view
         law = self.sgl.node_law(batch)
         if law is None:
             return None, None, None
-        seed = request_seeds(self.dr._seed, batch.req_pool_indices)
+        seed = request_seeds(self.dr._seed, view.req_pool_indices)
         step = torch.full_like(seed, round_no)
         own = self.sgl.request_seeds(batch)
         if own is not None:
             given_seed, given = own
             seed = torch.where(given, given_seed, seed)
-            step = torch.where(given, batch.seq_lens.to(torch.int64), step)
+            step = torch.where(given, view.seq_lens.to(torch.int64), step)
         return law, seed.view(-1).to(torch.int64), step
 
     def committed(self, plan, targets) -> None:
@@ -403,23 +391,21 @@ class _ServerRound(RoundHost):
             self.on_publish(plan.new_seq_lens)
         if self.counts is not None:  # the accepted tokens below the bonus (the next round's root)
             self.counts.add(self.rows, plan.tokens, plan.commit_lens.to(torch.int64) - 1)
-        if getattr(self.batch, "return_logprob", False):
+        if self.view.return_logprob:
             n = targets.shape[1]
             row0 = torch.arange(self.bs, device=targets.device).view(self.bs, 1) * n
             accepted = torch.where(plan.accept_index >= 0, row0 + plan.accept_index.to(torch.int64), row0)
-            self.sgl.spec_logprobs(self.batch, self.target_out.logits_output, targets.reshape(-1), accepted)
+            self.sgl.committed_logprobs(self.batch, self.target_out, targets.reshape(-1), accepted)
 
     def move_kv(self, plan) -> None:
         """One all-layer copy."""
         self.sgl.move_kv(plan.kv_dst, plan.kv_src, one_launch=self.dr.knobs.mla_kv_move == "one_launch")
 
     def append_draft_context(self, plan) -> None:
-        logits_output = self.target_out.logits_output
-        hidden = logits_output.hidden_states
+        hidden = self.sgl.take_verify_hidden(self.target_out)
         if hidden is None:
             raise RuntimeError("DDTREE verify requires the target's captured hidden states")
         self.sgl.append_draft_context(hidden, plan, self.window)
-        logits_output.hidden_states = None
 
     def result(self, plan, n: int):
         out = self.sgl.result(self.target_out, plan, self.dr.block_size, n)

@@ -134,15 +134,15 @@ class DraftTreeHead:
         law = self.static_law
         return law.temperatures, law.top_ks, law.top_ps, law.min_ps
 
-    def capture_hook(self, runner, out, forward_batch, num_tokens):
-        """Draft-graph capture tail (DFlashWorkerV2's draft runner calls it inside the capture)."""
-        del runner
+    def capture(self, hidden, input_ids, seq_lens, num_tokens):
+        """Draft-graph capture tail (the adapter's add_draft_capture_hook: the draft runner calls it inside the
+        capture with its hidden states, the block's input ids and the prefix lengths)."""
         if self.static_tree is None:
             return
         bs = int(num_tokens) // self.block
-        roots = forward_batch.input_ids.view(bs, self.block)[:, 0]
+        roots = input_ids.view(bs, self.block)[:, 0]
         law = NodeLaw(*(t[:bs] for t in self._law_tensors()), filtered=True)
-        tree = self.build(out.hidden_states, bs, roots, forward_batch.seq_lens[:bs], law)
+        tree = self.build(hidden, bs, roots, seq_lens[:bs], law)
         for name, t in tree.tensors().items():
             self.static_tree[name][:bs].copy_(t)
         for buf, t in zip(self.static_keys, self.keys_out):

@@ -49,8 +49,8 @@ class SeededSampler:
     replaced, before log-probs). Armed only inside `prefill`; anywhere else the sampler is SGLang's own.
     0.5.23's draw returns (ids, its sampling-mask capture), 0.5.17's the ids."""
 
-    def __init__(self, sampler, round_ops):
-        self.ops = round_ops
+    def __init__(self, sampler, round_ops, law_of):
+        self.ops, self.law_of = round_ops, law_of  # law_of(sampling_info): its requests' NodeLaw (the adapter's)
         self.seeds = self.logits = None
         self._preprocess_original = sampler._preprocess_logits
         self._sample_original = sampler._sample_from_probs
@@ -83,9 +83,7 @@ class SeededSampler:
             return out
         ids, capture = out if isinstance(out, tuple) else (out, None)
         seed, given, step = self.seeds
-        info = sampling_info
-        law = NodeLaw(info.temperatures.view(-1), info.top_ks.view(-1), info.top_ps.view(-1), info.min_ps.view(-1),
-                      filtered=bool(info.need_top_p_sampling or info.need_top_k_sampling or info.need_min_p_sampling))
+        law = self.law_of(sampling_info)
         mine = draw(self.ops, self.logits, law, seed.to(ids.device), step.to(ids.device))
         use = given.to(ids.device) & ~law.greedy().to(ids.device)
         ids = torch.where(use, mine.to(ids.dtype), ids)

@@ -48,13 +48,14 @@ class DDTreeWorkerV2(ADAPTER.WorkerBase):
         """Called by DFlashWorkerV2.init_cuda_graphs before the draft graphs are captured."""
         head = self.ddtree.head
         if head.tree_in_graph:
-            self.draft_model_runner.capture_tail_hooks.append(head.capture_hook)
+            self.sgl.add_draft_capture_hook(head.capture)
         return None  # DFlash's greedy chain sampler is not used
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
-        if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+        kind = self.sgl.batch_kind(batch)
+        if kind != "decode":
             self.ddtree.interrupt()
-            seeds = None if self.seeded is None or batch.forward_mode.is_idle() else self.sgl.prefill_seeds(batch)
+            seeds = None if self.seeded is None or kind == "idle" else self.sgl.prefill_seeds(batch)
             if seeds is None:
                 return self.dflash_forward(batch, on_publish, grammar_barrier, pp_proxy_tensors)
             with self.seeded.prefill(seeds):  # the seeded requests' first tokens from their own streams

@@ -235,3 +235,50 @@ def test_the_verify_width_meets_sglang_in_the_adapters_only():
         bad += [f"{name}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text()))
                 if isinstance(n, ast.Attribute) and n.attr == "speculative_num_draft_tokens"]
     assert not bad, f"SGLang's verify width read or written outside sglang/adapters/: {bad}"
+
+
+# --- SGLang's objects are read in adapters/ only -------------------------------------------------------------------
+# The names the plugin's code gives SGLang's objects (a ScheduleBatch, a ForwardBatch, server arguments, a model
+# runner and what it holds, a worker's outputs, a request, its sampling info): an attribute read or write on one of
+# them is a read of SGLang's object model, which DESIGN §2 keeps in sglang/adapters/ (the round asks verbs:
+# adapters/dflash_v2.py, registration.py, target_runner.py).
+SGLANG_OBJECTS = {"batch", "forward_batch", "server_args", "model_runner", "runner", "target_worker",
+                  "draft_model_runner", "token_to_kv_pool", "req_to_token_pool", "attn_backend", "lm_head",
+                  "logits_output", "target_out", "draft_out", "spec_info", "draft_input", "sampling_info", "req",
+                  "reqs", "shard_indices"}
+# sglang/ modules outside adapters/ that still touch them, and why: args.py writes the argument mapping onto
+# SGLang's record (reads go through registration.read_view); the verify and drafter attention read a forward batch
+# (their owner moves them onto adapters/target_runner.py)
+NOT_YET = {"sglang/args.py", "sglang/tree_attention.py", "sglang/draft_attention.py"}
+
+
+def sglang_object_reads(source: str) -> list[str]:
+    """`line: name.attr` of every attribute of an SGLANG_OBJECTS name (x.attr, or self.x.attr / y.x.attr)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        v = node.value
+        owner = v.id if isinstance(v, ast.Name) else v.attr if isinstance(v, ast.Attribute) else None
+        if owner in SGLANG_OBJECTS:
+            out.append(f"{node.lineno}: {owner}.{node.attr}")
+    return out
+
+
+def test_only_the_adapters_read_sglangs_objects():
+    seen, bad = 0, {}
+    for name, path in modules().items():
+        if Path(name).parts[0] != "sglang" or Path(name).parts[:2] == ADAPTERS or name in NOT_YET:
+            continue
+        seen += 1
+        reads = sglang_object_reads(path.read_text())
+        if reads:
+            bad[name] = reads
+    assert not bad, f"SGLang objects read outside sglang/adapters/ (add an adapter verb): {bad}"
+    assert seen >= 10 and all(f"sglang/{m}.py" in modules() for m in ("decode_round", "worker", "draft_head"))
+
+
+def test_the_object_read_check_sees_a_read():
+    src = ("def f(self, batch, dr):\n    n = len(self.view.seq_lens)\n    self.sgl.open_round(batch)\n"
+           "    x = batch.seq_lens\n    y = dr.target_out.logits_output\n    self.batch.spec_info = None\n")
+    assert sglang_object_reads(src) == ["4: batch.seq_lens", "5: target_out.logits_output", "6: batch.spec_info"]

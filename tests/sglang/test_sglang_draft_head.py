@@ -234,10 +234,10 @@ def test_head_in_a_captured_graph_leaves_the_final_tree(plugins_loaded, anchor, 
     fb = types.SimpleNamespace(input_ids=torch.zeros(bs * block, dtype=torch.int64, device="cuda"),
                                seq_lens=torch.zeros(bs, dtype=torch.int64, device="cuda"))
     out = types.SimpleNamespace(hidden_states=hidden)
-    head.capture_hook(None, out, fb, bs * block)  # warm-up (kernels loaded, workspaces allocated)
+    head.capture(out.hidden_states, fb.input_ids, fb.seq_lens, bs * block)  # warm-up (kernels, workspaces)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        head.capture_hook(None, out, fb, bs * block)
+        head.capture(out.hidden_states, fb.input_ids, fb.seq_lens, bs * block)
     for trial in range(4):
         law = None if trial % 2 == 0 else mixed_law(bs)
         if law is not None:

@@ -61,7 +61,7 @@ def test_patched_custom_spec_algo_is_complete(sglang_release, tmp_path):
 
 
 def test_runtime_mask_policy_hook(plugins_loaded):
-    """hooks.py (the run-time form of 0002), through the release's adapter, turns the captured-graph mask on,
+    """adapters/hooks.py (the run-time form of 0002), through the release's adapter, turns the captured-graph mask on,
     idempotently."""
     from sglang.srt.speculative import dflash_utils
 

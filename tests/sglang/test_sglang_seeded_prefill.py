@@ -26,7 +26,8 @@ def sampler(publish, monkeypatch, sglang_release):  # noqa: F811
     publish("ddtree", "--speculative-num-draft-tokens", "17", "--sampling-backend", "pytorch")
     from sglang.srt.layers import sampler as S
 
-    from sglang_ddtree.sglang import adapters, hooks
+    from sglang_ddtree.sglang import adapters
+    from sglang_ddtree.sglang.adapters import dflash_v2, hooks
 
     solo = types.SimpleNamespace(tp_group=types.SimpleNamespace(device_group=None))  # one rank, no collectives
     for name in ("get_parallel", "get_tp_group"):
@@ -34,7 +35,7 @@ def sampler(publish, monkeypatch, sglang_release):  # noqa: F811
             monkeypatch.setattr(S, name, (lambda: solo) if name == "get_parallel" else (lambda: solo.tp_group))
     s = S.Sampler()
     assert isinstance(s, adapters.for_release(sglang_release).Adapter.SAMPLER)
-    return s, hooks.install_seeded_prefill(s, RoundOps("cpu", "cpu"))
+    return s, hooks.install_seeded_prefill(s, RoundOps("cpu", "cpu"), dflash_v2.law_of)
 
 
 def info(temperatures, top_ps=None, top_ks=None, min_ps=None):

@@ -10,6 +10,7 @@ against every `host.<name>` in the adapters and against the installed release.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import statistics
 
@@ -18,7 +19,7 @@ import torch
 from sglang_ddtree.penalties import PenaltyRequest
 from sglang_ddtree.sampling import NodeLaw
 
-from .. import hooks
+from . import hooks
 
 
 def need_graph_runners(need) -> tuple:
@@ -110,6 +111,40 @@ def with_shared_symbols(need):
             setattr(cls, name, value)
         return cls
     return bind
+
+
+def law_of(info):
+    """The NodeLaw (sampling.py) of SGLang's per-request sampling tensors (a SamplingBatchInfo)."""
+    return NodeLaw(info.temperatures.view(-1), info.top_ks.view(-1), info.top_ps.view(-1), info.min_ps.view(-1),
+                   filtered=bool(info.need_top_p_sampling or info.need_top_k_sampling or info.need_min_p_sampling))
+
+
+@dataclasses.dataclass
+class RoundBatch:
+    """One decode call's ScheduleBatch as the round reads it (DFlashV2Adapter.open_round): tensors and flags, so
+    decode_round.py reads no SGLang object; the batch itself only goes back to the adapter's verbs."""
+
+    draft_input: object                 # the batch's DFlashDraftInputV2 (handed back to the verbs)
+    seq_lens: torch.Tensor              # [bs] committed prefix lengths on the device
+    seq_lens_cpu: torch.Tensor | None   # the scheduler's host copy, None where it keeps none
+    host_lens: torch.Tensor | None      # host lengths: seq_lens_cpu, else the draft input's next-round lengths
+    req_pool_indices: torch.Tensor      # [bs] each request's req_to_token row
+    has_grammar: bool                   # a request of the batch has a grammar
+    return_logprob: bool                # a request of the batch asks for log-probs
+
+    @property
+    def bs(self) -> int:
+        return len(self.seq_lens)
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetHead:
+    """The target's lm_head as the draft head reads it (DFlashV2Adapter.target_head)."""
+
+    weight: torch.Tensor  # [rows, H], unquantized
+    num_org: int          # rows of the original vocabulary this rank holds
+    vocab: int            # the original vocabulary (the verify's full-vocabulary logits)
+    vocab_start: int      # this rank's first id of it (tensor parallelism)
 
 
 ROWS_PER_LAUNCH = 256  # the copy kernel's row count (one compiled shape), as SGLang's MHA pool sizes its chunks
@@ -215,6 +250,37 @@ class DFlashV2Adapter:
     def lm_head(self):
         return getattr(self.host.target_worker.model_runner.model, "lm_head", None)
 
+    def target_head(self) -> TargetHead | None:
+        """The target's lm_head weight and vocabulary layout, None where it has no unquantized floating weight."""
+        lm_head = self.lm_head()
+        if lm_head is None or not hasattr(lm_head, "weight") or not torch.is_floating_point(lm_head.weight):
+            return None
+        shard = getattr(lm_head, "shard_indices", None)
+        num_org = int(shard.num_org_elements) if shard is not None else int(lm_head.weight.shape[0])
+        return TargetHead(lm_head.weight, num_org, int(getattr(lm_head, "org_vocab_size", num_org)),
+                          int(shard.org_vocab_start_index) if shard is not None else 0)
+
+    def page_size(self) -> int:
+        """The target runner's KV page size."""
+        return int(getattr(self.target_runner(), "page_size", 1) or 1)
+
+    def add_draft_capture_hook(self, hook) -> None:
+        """`hook(hidden_states, input_ids, seq_lens, num_tokens)` at the tail of every draft CUDA-graph capture (the
+        draft runner calls it inside the capture with its output and forward batch)."""
+        def tail(runner, out, forward_batch, num_tokens):
+            del runner
+            hook(out.hidden_states, forward_batch.input_ids, forward_batch.seq_lens, num_tokens)
+
+        self.host.draft_model_runner.capture_tail_hooks.append(tail)
+
+    @staticmethod
+    def batch_kind(batch) -> str:
+        """'idle', 'extend' (a prefill in the batch) or 'decode': which forward the worker runs."""
+        mode = batch.forward_mode
+        if mode.is_idle():
+            return "idle"
+        return "extend" if mode.is_extend() or batch.is_extend_in_batch else "decode"
+
     def tp_group(self):
         """SGLang's group coordinator of this worker's tensor-parallel ranks (asked for at --tp-size > 1 only)."""
         return self.TP_GROUP()
@@ -241,6 +307,17 @@ class DFlashV2Adapter:
     # --- the round's verbs ---------------------------------------------------------------------------
     def idle_draft_input(self):
         return self.DRAFT_INPUT.create_idle_input(device=self.device)
+
+    def open_round(self, batch) -> RoundBatch:
+        """The decode call's batch as the round reads it: an idle draft input where it has none, its lengths made
+        safe to read on this stream (produced on another under overlap), the host lengths the round sizes with."""
+        if batch.spec_info is None:
+            batch.spec_info = self.idle_draft_input()
+        if batch.seq_lens.is_cuda:
+            batch.seq_lens.record_stream(torch.cuda.current_stream(batch.seq_lens.device))
+        host = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else self.draft_kv_lens(batch.spec_info)[0]
+        return RoundBatch(batch.spec_info, batch.seq_lens, batch.seq_lens_cpu, host, batch.req_pool_indices,
+                          bool(getattr(batch, "has_grammar", False)), bool(getattr(batch, "return_logprob", False)))
 
     def draft_kv_lens(self, draft_input):
         """(int64 cpu [bs], int sum): the draft input's next-round KV lengths (host side)."""
@@ -308,15 +385,15 @@ class DFlashV2Adapter:
         return {}
 
     def draft_forward(self, batch, draft_input, slots, window, bs: int):
-        """DFlash's draft forward over [bonus, MASK…] -> (the drafter's logits output, whether the draft CUDA
-        graph ran, the block's first ids = the roots)."""
+        """DFlash's draft forward over [bonus, MASK…] -> (the drafter's hidden states, None where it returned none;
+        whether the draft CUDA graph ran; the block's first ids = the roots)."""
         block_ids, positions_2d, cache_loc_2d = self.prepare_draft_block(batch, draft_input, slots, bs)
         embeds = self.draft_embeds(block_ids)
         seq_lens_cpu, seq_lens_sum = self.draft_seq_lens_cpu(batch, draft_input, bs, block_ids.shape[1])
         forward_batch = self.draft_forward_batch(batch, block_ids, positions_2d, cache_loc_2d, embeds, seq_lens_cpu,
                                                  seq_lens_sum, bs)
         out = self.run_draft(forward_batch, window)
-        return out.logits_output, out.can_run_graph, block_ids[:, 0]
+        return out.logits_output.hidden_states, out.can_run_graph, block_ids[:, 0]
 
     def run_draft(self, forward_batch, window):
         with torch.inference_mode():
@@ -350,6 +427,24 @@ class DFlashV2Adapter:
     def finish_verify_logits(self, logits_output) -> None:
         """Full-vocab verify logits (0.5.23 may hand back a vocab shard)."""
 
+    @staticmethod
+    def verify_logits(target_out) -> torch.Tensor:
+        """[bs·n, V] the verify's logits (verify_forward's output)."""
+        return target_out.logits_output.next_token_logits
+
+    @staticmethod
+    def take_verify_hidden(target_out):
+        """The verify's captured hidden states [bs·n, ...] (None where it captured none), dropped from its output
+        (the batch result does not carry them)."""
+        logits_output = target_out.logits_output
+        hidden, logits_output.hidden_states = logits_output.hidden_states, None
+        return hidden
+
+    def committed_logprobs(self, batch, target_out, node_tokens: torch.Tensor, accept_rows: torch.Tensor) -> None:
+        """The committed tokens' log-probs (return_logprob) from the verify's output: node_tokens [bs·n], accept_rows
+        [bs, W] rows of the verify's logits (the release's spec_logprobs)."""
+        self.spec_logprobs(batch, target_out.logits_output, node_tokens, accept_rows)
+
     # --- a request's own sampling, on every node (decode_round.py applies them in the plain server's order) ---
     def grammar_tree(self, tree):
         """Start the host copy of the tree's links and tokens (before the verify launch, as SGLang's EAGLE does)."""
@@ -381,8 +476,7 @@ class DFlashV2Adapter:
         info = batch.sampling_info
         if info is None or info.is_all_greedy:
             return None
-        return NodeLaw(info.temperatures.view(-1), info.top_ks.view(-1), info.top_ps.view(-1), info.min_ps.view(-1),
-                       filtered=bool(info.need_top_p_sampling or info.need_top_k_sampling or info.need_min_p_sampling))
+        return law_of(info)
 
     def request_seeds(self, batch):
         """(int64 [bs] seeds, bool [bs] which requests gave one) of the requests' own sampling seeds, or None where
@@ -559,4 +653,4 @@ class DFlashV2Adapter:
                 "sglang-ddtree: the target samples with %s, not SGLang's Sampler: a seeded request's first token "
                 "is that sampler's (its later tokens are DDTree's seeded draws)", type(sampler).__name__)
             return None
-        return hooks.install_seeded_prefill(sampler, round_ops)
+        return hooks.install_seeded_prefill(sampler, round_ops, law_of)

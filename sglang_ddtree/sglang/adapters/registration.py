@@ -8,6 +8,7 @@ stand-in whose writes become declarations.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 
@@ -131,6 +132,25 @@ def set_budget(server_args, budget: int) -> None:
 def served_budget(server_args) -> int:
     """The budget the resolved server arguments carry."""
     return budget_of(read_view(server_args).speculative_num_draft_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundArgs:
+    """What the decode round reads of the resolved server arguments (round_args)."""
+
+    budget: int             # the tree budget the server verifies (served_budget)
+    block_size: int         # the drafter's block (speculative_dflash_block_size, which args.py published)
+    seed: int               # --random-seed (0 where unset)
+    draft_model_path: str   # the drafter's directory or hub name
+    tp_size: int            # tensor-parallel ranks
+    max_batch_size: int     # the largest decode batch the worker sees (max_batch_size)
+
+
+def round_args(server_args) -> RoundArgs:
+    view = read_view(server_args)
+    return RoundArgs(budget=served_budget(view), block_size=int(view.speculative_dflash_block_size),
+                     seed=int(getattr(view, "random_seed", 0) or 0), draft_model_path=view.speculative_draft_model_path,
+                     tp_size=int(getattr(view, "tp_size", 1) or 1), max_batch_size=max_batch_size(view))
 
 
 def serving_view():

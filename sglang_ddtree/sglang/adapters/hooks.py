@@ -1,5 +1,6 @@
 """Run-time fixes to SGLang internals, applied only in a DDTREE scheduler process (by the worker, through
-the release's adapter, which hands over the SGLang objects patched: this module imports no SGLang).
+the release's adapter, which hands over the SGLang objects patched: this module imports no SGLang). An adapter
+module: the patched functions read SGLang's objects.
 
 1. Verify mask policy (only for the FULL_MASK fallback; the default verify path is tree_attention.py, which
    reads no mask). SGLang captures DFlash-family TARGET_VERIFY CUDA graphs *without* a custom mask on
@@ -62,10 +63,11 @@ def install_eager_embeds_dtype_fix(model_runner_cls) -> None:
     model_runner_cls._extend_forward_kwargs = _embeds_in_runner_dtype(current)
 
 
-def install_seeded_prefill(sampler, round_ops):
+def install_seeded_prefill(sampler, round_ops, law_of):
     """Idempotent (see the module docstring, item 3): the seeded_prefill.SeededSampler wrapping `sampler`, SGLang's
-    Sampler instance of the target's model runner, handed over by the release's adapter."""
-    from .seeded_prefill import SeededSampler
+    Sampler instance of the target's model runner, handed over by the release's adapter with `law_of(sampling_info)`
+    (its requests' NodeLaw)."""
+    from ..seeded_prefill import SeededSampler
 
     existing = getattr(sampler, "ddtree_seeded", None)
-    return existing if existing is not None else SeededSampler(sampler, round_ops)
+    return existing if existing is not None else SeededSampler(sampler, round_ops, law_of)
