@@ -15,11 +15,14 @@ COMMANDS = {
     "bench": ("sglang_ddtree.bench.__main__", "the benchmarks, one per module of sglang_ddtree/bench/ (`bench --help` "
                                              "lists them)"),
     "calibration": ("sglang_ddtree.tools.calibrate", "fit and check the drafter's per-depth temperatures"),
-    "budget": ("sglang_ddtree.tools.budget_sweep", "fixed budgets vs the auto budget, per batch size (the engine, CPU or GPU)"),
     "train": ("sglang_ddtree.tools.train", "retrain the shipped tiny model pairs (deterministic, CPU)"),
     "train_selector": ("sglang_ddtree.tools.train_selector", "retrain the shipped tiny DFlash2 drafter's candidate "
                                                               "selector (deterministic, CPU)"),
 }
+
+
+# earlier names of a command, still run: the command they became
+ALIASES = {"budget": ("bench", "budget_sweep")}
 
 
 def version() -> str:
@@ -42,6 +45,8 @@ def main(argv=None) -> int:
     if argv and argv[0] == "--version":
         print(f"sglang-ddtree {version()}")
         return 0
+    if argv and argv[0] in ALIASES:
+        argv = [*ALIASES[argv[0]], *argv[1:]]
     if not argv or argv[0] not in COMMANDS:
         given = f"unknown command {argv[0]!r}" if argv else "no command given"
         sys.stderr.write(f"{PROG}: error: {given}; choose from {', '.join(COMMANDS)} (--help says what each does)\n")

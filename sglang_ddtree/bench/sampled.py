@@ -34,7 +34,7 @@ from .. import _cli
 from ..engine import Engine, summarize
 from ..engine import round_contexts
 from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
-from ..tools.demo import h200_costs, served_default
+from ..engine.served import h200_costs, served_default
 from ..keys import Calibration, DraftKeys, ShapeTable
 from ..calibration import FILE, SHAPE_KEY, load_calibration
 from ..rejection import DRAW_SHARPNESS, draw_children

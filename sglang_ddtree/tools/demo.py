@@ -20,22 +20,14 @@ import time
 import torch
 
 from .. import _cli
-from ..round_config import AUTO_LADDER
 from ..sizes import MAX_CUDA_BUDGET, verify_width
 from ..engine.data import MAX_NEW_TOKENS, MAX_NEW_TOKENS_WHY, heldout_prompts
 from ..engine.engine import Engine, summarize
+from ..engine.served import h200_costs, served_default
 
 PROG = _cli.prog("demo")
 QUICK = {"prompts": 16, "budgets": [31, 63]}
 FULL = {"prompts": 64, "budgets": [15, 31, 63]}
-# The auto budget weighs predicted tokens against each width's round cost. On a CPU a tree of n nodes costs about
-# n one-token forwards, so costs measured here would pick the chain's width every round; a GPU verifies a wide
-# tree for little more than a narrow one. On the CPU the demo therefore uses the costs the tiny pair's SGLang
-# server measured on the H200 at start-up (CUDA-graph replay, ms, per batch bucket and verify width):
-# docs/benchmarks/sglang-h200-2026-12-04-auto-log.txt, line "call3 ... start-up round cost (ms)".
-H200_GRAPH_MS = {1: {8: 0.291, 16: 0.285, 32: 0.285, 64: 0.299}, 2: {8: 0.294, 16: 0.294, 32: 0.297, 64: 0.306},
-                 4: {8: 0.288, 16: 0.298, 32: 0.296, 64: 0.32}, 8: {8: 0.306, 16: 0.312, 32: 0.321, 64: 0.348},
-                 16: {8: 0.318, 16: 0.326, 32: 0.346, 64: 0.38}, 32: {8: 0.335, 16: 0.353, 32: 0.388, 64: 0.462}}
 SERVED = "served"
 # the second sampled law the demo runs next to --sampled-temperature: chat traffic's T 0.6 with top-p 0.95
 SAMPLED_FILTERED = (0.6, 0.95)
@@ -105,29 +97,6 @@ class Progress:
 
 def method_label(method: str, budget) -> str:
     return {"ar": "AR", "chain": "DFlash chain", SERVED: "DDTree"}.get(method, f"paper's tree B={budget}")
-
-
-def h200_costs(batch: int, budgets) -> list[float]:
-    """The H200 start-up costs for this batch (the smallest logged bucket that holds it) at each budget's width."""
-    bucket = min((b for b in H200_GRAPH_MS if b >= batch), default=max(H200_GRAPH_MS))
-    return [H200_GRAPH_MS[bucket][verify_width(b)] for b in budgets]
-
-
-def served_default(engine: Engine, costs: str) -> dict:
-    """Engine.generate arguments of DDTree as the plugin serves it by default: the chain anchor and the drafter's
-    greedy calibration for greedy requests; a sampled request's tree under its own law (keys.py, the raw draft) with
-    its children drawn (rejection.py), shaped by the drafter's shape table (keys.DraftKeys.shape_keys); the auto
-    budget over the served ladder; costs 'h200' (the tiny pair's H200
-    table, resolved per batch by run()) or 'here' (measured)."""
-    L = engine.block_size - 1
-    ladder = tuple(sorted({L, *AUTO_LADDER}))
-    calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, "ddtree_calibration.json"))
-    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law",
-              "children": "drawn", "draft_temperature": "drafter" if calibrated else None,
-              "drawn_shape": "drafter" if calibrated else None}
-    if costs == "h200" and all(verify_width(b) in H200_GRAPH_MS[1] for b in ladder):
-        served["round_cost"] = "h200"  # resolved per batch in run(); a drafter of another block size measures here
-    return served
 
 
 def configs(engine: Engine, budgets, costs: str) -> list[tuple[str, object, dict]]:

@@ -13,6 +13,7 @@ import torch
 
 from sglang_ddtree import __main__ as top
 from sglang_ddtree.bench import __main__ as bench
+from sglang_ddtree.engine import served
 from sglang_ddtree.tools import demo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def test_top_level_help_lists_every_entry_point(capsys):
 
     assert top.main(["--help"]) == 0
     out = capsys.readouterr().out
-    entry_points = {"demo", "check", "launch_server", "bench", "calibration", "budget", "train", "train_selector"}
+    entry_points = {"demo", "check", "launch_server", "bench", "calibration", "train", "train_selector"}
     assert set(top.COMMANDS) == entry_points
     for name, (module, _) in top.COMMANDS.items():
         assert f"  {name} " in out
@@ -116,8 +117,8 @@ def test_top_level_help_exits_0_as_a_module():
 
 
 def test_bench_lists_only_benchmarks(capsys):
-    assert bench.names() == ["ab", "api_overhead", "attention", "dflash2", "engine", "law_gpu", "sampled", "tree",
-                             "tree_gpu", "verify_splits"]
+    assert bench.names() == ["ab", "api_overhead", "attention", "budget_sweep", "dflash2", "engine", "law_gpu",
+                             "sampled", "tree", "tree_gpu", "verify_splits"]
     assert bench.main(["__main__"]) == 2
     err = capsys.readouterr().err
     assert "unknown benchmark '__main__'" in err and "Traceback" not in err
@@ -142,7 +143,7 @@ def _no_work(*args, **kwargs):
     (["--out", "/nonexistent/dir/b.json"], "--out"),
 ])
 def test_budget_cli_rejects_bad_values_before_any_work(capsys, monkeypatch, argv, needle):
-    from sglang_ddtree.tools import budget_sweep as budget
+    from sglang_ddtree.bench import budget_sweep as budget
 
     monkeypatch.setattr(budget.Engine, "from_pretrained", _no_work)
     one_line_error(capsys, lambda: budget.main(argv), needle)
@@ -298,10 +299,10 @@ def test_demo_h200_costs_match_the_committed_log():
 
     log = (ROOT / "docs" / "benchmarks" / "sglang-h200-2026-12-04-auto-log.txt").read_text().splitlines()
     (line,) = [ln for ln in log if ln.startswith("call3 ") and "start-up round cost (ms) " in ln]
-    assert ast.literal_eval(line.split("start-up round cost (ms) ", 1)[1]) == demo.H200_GRAPH_MS
-    assert demo.h200_costs(16, (7, 15, 31, 63)) == [0.318, 0.326, 0.346, 0.38]
-    assert demo.h200_costs(3, (7, 15, 31, 63)) == [0.288, 0.298, 0.296, 0.32]  # the bucket that holds 3: 4
-    assert demo.h200_costs(100, (7,)) == [0.335]  # past the largest bucket: the largest
+    assert ast.literal_eval(line.split("start-up round cost (ms) ", 1)[1]) == served.H200_GRAPH_MS
+    assert served.h200_costs(16, (7, 15, 31, 63)) == [0.318, 0.326, 0.346, 0.38]
+    assert served.h200_costs(3, (7, 15, 31, 63)) == [0.288, 0.298, 0.296, 0.32]  # the bucket that holds 3: 4
+    assert served.h200_costs(100, (7,)) == [0.335]  # past the largest bucket: the largest
 
 
 def _rows(**greedy_tau):
@@ -432,3 +433,10 @@ def test_bench_sampled_header_names_held_out_prompts_only_for_the_sections_that_
               "exact": {}}
     assert "held-out prompts 100..163" not in markdown({**result, "sections": [4]})
     assert "held-out prompts 100..163" in markdown({**result, "sections": [1, 4]})
+
+
+def test_an_earlier_command_name_still_runs(capsys):
+    """`python -m sglang_ddtree budget` became `bench budget_sweep` (a benchmark, in bench/); the old name runs it."""
+    assert "budget" in top.ALIASES and "budget" not in top.COMMANDS
+    out = _help(capsys, ["budget"])
+    assert out.startswith("usage: python -m sglang_ddtree bench budget_sweep "), out.splitlines()[0]

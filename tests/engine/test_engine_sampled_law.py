@@ -31,7 +31,7 @@ from scipy import stats
 from sglang_ddtree import rejection
 from sglang_ddtree.engine import engine as engine_mod
 from sglang_ddtree.engine.data import heldout_prompts
-from sglang_ddtree.tools.demo import H200_GRAPH_MS
+from sglang_ddtree.engine.served import H200_GRAPH_MS
 from sglang_ddtree.round import RoundOps
 from sglang_ddtree.sampling import sample_rows_torch
 from two_sample import chi2_homogeneity

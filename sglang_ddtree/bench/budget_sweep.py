@@ -1,4 +1,5 @@
-"""Fixed budgets against budget='auto' on the engine, per batch size (`python -m sglang_ddtree budget`).
+"""Fixed budgets against budget='auto' on the engine, per batch size (`python -m sglang_ddtree bench budget_sweep`;
+`python -m sglang_ddtree budget` still runs it).
 
 The auto budget is budget.AutoWidth, run by round.Round as the server runs it; this command measures what it
 chooses and what that costs on the shipped pair.
@@ -22,7 +23,7 @@ def main(argv=None) -> int:
     was not fitted on), per batch size: τ, decode wall time (the start-up cost table excluded and reported
     apart), tokens/s and the budgets auto chose."""
     unfitted = len(heldout_prompts()) - FIT_PROMPTS
-    ap = _cli.Parser(prog=_cli.prog("budget"), description=" ".join(main.__doc__.split()))
+    ap = _cli.Parser(prog=_cli.prog("bench", "budget_sweep"), description=" ".join(main.__doc__.split()))
     ap.add_argument("--out", type=_cli.output_file, default="budget.json", help="the JSON to write (after each row)")
     ap.add_argument("--batches", type=_cli.positive_int_list, default=[1, 16, 128],
                     help="batch sizes, comma-separated (default 1,16,128)")
