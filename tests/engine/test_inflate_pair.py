@@ -1,4 +1,5 @@
-"""scripts/inflate_pair.py: the shipped tiny pair zero-padded to larger shapes computes the tiny pair's function.
+"""sglang_ddtree/tools/inflate_pair.py (run as scripts/inflate_pair.py): the shipped tiny pair zero-padded to larger
+shapes computes the tiny pair's function.
 
 Expected values come from the shipped tiny pair itself (the engine's own models on the original checkpoints),
 never from the script: the engine's greedy tokens and accept lengths are the tiny pair's, the logits agree to
@@ -22,9 +23,7 @@ from sglang_ddtree.engine.dflash import DFlashConfig, DFlashDraftModel
 from sglang_ddtree.engine.model import Qwen3Config, Qwen3ForCausalLM
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("inflate_pair", ROOT / "scripts" / "inflate_pair.py")
-inflate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(inflate)
+inflate = importlib.import_module("sglang_ddtree.tools.inflate_pair")
 
 TINY_T, TINY_D = os.path.join(MODELS_DIR, "tiny-target"), os.path.join(MODELS_DIR, "tiny-dflash")
 TINY_V = 259
@@ -258,3 +257,14 @@ def test_an_unwritable_out_is_refused_before_any_work(tmp_path, capsys):
         inflate.main(argv(SHAPES["gqa"], tmp_path / "file" / "out"))
     err = capsys.readouterr().err.strip()
     assert info.value.code == 2 and len(err.splitlines()) == 1 and "cannot write --out" in err, err
+
+
+def test_the_script_entry_runs_the_tool():
+    """scripts/inflate_pair.py (the GPU steps' and the docs' command line) is the tool's entry: the same help."""
+    import subprocess
+    import sys
+
+    run = lambda *a: subprocess.run([sys.executable, *a, "--help"], capture_output=True, text=True, cwd=ROOT)  # noqa: E731
+    script, module = run("scripts/inflate_pair.py"), run("-m", "sglang_ddtree.tools.inflate_pair")
+    assert script.returncode == module.returncode == 0 and script.stdout == module.stdout
+    assert script.stdout.startswith("usage: inflate_pair.py ") and "--out" in script.stdout
