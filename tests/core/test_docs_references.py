@@ -99,3 +99,47 @@ def test_archive_is_indexed_and_cited_by_nothing_current():
 
 def files_outside_archive():
     return [p for p in files() if "archive" not in p.relative_to(ROOT).parts]
+
+
+# environment variables the code reads that belong to other software (torch's build, CUDA, SGLang, FlashInfer)
+FOREIGN_KNOBS = {"CC", "CXX", "PYTORCH_NVCC", "CUDA_HOME", "TORCH_EXTENSIONS_DIR", "SGLANG_PLUGINS",
+                 "SGLANG_USE_CPU_ENGINE", "FLASHINFER_WORKSPACE_BASE"}
+KNOB_DOCS = ("docs/TESTING.md", "docs/SERVING.md", "scripts/README.md")
+
+
+def environ_keys(source: str) -> set[str]:
+    """The environment variables a Python file reads or sets by a literal name: os.environ.get / [..] / pop,
+    os.getenv, monkeypatch.setenv / delenv."""
+    import ast
+
+    out = set()
+    for n in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant) and \
+                isinstance(n.func, ast.Attribute) and n.func.attr in ("get", "getenv", "setenv", "delenv", "pop") \
+                and (getattr(n.func.value, "attr", None) == "environ" or
+                     getattr(n.func.value, "id", None) in ("os", "environ", "monkeypatch", "mp")):
+            key = n.args[0].value
+        elif isinstance(n, ast.Subscript) and getattr(n.value, "attr", None) == "environ" and \
+                isinstance(n.slice, ast.Constant):
+            key = n.slice.value
+        if isinstance(key, str) and key.isupper():
+            out.add(key)
+    return out
+
+
+def test_every_environment_knob_the_code_reads_is_documented():
+    """A variable the package, the tests or the scripts read (SGLANG_DDTREE_BUILD_VERBOSE, the test-only
+    SGLANG_DDTREE_REQUIRE_NVCC, SGLANG_DDTREE_GPU_TREE_CASES, ...) is named in a knob table (TESTING.md's Knobs,
+    SERVING.md's settings, scripts/README.md's GPU steps), other software's apart."""
+    docs = " ".join((ROOT / f).read_text() for f in KNOB_DOCS)
+    read = {}
+    for d in ("sglang_ddtree", "tests", "scripts"):
+        for path in (ROOT / d).rglob("*.py"):
+            for key in environ_keys(path.read_text()) - FOREIGN_KNOBS:
+                read.setdefault(key, path.relative_to(ROOT).as_posix())
+    assert {"SGLANG_DDTREE_BUILD_VERBOSE", "SGLANG_DDTREE_REQUIRE_NVCC", "SGLANG_DDTREE_GPU_TREE_CASES",
+            "SGLANG_DDTREE_GPU_LATTICE_CASES"} <= set(read)  # the scan sees them
+    missing = {k: where for k, where in read.items() if f"`{k}`" not in docs and f"`{k}=" not in docs}
+    assert not missing, f"environment variables read but named in no knob table ({', '.join(KNOB_DOCS)}): {missing}"
+    assert environ_keys('import os\nos.environ.get("A_B", "0")\nos.environ["C"]\nx.get("D")\n') == {"A_B", "C"}
