@@ -53,10 +53,10 @@ for bs in (1, 16):
         runner, ta, fb = case(prefix, bs)
         out[f"{prefix}_bs{bs}_metadata_host_us"] = host_us(lambda: runner.attn_backend.init_forward_metadata(fb))
         if prefix == "flashmla":
-            lens = ta.prefix_lens[:bs]
+            lens = ta.lib.prefix_lens[:bs]
             out[f"get_mla_metadata_bs{bs}_host_us"] = host_us(lambda: flashmla.metadata(lens, 16, 64))
             rows = fb.req_pool_indices
-            out[f"block_table_bs{bs}_host_us"] = host_us(  # as _metadata gathers it
-                lambda: torch.div(ta.req_to_token[:, :: ta.page].index_select(0, rows), ta.page,
-                                  rounding_mode="floor", out=ta.block_table[:bs]))
+            out[f"block_table_bs{bs}_host_us"] = host_us(  # as the metadata gathers it (PagedPrefix.plan)
+                lambda: torch.div(ta.req_to_token[:, :: ta.lib.page].index_select(0, rows), ta.lib.page,
+                                  rounding_mode="floor", out=ta.lib.block_table[:bs]))
 print(json.dumps(out, indent=1))

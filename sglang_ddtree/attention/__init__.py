@@ -1,10 +1,11 @@
 """Tree verify attention: the n tree queries of each request over its prefix KV and its own tree KV.
 
 Cascade (docs/DESIGN.md §5): prefix attention without a mask, one KV pass per request shared by all n queries
-(FlashMLA, FlashInfer, FA3: prefixes.py, one module each) → (O_p, LSE_p); the tree tail with the ancestor mask
-(our kernel) → (O_t, LSE_t); merged by LSE with each library's base converted explicitly. backend="tree" runs
-prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree tile last). Which one `auto`
-runs is choose.py's, the same policy the server's binding and launch gate ask.
+(FlashMLA, FlashInfer, FA3: prefixes.py, one module and one object each, of which this eager path calls the
+host-planned `run_host`; prefix_attention.py says why it plans apart from the server) → (O_p, LSE_p); the tree
+tail with the ancestor mask (our kernel) → (O_t, LSE_t); merged by LSE with each library's base converted
+explicitly. backend="tree" runs prefix and tail fused in one kernel (one online softmax per prefix chunk, the tree
+tile last). Which one `auto` runs is choose.py's, the same policy the server's binding and launch gate ask.
 """
 from __future__ import annotations
 

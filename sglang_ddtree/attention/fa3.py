@@ -2,13 +2,14 @@
 MHA/GQA verify: every tree query of a request over its prefix only, no mask; LSE in natural log.
 
 It plans nothing on the host: it reads the prefix lengths on the device, so one CUDA graph replays at any length
-(the engine and the server call it alike).
+(the engine and the server call it alike: `FA3`, its two entry points).
 """
 from __future__ import annotations
 
 import torch
 
 from . import install
+from .prefix_attention import PagedPrefix
 from .problem import Problem, cache_4d, empty_rows_to_neg_inf
 
 NAME, TITLE = "fa3", "FA3"
@@ -36,9 +37,33 @@ def attend(q, k_cache, v_cache, page_table, prefix_lens, sm_scale: float):
     return o.reshape(B * n, H, -1), lse.transpose(1, 2).reshape(B * n, H)
 
 
-def run(prob: Problem, state: dict):
-    """(O_p, LSE_p, base) of the engine's cascade (`state` unused: nothing to plan)."""
-    q = prob.q_a.reshape(prob.B, prob.n, prob.Hq, prob.Dqk)
-    o, lse = attend(q, cache_4d(prob.k_cache, prob.page_size), cache_4d(prob.v_cache, prob.page_size),
-                    prob.page_table.to(torch.int32), prob.prefix_lens.to(torch.int32), prob.sm_scale)
-    return o, empty_rows_to_neg_inf(prob, lse), BASE
+class FA3(PagedPrefix):
+    """FA3 over the prefix (prefix_attention.py's interface). Served: an MHA/GQA target where sgl_kernel's FA3
+    library imports (SGLang's fa3 backend's kernel), its paged attention over SGLang's page table (req_to_token's page
+    columns, as the fa3 backend builds it) with the prefix lengths read on the device, so nothing is planned on the
+    host and a graph replays at any length (`auto` on --attention-backend fa3). The engine: `run_host`."""
+
+    name = "FA3"
+
+    def run(self, q, q_pe, k_cache, v_cache, bs, n, hq, scale, q_whole=None):
+        """FA3 over the prefix through the page table: (O, LSE, its base: natural log)."""
+        hkv, d = k_cache.shape[-2], k_cache.shape[-1]
+        pages = lambda c: c[: c.shape[0] // self.page * self.page].view(-1, self.page, hkv, c.shape[-1])  # noqa: E731
+        o_p, lse_p = attend(q.view(bs, n, hq, d), pages(k_cache), pages(v_cache), self.block_table[:bs],
+                            self.prefix_lens[:bs], scale)
+        return o_p, lse_p, BASE
+
+    @staticmethod
+    def plan_host(prob: Problem, state: dict) -> None:
+        """The engine's plan: nothing (FA3 reads the lengths on the device)."""
+
+    @staticmethod
+    def run_host(prob: Problem, state: dict):
+        """(O_p, LSE_p, base) of the engine's cascade (`state` unused: nothing to plan)."""
+        q = prob.q_a.reshape(prob.B, prob.n, prob.Hq, prob.Dqk)
+        o, lse = attend(q, cache_4d(prob.k_cache, prob.page_size), cache_4d(prob.v_cache, prob.page_size),
+                        prob.page_table.to(torch.int32), prob.prefix_lens.to(torch.int32), prob.sm_scale)
+        return o, empty_rows_to_neg_inf(prob, lse), BASE
+
+
+PREFIX = FA3

@@ -11,6 +11,7 @@ import torch
 from .. import ops
 from . import fallback
 from .merge import LN2, merge_states
+from .prefix_attention import PrefixAttention
 from .problem import Problem
 
 ROWS_PER_CTA = 64
@@ -91,6 +92,42 @@ def attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tr
     ops.ensure_backend("cuda")  # the op exists only once the CUDA library is loaded (a cached check after the first)
     return ops.op("verify_attn_ragged")(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree,
                                         mask_bits, float(sm_scale), int(num_splits))
+
+
+class TreePrefix(PrefixAttention):
+    """The prefix `tree` served: our kernel reads each request's whole prefix in the tree's own call (one online
+    softmax over prefix and tree), through SGLang's token-level slot list: the metadata gathers kv_indptr and the
+    prefix slots from req_to_token into static buffers (gather_prefix_slots, one small kernel, the same replay-time
+    reads of req_to_token as DFLASH's verify), so any page size is served and a graph replays at any length."""
+
+    name = "the tree kernel"
+
+    def __init__(self, target):
+        super().__init__(target)
+        self.context, self.sms = target.context, target.sms
+        self.kv_indptr = torch.zeros(int(target.max_bs) + 1, dtype=torch.int32, device=self.device)
+        self.kv_indices = torch.zeros(0, dtype=torch.int32, device=self.device)
+
+    def reserve(self, bs: int) -> None:
+        # every prefix is at most the context length: no host bound needed
+        need = bs * self.context
+        if self.kv_indices.numel() < need:
+            self.kv_indices = torch.zeros(need, dtype=torch.int32, device=self.device)
+
+    def grow(self, bs: int) -> None:
+        self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
+
+    def plan(self, req_to_token, rows, lens, width, bs: int) -> None:
+        ops.op("gather_prefix_slots")(req_to_token, rows, lens, self.kv_indptr, self.kv_indices)
+
+    def run(self, q, q_pe, k_cache, v_cache, bs, n, hq, scale, q_whole=None):
+        return None  # the prefix is read by the tail's own call
+
+    def tail(self, bs: int, n: int, group: int, kv_heads: int):
+        return self.kv_indptr[: bs + 1], self.kv_indices, ragged_splits(bs, n, group, kv_heads, self.sms)
+
+
+PREFIX = TreePrefix
 
 
 def split_plan(prob: Problem, n_max: int, num_sms: int) -> tuple[int, int]:

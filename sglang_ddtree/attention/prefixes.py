@@ -1,11 +1,13 @@
 """The prefix libraries of the verify cascade, one module each (native.py as `tree`, flashmla.py, flashinfer.py,
-fa3.py), and the one answer to "can library X serve this shape?" (`refusal`), which the engine, the server's
-binding and the launch gate all ask (choose.py).
+fa3.py), registered in LIBRARIES by name; the one answer to "can library X serve this shape?" (`refusal`), which
+the engine, the server's binding and the launch gate all ask (choose.py); and each library's object (`served` for
+the server, `run` for the engine).
 
 Each library module declares NAME, TITLE, LAYOUTS, HEAD_DIMS (MHA/GQA, keys = values), PAGE_SIZES (None: any),
 BACKENDS (the SGLang attention backends whose metadata it reads in a server; None: any), MISSING / INSTALL (for
-the user), `installed()` (checked without importing the library) and its verbs: `plan(prob, state)` (host-side
-planning, the engine's) and `run(prob, state)`; the server's device-written schedules are flashinfer_graphs.py.
+the user), `installed()` (checked without importing the library) and PREFIX, its one object
+(prefix_attention.PrefixAttention): `plan` / `run` in the server's CUDA graphs, `plan_host` / `run_host` in the
+engine's eager cascade (prefix_attention.py: why two). A new library: docs/CONTRIBUTING.md's checklist.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import dataclasses
 import torch
 
 from . import fa3, flashinfer, flashmla, native
+from .prefix_attention import PrefixAttention, Target, Unavailable
 from .problem import Problem
 
 LIBRARIES = {m.NAME: m for m in (native, flashmla, flashinfer, fa3)}
@@ -74,6 +77,12 @@ def refusal(name: str, shape: Shape) -> str | None:
     return None
 
 
+def served(name: str, target: Target) -> PrefixAttention:
+    """Library `name`'s object for a served verify of `target` (sglang/tree_attention.py), its buffers allocated
+    (prefix_attention.Unavailable: it cannot plan there, and why)."""
+    return LIBRARIES[name].PREFIX(target)
+
+
 def run(name: str, prob: Problem, state: dict):
     """(O_p, LSE_p, base) of library `name` over the prefix (the engine's host-planned cascade)."""
-    return LIBRARIES[name].run(prob, state)
+    return LIBRARIES[name].PREFIX.run_host(prob, state)

@@ -52,5 +52,4 @@ class DraftBlockAttention(tree_attention.TreeVerifyAttention):
 
     def describe(self) -> str:
         return (f"the drafter's attention through the cascade on {type(self.backend).__name__} (the context through "
-                f"{tree_attention.PREFIX_NAMES.get(self.prefix, 'the tree kernel')}, the block of {self.n} through the "
-                f"tree kernel)")
+                f"{self.lib.name}, the block of {self.n} through the tree kernel)")

@@ -17,27 +17,12 @@ No FULL_MASK is built or read, the graph captured at any prefix length replays a
 page size does not matter (slots are token-level).
 
 The prefix can instead go through a library, the tree tail through our kernel alone (an empty prefix), the two
-merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTREE_PREFIX, `Settings.prefix`):
-- `flashmla`: an MLA target on the flashmla backend (page size 64); the default there (`auto`): our kernel is
-  several times slower than FlashMLA over an MLA prefix (docs/benchmarks/round-cost-h200-2026-12-04.md). The
-  metadata fills a page table and the prefix lengths from req_to_token and FlashMLA's split plan for the
-  forward's width (out of the graph, into static buffers, as SGLang's own FlashMLA backend does); per layer
-  FlashMLA attends every tree query over its prefix.
-- `flashinfer`: an MHA/GQA target on triton or flashinfer, head dim 64/128/256: FlashInfer's paged prefill
-  (the kernel family of DFLASH's chain verify on --attention-backend flashinfer) over the token-level prefix
-  slots, so any page size. Our kernel reads the whole prefix once per 64-row tile of a request's n·G query rows,
-  FlashInfer splits it across CTAs by length. FlashInfer plans on the host from the KV lengths, which SGLang
-  knows there only as an upper bound (overlap scheduling), and a plan made from a bound misplaces the split
-  partial outputs (flashinfer_graphs.py): so its host plan is made once per (width, batch) and the
-  length-dependent schedule is written on the device in the metadata (flashinfer_graphs.FlashInferPrefix).
-- `flashinfer` on an MLA target (opt-in: not yet run on the GPU): FlashInfer-MLA (SGLang's flashinfer MLA backend's
-  kernel) over the token-level latent prefix slots, on any MLA backend. Its kernel trusts the host plan's per-work
-  KV ranges, so nothing of its plan but the grid and the offsets is kept: the works and merges are written on the
-  device in the metadata from the exact lengths (flashinfer_graphs.FlashInferMLAPrefix).
-- `fa3`: an MHA/GQA target where sgl_kernel's FA3 library imports (SGLang's fa3 backend's kernel): FA3's paged
-  attention over SGLang's page table (req_to_token's page columns, as the fa3 backend builds it), the prefix
-  lengths read on the device, so nothing is planned on the host and a graph replays at any length. `auto` on
-  `--attention-backend fa3`.
+merged by LSE — the standalone cascade of sglang_ddtree.attention (SGLANG_DDTREE_PREFIX, `Settings.prefix`). Each
+library is one object with plan and run (attention/prefix_attention.py), in its own module and looked up by name
+(prefixes.served): the metadata asks it to plan (out of the graph, into static buffers, from req_to_token and the
+lengths on the device), each layer to run, and it says which prefix the tail's call reads (none after a library,
+all of it for `tree`, native.TreePrefix). What each library reads and how it plans: its object's docstring
+(prefixes.LIBRARIES[name].PREFIX).
 `auto` picks the FlashInfer cascade on triton and flashinfer, FA3's on fa3 (else FlashInfer's): choose.choose with
 host 'server' (attention/choose.py: its table says where the engine's `auto` differs, and why).
 `tree` keeps our kernel over prefix and tree everywhere.
@@ -55,7 +40,7 @@ import logging
 import torch
 
 from sglang_ddtree import ops
-from sglang_ddtree.attention import choose, fa3, flashinfer_graphs, flashmla, native
+from sglang_ddtree.attention import choose, native, prefixes
 from sglang_ddtree.attention.prefixes import Shape
 
 from . import backends
@@ -69,8 +54,6 @@ logger = logging.getLogger("sglang_ddtree")
 # kernels never see a tree (class names, by KV pool)
 BACKENDS = {pool: tuple(by_name.values()) for pool, by_name in backends.BY_POOL.items()}
 MLA_LATENT, MLA_ROPE = native.MLA_LATENT, native.MLA_ROPE
-PAGED_PREFIXES = ("flashmla", "fa3")  # prefixes read through SGLang's page table and the lengths on the device
-PREFIX_NAMES = {"flashmla": "FlashMLA", "flashinfer": "FlashInfer", "fa3": "FA3"}  # for the logs
 
 
 def is_mla(model_runner) -> bool:
@@ -188,55 +171,24 @@ class TreeVerifyAttention:
         self.sms = _sm_count(dev)
         self.masks = {w: torch.zeros(int(max_bs), w, ops.mask_words(w), dtype=torch.int32, device=dev)
                       for w in self.widths}
-        self.kv_indptr = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)
-        self.kv_indices = torch.zeros(0, dtype=torch.int32, device=dev)
         self.bs = 0
         asked = prefix  # the server's prefix choice, the engine's policy (attention/choose.py)
-        prefix = choose.choose(prefix_shape(model_runner), prefix, host="server", setting=VARS["prefix"].name)
-        if prefix != "tree":
-            self.no_prefix = torch.zeros(int(max_bs) + 1, dtype=torch.int32, device=dev)  # the tail's kv_indptr
-        if prefix == "flashinfer":
-            why = self._make_flashinfer(int(max_bs))
-            if why is not None and asked != "auto":
-                raise ValueError(f"SGLANG_DDTREE_PREFIX=flashinfer, but {why}")
-            if why is not None:
-                logger.warning("sglang-ddtree: the prefix through the tree kernel (FlashInfer failed to plan: %s)", why)
-                prefix = "tree"
+        setting = VARS["prefix"].name
+        prefix = choose.choose(prefix_shape(model_runner), prefix, host="server", setting=setting)
+        target = prefixes.Target(sgl=self.sgl, req_to_token=self.req_to_token, max_bs=int(max_bs),
+                                 widths=tuple(self.widths), sms=self.sms, tp=self.tp, mla=self.mla)
+        try:  # the library's object: its static buffers (and any plan made at start-up)
+            self.lib = prefixes.served(prefix, target)
+        except prefixes.Unavailable as why:
+            if asked != "auto":
+                raise ValueError(f"{setting}={prefix}, but {why}") from None
+            logger.warning("sglang-ddtree: the prefix through the tree kernel (%s failed to plan: %s)", why.library,
+                           why)
+            prefix, self.lib = "tree", prefixes.served("tree", target)
         self.prefix = prefix
-        if prefix in PAGED_PREFIXES:  # SGLang's page table of the prefix and its lengths, in static buffers
-            self.page = self.sgl.page_size()
-            self.block_table = torch.zeros(int(max_bs), -(-self.context // self.page), dtype=torch.int32, device=dev)
-            self.prefix_lens = torch.zeros(int(max_bs), dtype=torch.int32, device=dev)
-        if prefix == "flashmla":
-            self.hq = self.sgl.flashmla_q_heads()  # FlashMLA's plan is made before the layers see any query
-            self._plans = {}  # verify width -> FlashMLA's split plan in static buffers (graphs read their addresses)
-            self._plan = None  # the plan of the forward under way: (tile metadata, num_splits[:bs + 1])
         self.calls = 0  # TARGET_VERIFY layer calls served (tests and logs)
         self._graph_state = None  # (max_bs, max_num_tokens) the backend's own graph buffers were sized for
         self._orig = {}
-
-    def _make_flashinfer(self, max_bs: int) -> str | None:
-        """FlashInfer's prefix for every verify width (FlashInfer-MLA's for an MLA target), planned once here at the
-        widest width and batch 1, so that a FlashInfer that cannot compile or plan is known before any request
-        (None: it planned)."""
-        k, _ = self.sgl.kv_buffers(0)
-        self.fi_width = None  # the width the metadata planned (checked by each layer)
-        workspace = self.sgl.workspace()
-        try:
-            if self.mla:
-                self.fi = flashinfer_graphs.FlashInferMLAPrefix(
-                    self.device, heads=self.sgl.q_heads(self.tp), dtype=k.dtype, context=self.context, max_bs=max_bs,
-                    widths=self.widths, sms=self.sms, workspace=workspace)
-                self.fi.plan(self.n)
-                return None
-            self.fi = flashinfer_graphs.FlashInferPrefix(
-                self.device, q_heads=self.sgl.q_heads(self.tp), kv_heads=int(k.shape[1]), head_dim=int(k.shape[2]),
-                dtype=k.dtype, context=self.context, max_bs=max_bs, widths=self.widths, sms=self.sms,
-                workspace=workspace)
-            self.fi.plan(self.n, 1)
-        except Exception as e:  # noqa: BLE001 — a JIT, import or plan failure: the reason is logged or raised
-            return f"{type(e).__name__}: {e}"
-        return None
 
     @property
     def mask_bits(self) -> torch.Tensor:
@@ -267,7 +219,7 @@ class TreeVerifyAttention:
 
     def describe(self) -> str:
         return (f"TARGET_VERIFY through the tree kernel on {type(self.backend).__name__} (no FULL_MASK; the prefix "
-                f"through {PREFIX_NAMES.get(self.prefix, 'the tree kernel')}), verify "
+                f"through {self.lib.name}), verify "
                 f"width{'s' if len(self.widths) > 1 else ''} {self.widths}")
 
     @property
@@ -336,39 +288,15 @@ class TreeVerifyAttention:
             mask = torch.zeros(bs, *old.shape[1:], dtype=torch.int32, device=self.device)
             mask[: old.shape[0]].copy_(old)
             self.masks[w] = mask
-        self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
-        if self.prefix != "tree":
-            self.no_prefix = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
-        if self.prefix in PAGED_PREFIXES:
-            self.block_table = torch.zeros(bs, self.block_table.shape[1], dtype=torch.int32, device=self.device)
-            self.prefix_lens = torch.zeros(bs, dtype=torch.int32, device=self.device)
-
-    def _ensure_indices(self, bs: int) -> None:
-        # every prefix is at most the context length: no host bound needed (the library prefix paths read none
-        # here: the tree-only call gets an empty list)
-        need = bs * self.context if self.prefix == "tree" else 1
-        if self.kv_indices.numel() < need:
-            self.kv_indices = torch.zeros(need, dtype=torch.int32, device=self.device)
+        self.lib.grow(bs)
 
     def _metadata(self, forward_batch) -> None:
         bs = int(forward_batch.batch_size)
         if bs > self.masks[self.n].shape[0]:
             self._grow(bs)
-        self._ensure_indices(bs)
-        if self.prefix in PAGED_PREFIXES:  # the library's page table and lengths; the tail reads no prefix
-            rows, lens = forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
-            torch.div(self.req_to_token[:, :: self.page].index_select(0, rows), self.page, rounding_mode="floor",
-                      out=self.block_table[:bs])  # page columns only, two launches
-            self.prefix_lens[:bs].copy_(lens)
-            if self.prefix == "flashmla":
-                self._plan_flashmla(bs, self._width(forward_batch, bs))
-        elif self.prefix == "flashinfer":  # the wrapper of (width, batch), its slot lists and device schedule
-            self.fi_width = self._width(forward_batch, bs)
-            self.fi.prepare(self.fi_width, bs, self.req_to_token, forward_batch.req_pool_indices[:bs],
-                            forward_batch.seq_lens[:bs])
-        else:
-            ops.op("gather_prefix_slots")(self.req_to_token, forward_batch.req_pool_indices[:bs],
-                                          forward_batch.seq_lens[:bs], self.kv_indptr, self.kv_indices)
+        self.lib.reserve(bs)
+        width = self._width(forward_batch, bs) if self.lib.needs_width else None
+        self.lib.plan(self.req_to_token, forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs], width, bs)
         self.bs = bs
 
     def _width(self, forward_batch, bs: int) -> int:
@@ -382,20 +310,6 @@ class TreeVerifyAttention:
                                f"{self.widths}")
         return tokens // bs
 
-    def _plan_flashmla(self, bs: int, n: int) -> None:
-        """FlashMLA's split plan for this forward, made here (out of any graph, every replay) into static buffers:
-        SGLang runs a captured forward more than once after one metadata call (warm-up, then capture), so a plan
-        made by the first layer would be the warm-up's tensors inside the graph, freed at the next metadata."""
-        tile, splits = flashmla.metadata(self.prefix_lens[:bs], n, self.hq)
-        static = self._plans.get(n)
-        if static is None or static[0].shape != tile.shape or static[1].shape[0] < bs + 1:
-            rows = max(bs, self.prefix_lens.shape[0]) + 1
-            static = self._plans[n] = (torch.empty_like(tile),
-                                       torch.zeros(rows, dtype=splits.dtype, device=self.device))
-        static[0].copy_(tile)
-        static[1][: bs + 1].copy_(splits)
-        self._plan = (static[0], static[1][: bs + 1])
-
     # --- the patched backend methods ------------------------------------------------------------------------
     def _init_cuda_graph_state(self, max_bs, max_num_tokens, *args, **kwargs):
         """Each verify graph runner (one per width) calls this; the backend's own buffers serve its other modes,
@@ -406,7 +320,7 @@ class TreeVerifyAttention:
             self._graph_state = size
         if int(max_bs) > self.masks[self.n].shape[0]:
             self._grow(int(max_bs))
-        self._ensure_indices(int(max_bs))  # graphs capture these addresses: allocate before any capture
+        self.lib.reserve(int(max_bs))  # graphs capture these addresses: allocate before any capture
 
     def _init_forward_metadata(self, forward_batch):
         if is_target_verify(forward_batch):
@@ -448,51 +362,17 @@ class TreeVerifyAttention:
                                f"{self.widths}")
         n = rows // bs
         kc, vc = self.sgl.kv_buffers(layer.layer_id)
-        if self.prefix == "tree":
-            splits = native.ragged_splits(bs, n, hq // hkv, hkv, self.sms)
-            o, _ = native.attend_ragged(q, q_pe, kc, vc, self.kv_indptr[: bs + 1], self.kv_indices, k3, v3,
-                                        self.masks[n][:bs], layer.scaling, splits)
-        else:  # the cascade: a library over the prefix, our kernel over the tree alone, merged by LSE
-            if self.prefix == "flashmla":
-                o_p, lse_p, base = self._flashmla_prefix(q_full, kc, bs, n, hq, layer.scaling)
-            elif self.prefix == "flashinfer":
-                o_p, lse_p, base = self._flashinfer_prefix(q, q_pe, kc, vc, bs, n, hq, layer.scaling)
-            else:
-                o_p, lse_p, base = self._fa3_prefix(q, kc, vc, bs, n, hq, layer.scaling)
-            o_t, lse_t = native.attend_ragged(q, q_pe, kc, vc, self.no_prefix[: bs + 1], self.kv_indices, k3, v3,
-                                              self.masks[n][:bs], layer.scaling, 1)
-            o, _ = native.merge(o_p, lse_p, base, o_t, lse_t, "e", o_t.dtype)
+        # the library over the prefix (None for `tree`: the tail's own call reads the prefix), our kernel over the
+        # tree (the tail: after a library an empty prefix), the two merged by LSE
+        part = self.lib.run(q, q_pe, kc, vc, bs, n, hq, layer.scaling, q_whole=q_full)
+        kv_indptr, kv_indices, splits = self.lib.tail(bs, n, hq // hkv, hkv)
+        o, lse = native.attend_ragged(q, q_pe, kc, vc, kv_indptr, kv_indices, k3, v3, self.masks[n][:bs],
+                                      layer.scaling, splits)
+        if part is not None:
+            o_p, lse_p, base = part
+            o, _ = native.merge(o_p, lse_p, base, o, lse, "e", o.dtype)
         self.calls += 1
         return o.view(rows, hq * layer.v_head_dim)
-
-    def _flashmla_prefix(self, q_full, kc, bs, n, hq, scale):
-        """FlashMLA over the prefix through its page table: (O, LSE, its base: natural log)."""
-        o_p, lse_p = flashmla.attend(q_full.view(bs, n, hq, MLA_LATENT + MLA_ROPE),
-                                               kc.view(-1, self.page, 1, MLA_LATENT + MLA_ROPE),
-                                               self.block_table[:bs], self.prefix_lens[:bs], MLA_LATENT,
-                                               self._plan, scale)
-        return o_p, lse_p, "e"
-
-    def _flashinfer_prefix(self, q, q_pe, kc, vc, bs, n, hq, scale):
-        """FlashInfer over the prefix: (O, LSE, its base: 2). A key-less side (a padding row at seq_len 0) has LSE
-        -inf: weight 0 in the merge, its O never read; rows never mix. An MLA target: q the latent queries, q_pe
-        their rope part, kc the latent cache (latent ‖ rope)."""
-        if n != self.fi_width or hq != self.fi.hq:
-            raise RuntimeError(f"DDTREE tree verify: {n} queries x {hq} heads a request, but FlashInfer was planned "
-                               f"for {self.fi_width} x {self.fi.hq}")
-        if self.mla:
-            o_p, lse_p = self.fi.run(n, q, q_pe, kc, scale)
-        else:
-            o_p, lse_p = self.fi.run(n, bs, q, kc, vc, scale)
-        return o_p, lse_p, "2"
-
-    def _fa3_prefix(self, q, kc, vc, bs, n, hq, scale):
-        """FA3 over the prefix through the page table: (O, LSE, its base: natural log)."""
-        hkv, d = kc.shape[-2], kc.shape[-1]
-        pages = lambda c: c[: c.shape[0] // self.page * self.page].view(-1, self.page, hkv, c.shape[-1])  # noqa: E731
-        o_p, lse_p = fa3.attend(q.view(bs, n, hq, d), pages(kc), pages(vc), self.block_table[:bs],
-                                          self.prefix_lens[:bs], scale)
-        return o_p, lse_p, "e"
 
     def _mla_inputs(self, q, k, q_rope, k_rope, hq, layer, forward_batch, save_kv_cache):
         """MLA (absorbed): SGLang hands the latent queries and keys either concatenated (triton, flashmla:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sglang_ddtree.attention import Shape, choose, install, prefixes
+from sglang_ddtree.attention.prefix_attention import PrefixAttention
 
 GQA = lambda d, **kw: Shape("gqa", d, d, **kw)  # noqa: E731
 MLA = lambda **kw: Shape("mla", 576, 512, **kw)  # noqa: E731
@@ -24,7 +25,8 @@ def test_the_registry_holds_one_module_per_prefix_and_the_vocabulary_is_it():
     assert choose.VERIFY == ("auto", "tree", "mask")
     for name, lib in prefixes.LIBRARIES.items():
         assert lib.NAME == name and set(lib.LAYOUTS) <= {"gqa", "mla"} and callable(lib.installed)
-        assert name == "tree" or callable(lib.run)
+        assert issubclass(lib.PREFIX, PrefixAttention) and lib.PREFIX.name  # the one object, its name for the logs
+        assert name == "tree" or (callable(lib.PREFIX.plan_host) and callable(lib.PREFIX.run_host))
 
 
 @pytest.mark.parametrize("name,shape,why", [

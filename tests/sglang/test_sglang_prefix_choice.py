@@ -8,7 +8,7 @@ import os
 import pytest
 
 import test_sglang_tree_attention as T
-from sglang_ddtree.attention import Shape, choose, engine_prefix, prefixes
+from sglang_ddtree.attention import Shape, choose, engine_prefix, flashinfer_graphs, prefixes
 from sglang_ddtree.engine.data import MODELS_DIR
 from sglang_ddtree.sglang import backends
 
@@ -46,7 +46,7 @@ def _server(monkeypatch, layout, d, backend, page, n, asked="auto"):
 
     case = prefixes.installed
     T._fake_flashinfer(monkeypatch, TA)  # FlashInfer's CPU emulations (their plans at construction)
-    monkeypatch.setattr(TA.flashinfer_graphs, "_fi_mla_wrapper_class", lambda: T.FME.Wrapper)
+    monkeypatch.setattr(flashinfer_graphs, "_fi_mla_wrapper_class", lambda: T.FME.Wrapper)
     monkeypatch.setattr(T.FME.Wrapper, "sms", 8)
     monkeypatch.setattr(T.FME.Wrapper, "made", [])
     monkeypatch.setattr(prefixes, "installed", case)  # the case's libraries, not the emulation's "all"

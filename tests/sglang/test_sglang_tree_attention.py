@@ -20,7 +20,7 @@ import torch
 from sglang.srt.configs.model_config import AttentionArch  # an IntEnum: str() is a number
 
 from sglang_ddtree import ops
-from sglang_ddtree.attention import prefixes
+from sglang_ddtree.attention import flashinfer_graphs, flashmla, prefixes
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "attention"))
 import fi_emulator as FE  # noqa: E402  (FlashInfer's graph-mode paged prefill, emulated on the CPU)
@@ -106,11 +106,11 @@ def test_only_target_verify_is_rerouted_and_its_metadata_is_the_prefix_slot_list
                                seq_lens=lens, out_cache_loc=torch.arange(100, 100 + 3 * n))
     for call in (lambda: base.init_forward_metadata(fb), lambda: base.init_forward_metadata_out_graph(fb, False),
                  lambda: base.init_forward_metadata_out_graph(fb, True)):
-        ta.kv_indices.fill_(-7)
+        ta.lib.kv_indices.fill_(-7)
         call()
         want = torch.cat([runner.req_to_token_pool.req_to_token[r, :L] for r, L in zip(rows.tolist(), lens.tolist())])
-        assert ta.kv_indptr[:4].tolist() == [0, 7, 7, 40]
-        assert torch.equal(ta.kv_indices[:40], want)
+        assert ta.lib.kv_indptr[:4].tolist() == [0, 7, 7, 40]
+        assert torch.equal(ta.lib.kv_indices[:40], want)
     base.init_forward_metadata_in_graph(fb)
     assert len(base.calls) == 4  # none of TARGET_VERIFY's metadata reached the backend
 
@@ -413,12 +413,12 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
         splits = torch.cat([prefix_lens.new_zeros(1), prefix_lens.cumsum(0)]).int()  # [bs + 1], as FlashMLA's
         return torch.full((2, 8), sum(prefix_lens.tolist()), dtype=torch.int32), splits
 
-    monkeypatch.setattr(TA.flashmla, "metadata", fake_plan)
+    monkeypatch.setattr(flashmla, "metadata", fake_plan)
     runner, ta, fb, pages, q, k, layer, want = _mla_cascade_case(TA, "cpu", torch.float32, h)
     assert plans == [([70, 5], n, h)]  # planned by the metadata, before any layer
 
     def fake_flashmla(q4, k4, table, plens, dv, plan, scale):
-        assert plan[0] is ta._plans[n][0] and plan[1].data_ptr() == ta._plans[n][1].data_ptr()  # static buffers
+        assert plan[0] is ta.lib._plans[n][0] and plan[1].data_ptr() == ta.lib._plans[n][1].data_ptr()  # static buffers
         assert plan[0].unique().tolist() == [int(plens.sum())] and plan[1].tolist() == [0] + plens.cumsum(0).tolist()
         assert k4.shape[1:] == (page, 1, 576) and q4.shape == (bs, n, h, 576)
         o, lse = [], []
@@ -430,20 +430,20 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
                 o.append(ob), lse.append(lb)
         return torch.stack(o).float(), torch.stack(lse).float()
 
-    monkeypatch.setattr(TA.flashmla, "attend", fake_flashmla)
+    monkeypatch.setattr(flashmla, "attend", fake_flashmla)
     monkeypatch.setattr(TA.native, "attend_ragged", _fake_mla_tail)
     # SGLang's capture: one metadata call, then the forward run more than once (warm-up, capture); no layer plans
     for _ in range(3):
         out = runner.attn_backend.forward_extend(q.view(bs * n, h * 576), k, k[..., :512].clone(), layer, fb)
     assert plans == [([70, 5], n, h)]
-    assert ta.block_table[:bs, :2].tolist() == pages.tolist()
+    assert ta.lib.block_table[:bs, :2].tolist() == pages.tolist()
     torch.testing.assert_close(out.view(bs * n, h, 512).double(), want, rtol=1e-5, atol=1e-5)
     # a replay's metadata re-plans into the same buffers (the graph's addresses) for the new lengths
-    static = [t.data_ptr() for t in ta._plans[n]]
+    static = [t.data_ptr() for t in ta.lib._plans[n]]
     fb.seq_lens = torch.tensor([71, 6])
     runner.attn_backend.init_forward_metadata(fb)
-    assert plans[-1] == ([71, 6], n, h) and [t.data_ptr() for t in ta._plans[n]] == static
-    assert ta._plans[n][0].unique().tolist() == [77]
+    assert plans[-1] == ([71, 6], n, h) and [t.data_ptr() for t in ta.lib._plans[n]] == static
+    assert ta.lib._plans[n][0].unique().tolist() == [77]
     # a padded replay as SGLang's graph runner makes it (its own build_replay_fb_view): one request run in the
     # two-request graph; the view's batch is the graph's, its out_cache_loc the round's own (n rows, not 2n)
     from sglang.srt.model_executor.runner import decode_cuda_graph_runner as cgr
@@ -461,8 +461,8 @@ def test_flashmla_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_l
     if "global_num_tokens_cpu" in inspect.signature(cgr.build_replay_fb_view).parameters:
         args["global_num_tokens_cpu"] = None
     runner.attn_backend.init_forward_metadata_out_graph(cgr.build_replay_fb_view(**args))
-    assert plans[-1] == ([72, 1], n, h) and [t.data_ptr() for t in ta._plans[n]] == static
-    assert ta._plan[1].tolist() == [0, 72, 73] and ta.block_table[0, :2].tolist() == pages[0].tolist()
+    assert plans[-1] == ([72, 1], n, h) and [t.data_ptr() for t in ta.lib._plans[n]] == static
+    assert ta.lib._plan[1].tolist() == [0, 72, 73] and ta.lib.block_table[0, :2].tolist() == pages[0].tolist()
 
 
 @pytest.mark.gpu
@@ -540,7 +540,7 @@ def test_flashinfer_mla_prefix_cascade_equals_attention_over_prefix_and_tree(plu
     from sglang_ddtree.sglang import tree_attention as TA
 
     monkeypatch.setattr(prefixes, "installed", lambda name: True)
-    monkeypatch.setattr(TA.flashinfer_graphs, "_fi_mla_wrapper_class", lambda: FME.Wrapper)
+    monkeypatch.setattr(flashinfer_graphs, "_fi_mla_wrapper_class", lambda: FME.Wrapper)
     monkeypatch.setattr(TA, "_sm_count", lambda device: 8)
     monkeypatch.setattr(FME.Wrapper, "sms", 8)
     monkeypatch.setattr(FME.Wrapper, "made", [])
@@ -550,10 +550,10 @@ def test_flashinfer_mla_prefix_cascade_equals_attention_over_prefix_and_tree(plu
         runner, ta, fb, _, q, k, layer, want = _mla_cascade_case(
             TA, "cpu", torch.float32, h, n=n, lens=lens, req=req, ctx=512, rows=4, seed=seed, backend=backend,
             prefix="flashinfer", page=page)
-        assert ta.prefix == "flashinfer" and isinstance(ta.fi, TA.flashinfer_graphs.FlashInferMLAPrefix)
+        assert ta.prefix == "flashinfer" and isinstance(ta.lib.fi, flashinfer_graphs.FlashInferMLAPrefix)
         out = _mla_forward(runner, q, k, layer, fb)
         torch.testing.assert_close(out.view(want.shape).double(), want, rtol=1e-5, atol=1e-5)
-        wrapper = ta.fi._plans[(n, 0)][0]
+        wrapper = ta.lib.fi._plans[(n, 0)][0]
         assert wrapper.runs == 1 and wrapper._plan_info[0] == (2 if n * h > 64 else 1)
     # a later round in the same buffers: longer prefixes, other rows
     fb.seq_lens, fb.req_pool_indices = torch.tensor([400, 3]), torch.tensor([0, 1])
@@ -591,7 +591,7 @@ def test_flashinfer_mla_prefix_cascade_on_the_gpu(plugins_loaded, backend, page,
         case = _mla_cascade_case(TA, "cuda", torch.bfloat16, h, n=n, lens=lens, req=req, ctx=ctx, rows=rows,
                                  backend=backend, prefix="flashinfer", page=page)
     runner, ta, fb, _, q, k, layer, want = case
-    assert isinstance(ta.fi, TA.flashinfer_graphs.FlashInferMLAPrefix)
+    assert isinstance(ta.lib.fi, flashinfer_graphs.FlashInferMLAPrefix)
     out = _mla_forward(runner, q, k, layer, fb)
     torch.testing.assert_close(out.view(want.shape).double().cpu(), want, rtol=2e-2, atol=2e-2)
 
@@ -618,7 +618,7 @@ def _gqa_runner(backend="TritonAttnBackend", ctx=256, rows=5, hq=8, hkv=2, d=64,
 def _fake_flashinfer(monkeypatch, TA, sms=8):
     """FlashInfer replaced by its CPU emulation, on a device of `sms` SMs (small: so short prefixes are split)."""
     monkeypatch.setattr(prefixes, "installed", lambda name: True)
-    monkeypatch.setattr(TA.flashinfer_graphs, "_fi_wrapper_class", lambda: FE.Wrapper)
+    monkeypatch.setattr(flashinfer_graphs, "_fi_wrapper_class", lambda: FE.Wrapper)
     monkeypatch.setattr(TA, "_sm_count", lambda device: sms)
     monkeypatch.setattr(FE.Wrapper, "sms", sms)
     monkeypatch.setattr(FE.Wrapper, "made", [])
@@ -723,8 +723,8 @@ def test_flashinfer_prefix_cascade_equals_attention_over_prefix_and_tree(plugins
     if backend == "FlashInferAttnBackend":  # SGLang's own FlashInfer workspace is reused
         runner.attn_backend.workspace_buffer = torch.empty(16 << 20, dtype=torch.uint8)
     ta = TA.TreeVerifyAttention(runner, n=9, max_bs=4, widths=widths, prefix="flashinfer")
-    assert ta.prefix == "flashinfer" and list(ta.fi._plans) == [(9, 1)]  # planned at construction
-    assert (ta.fi.float_ws is getattr(runner.attn_backend, "workspace_buffer", None)) == (backend == "FlashInferAttnBackend")
+    assert ta.prefix == "flashinfer" and list(ta.lib.fi._plans) == [(9, 1)]  # planned at construction
+    assert (ta.lib.fi.float_ws is getattr(runner.attn_backend, "workspace_buffer", None)) == (backend == "FlashInferAttnBackend")
     ta.install()
     base = runner.attn_backend
     monkeypatch.setattr(TA.native, "attend_ragged", _fake_tail(None))
@@ -734,18 +734,18 @@ def test_flashinfer_prefix_cascade_equals_attention_over_prefix_and_tree(plugins
         ta.load_mask(mask)
         out = base.forward_extend(q, k, v, layer, fb)
         torch.testing.assert_close(out.view(-1, hq, d).double(), want, rtol=1e-5, atol=1e-5)
-        wrapper, sched, bufs = ta.fi._plans[(n, 3)]
+        wrapper, sched, bufs = ta.lib.fi._plans[(n, 3)]
         assert sched.kmax > 1 and int(sched.chunk) < max(lens)  # the prefixes were split
-    assert sorted(ta.fi._plans) == [(5, 3), (9, 1), (9, 3)]
+    assert sorted(ta.lib.fi._plans) == [(5, 3), (9, 1), (9, 3)]
     # a later round, same width and batch: re-written in place, the same buffers (what the graph captured)
-    wrapper, sched, bufs = ta.fi._plans[(9, 3)]
+    wrapper, sched, bufs = ta.lib.fi._plans[(9, 3)]
     addrs = [t.data_ptr() for t in (bufs.kv_indptr, bufs.kv_indices, wrapper._int_workspace_buffer)]
     fb, mask, layer, q, k, v, want = _verify_case(runner, g, [0, 2, 3], [60, 200, 245], 9, hq, hkv, d)
     base.init_forward_metadata_out_graph(fb, False)
     ta.load_mask(mask)
     torch.testing.assert_close(base.forward_extend(q, k, v, layer, fb).view(-1, hq, d).double(), want, rtol=1e-5,
                                atol=1e-5)
-    assert ta.fi._plans[(9, 3)][0] is wrapper and len(FE.Wrapper.made) == 3
+    assert ta.lib.fi._plans[(9, 3)][0] is wrapper and len(FE.Wrapper.made) == 3
     assert [t.data_ptr() for t in (bufs.kv_indptr, bufs.kv_indices, wrapper._int_workspace_buffer)] == addrs
     _padded_replay(runner, ta, g, hq, hkv, d)
 
@@ -849,12 +849,12 @@ def test_fa3_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded
     runner, g = _gqa_runner(backend, page=page)
     ta = TA.TreeVerifyAttention(runner, n=9, max_bs=4, widths=(5, 9),
                                 prefix="auto" if backend == "FlashAttentionBackend" else "fa3")
-    assert ta.prefix == "fa3" and ta.block_table.shape == (4, 256 // page)
+    assert ta.prefix == "fa3" and ta.lib.block_table.shape == (4, 256 // page)
     ta.install()
     base = runner.attn_backend
     monkeypatch.setattr(TA.native, "attend_ragged", _fake_tail(None))
     r2t = runner.req_to_token_pool.req_to_token
-    static = (ta.block_table.data_ptr(), ta.prefix_lens.data_ptr())
+    static = (ta.lib.block_table.data_ptr(), ta.lib.prefix_lens.data_ptr())
     for n, req, lens in ((5, [3, 0, 4], [150, 7, 230]), (9, [1, 4, 2], [240, 129, 3]), (9, [0, 2, 3], [60, 200, 245])):
         fb, mask, layer, q, k, v, want = _verify_case(runner, g, req, lens, n, hq, hkv, d)
         base.init_forward_metadata_out_graph(fb, False)
@@ -865,7 +865,7 @@ def test_fa3_prefix_cascade_equals_attention_over_prefix_and_tree(plugins_loaded
         assert c["q"] == (3, n, hq, d) and c["k"] == ((r2t.numel() + 1) // page, page, hkv, d)
         assert c["lens"].tolist() == lens and not c["causal"] and c["lse"]
         assert torch.equal(c["table"], r2t[req, ::page] // page)  # SGLang's fa3 page table of these rows
-    assert (ta.block_table.data_ptr(), ta.prefix_lens.data_ptr()) == static
+    assert (ta.lib.block_table.data_ptr(), ta.lib.prefix_lens.data_ptr()) == static
     _padded_replay(runner, ta, g, hq, hkv, d)
     assert calls[-1]["lens"].tolist() == [199, 240, 1]
 
@@ -902,7 +902,7 @@ def test_fa3_prefix_is_chosen_up_front(plugins_loaded, monkeypatch):
 
 
 def test_fa3_library_prefix_matches_the_reference(monkeypatch):
-    """The standalone cascade (tree_verify_attention backend='fa3'): attention/fa3.run through FA3's contract
+    """The standalone cascade (tree_verify_attention backend='fa3'): attention/fa3.FA3.run_host through FA3's contract
     (float64, above) equals the prefix part of the reference, its LSE natural, at page sizes 1 and 16 with an empty
     prefix among the requests (LSE -inf there)."""
     from sglang_ddtree.attention import Shape, fa3, fallback
@@ -922,7 +922,7 @@ def test_fa3_library_prefix_matches_the_reference(monkeypatch):
         mask = torch.ones(B, n, 1, dtype=torch.int32)
         prob = make_problem(q, (k.view(-1, page, hkv, d), v.view(-1, page, hkv, d)), table, lens, tree, mask, 0.1)
         assert "on the CPU" in prefixes.refusal("fa3", Shape.of(prob))  # the standalone path never picks it here
-        o, lse, base = fa3.run(prob, {})
+        o, lse, base = fa3.FA3.run_host(prob, {})
         ref_o, ref_l = fallback.attend(prob, with_tree=False)
         assert base == "e" and calls[-1]["q"] == (B, n, hq, d) and calls[-1]["k"] == (pages + 1, page, hkv, d)
         assert torch.isinf(lse[:n]).all() and (lse[:n] < 0).all()
@@ -1036,7 +1036,7 @@ def test_sglangs_hybrid_backend_routes_target_verify_to_the_tree_kernel_on_its_v
         fb = types.SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, batch_size=2, req_pool_indices=rows,
                                    seq_lens=lens, out_cache_loc=torch.arange(100, 110), positions=torch.zeros(10))
         h.init_forward_metadata_out_graph(fb, in_capture=True)
-        assert ta.kv_indptr[:3].tolist() == [0, 7, 40] and verify.calls == []  # the tree kernel's metadata
+        assert ta.lib.kv_indptr[:3].tolist() == [0, 7, 40] and verify.calls == []  # the tree kernel's metadata
         monkeypatch.setattr(TA.native, "attend_ragged", lambda q, *a: (torch.zeros(q.shape[0], q.shape[1], 128,
                                                                                     dtype=q.dtype), None))
         layer = types.SimpleNamespace(tp_q_head_num=8, tp_k_head_num=2, qk_head_dim=128, v_head_dim=128, layer_id=0,
