@@ -4,8 +4,9 @@
 uses through `need.Needs` (a missing one is a MissingSGLangSymbol naming it, at start-up) and provides
 `Adapter` (the verbs decode_round.py calls, bound to one DFlash V2 worker) and `WorkerBase` (that
 release's DFlashWorkerV2 with one constructor and forward entry for the DDTree worker). dflash_v2.py holds
-the verbs the releases share; registration.py what registration and argument resolution use; releases.py which
-releases are supported and installed; backend_override.py the tree kernel's hold on the target's attention;
+the verbs the releases share, symbols.py the SGLang symbols both resolve alike, hooks.py the run-time fixes;
+registration.py what registration and argument resolution use; releases.py which releases are supported, what
+each supports and which is installed; backend_override.py the tree kernel's hold on the target's attention;
 target_runner.py the tree verify's reads of a model runner, its KV pool, backend and forward batch, as verbs.
 """
 from __future__ import annotations

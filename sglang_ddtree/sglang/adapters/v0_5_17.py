@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .dflash_v2 import DFlashV2Adapter, with_shared_symbols
+from .dflash_v2 import DFlashV2Adapter
+from .symbols import with_shared_symbols
 from .need import Needs
 
 # what this release has (releases.CAPABILITIES; read from this text without importing SGLang)
