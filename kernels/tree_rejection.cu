@@ -9,8 +9,7 @@
 //                  normaliser) read at the node's candidates only; an accepted child is the node's target token and
 //                  the walk descends into it. Where none is accepted, the block draws the bonus from the last
 //                  residual (the law with the candidates' entries replaced: one Gumbel-max pass over the row, the
-//                  candidates scored apart at their residual values; 16-byte loads, two tiles of four a thread in
-//                  flight, where the row is 16-byte aligned), and the walk descends if a child holds it
+//                  candidates scored apart at their residual values), and the walk descends if a child holds it
 //                  (a child never tested can). So a request draws over the vocabulary once a round, at the node
 //                  its walk stops, not at every node. Nodes off the walk keep their argmax (the commit walk
 //                  reads only the walk's nodes).
@@ -72,86 +71,6 @@ __global__ void draw_tree_kernel(const int32_t* __restrict__ parents,
   }
 }
 
-constexpr int kBonusLoads = 4;  // 16-byte loads a thread issues a tile of the bonus pass
-
-// Element i of a 16-byte vector of T as float32 (exact; i a compile-time constant once unrolled).
-template <typename T> __device__ __forceinline__ float vec_elem(const uint4& v, int i);
-__device__ __forceinline__ uint32_t vec_word(const uint4& v, int k) {
-  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
-template <> __device__ __forceinline__ float vec_elem<float>(const uint4& v, int i) {
-  return __uint_as_float(vec_word(v, i));
-}
-template <> __device__ __forceinline__ float vec_elem<__nv_bfloat16>(const uint4& v, int i) {
-  const uint32_t w = vec_word(v, i >> 1);
-  return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
-}
-template <> __device__ __forceinline__ float vec_elem<__half>(const uint4& v, int i) {
-  const uint32_t w = vec_word(v, i >> 1);
-  return __half2float(__ushort_as_half(static_cast<unsigned short>((i & 1) ? (w >> 16) : (w & 0xffffu))));
-}
-
-// The block's Gumbel-max scan of row x (law_rule.h: gumbel_scan, non-greedy; score(x_j, j) is entry j's value
-// before the noise). Where the row is 16-byte aligned and V a multiple of the vector (vec), each thread reads
-// whole vectors, kBonusLoads a tile with the next tile's in flight, and scans their groups of 4 as gumbel_scan
-// does (one Philox call a group, entries that cannot win skipped without drawing): the best (score, index) over
-// the row is the same in any order (beats is a total order; a skipped entry cannot win), so the token is the same
-// bits as gumbel_scan_block's. Otherwise gumbel_scan_block itself.
-template <typename T, typename Score>
-__device__ __forceinline__ void bonus_scan(const T* __restrict__ x, int64_t V, bool vec, int64_t seed, int64_t step,
-                                           int64_t stream, Score score, float& best, int64_t& bidx) {
-  if (!vec) {
-    gumbel_scan_block(V, seed, step, stream, false, [&](int64_t j) { return score(to_f32(x[j]), j); }, best, bidx);
-    return;
-  }
-  constexpr int E = 16 / sizeof(T);  // 4 or 8: one or two groups a vector
-  const uint64_t sd = static_cast<uint64_t>(seed), st = static_cast<uint64_t>(step);
-  const uint32_t k0 = static_cast<uint32_t>(sd), k1 = static_cast<uint32_t>(sd >> 32);
-  const uint32_t c1 = static_cast<uint32_t>(static_cast<uint64_t>(stream));
-  const uint32_t c2 = static_cast<uint32_t>(st), c3 = static_cast<uint32_t>(st >> 32);
-  const int64_t nvec = V / E, stride = blockDim.x, tile = stride * kBonusLoads;
-  auto load = [&](uint4 (&v)[kBonusLoads], int64_t q0) {
-#pragma unroll
-    for (int u = 0; u < kBonusLoads; ++u) {
-      const int64_t q = q0 + u * stride;
-      v[u] = q < nvec ? __ldg(reinterpret_cast<const uint4*>(x) + q) : make_uint4(0u, 0u, 0u, 0u);
-    }
-  };
-  uint4 cur[kBonusLoads], nxt[kBonusLoads] = {};
-  const int64_t first = threadIdx.x;
-  if (first < nvec) load(cur, first);
-  for (int64_t q0 = first; q0 < nvec; q0 += tile) {
-    if (q0 + tile < nvec) load(nxt, q0 + tile);
-#pragma unroll
-    for (int u = 0; u < kBonusLoads; ++u) {
-      const int64_t q = q0 + u * stride;
-      if (q >= nvec) continue;
-#pragma unroll
-      for (int h = 0; h < E / 4; ++h) {
-        const int64_t v0 = q * E + 4 * h;
-        float z[4];
-        bool any = false;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          z[t] = score(vec_elem<T>(cur[u], 4 * h + t), v0 + t);
-          any |= !(z[t] + kGumbelMax < best);
-        }
-        if (!any) continue;
-        uint32_t c[4] = {static_cast<uint32_t>(v0 >> 2), c1, c2, c3};
-        philox4x32_10(c, k0, k1);
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          if (z[t] + kGumbelMax < best) continue;
-          const float sc = z[t] + gumbel_from_word(c[t]);
-          if (beats(sc, v0 + t, best, bidx)) { best = sc; bidx = v0 + t; }
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kBonusLoads; ++u) cur[u] = nxt[u];
-  }
-}
-
 // The drawn tree's tail (module comment). Shared memory: the request's tokens and links (int32), pc and q at one
 // node's candidates (float64), and a bitmap of those candidates over the vocabulary.
 template <typename T>
@@ -162,7 +81,7 @@ __global__ void __launch_bounds__(kTailThreads) drawn_targets_kernel(
     const int32_t* __restrict__ depths, const int64_t* __restrict__ next_token,
     const int64_t* __restrict__ next_sibling, const int64_t* __restrict__ cand_all, const float* __restrict__ q_all,
     const bool* __restrict__ sampled, const int64_t* __restrict__ seeds, const int64_t* __restrict__ steps,
-    bool vec, int64_t* __restrict__ out) {
+    int64_t* __restrict__ out) {
   extern __shared__ __align__(16) unsigned char smem[];
   double* pc = reinterpret_cast<double*>(smem);
   double* q = pc + K;
@@ -237,8 +156,9 @@ __global__ void __launch_bounds__(kTailThreads) drawn_targets_kernel(
       __syncthreads();
       float best = -INFINITY;
       int64_t bidx = INT64_MAX;
-      bonus_scan(x, V, vec, seed, step, kBonusStream + v, [&](float xv, int64_t j) {
+      gumbel_scan_block(V, seed, step, kBonusStream + v, false, [&](int64_t j) {
         if (residual && ((bits[j >> 5] >> (j & 31)) & 1u)) return -INFINITY;
+        const float xv = to_f32(x[j]);
         return law_key(xv, j) >= bnd ? div_rn(xv, t) : -INFINITY;
       }, best, bidx);
       if (residual) {
@@ -299,15 +219,13 @@ cudaError_t launch_drawn_targets(const void* logits, LogitDtype dtype, int64_t V
                        static_cast<size_t>(n) * 3 * sizeof(int32_t) + static_cast<size_t>((V + 31) >> 5) * sizeof(uint32_t);
   return with_logit_type(dtype, [&](auto zero) {
     using T = decltype(zero);
-    // the bonus pass's 16-byte loads: every row starts on a 16-byte boundary
-    const bool vec = V % static_cast<int64_t>(16 / sizeof(T)) == 0 && (reinterpret_cast<uintptr_t>(logits) & 15) == 0;
     if (bytes > 48 * 1024 &&
         cudaFuncSetAttribute(drawn_targets_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(bytes)) != cudaSuccess)
       return;  // cudaGetLastError reports it
     drawn_targets_kernel<T><<<B, kTailThreads, bytes, stream>>>(
         static_cast<const T*>(logits), V, n, L, K, temperatures, greedy, lse, boundary, tokens, parents, num_nodes,
-        depths, next_token, next_sibling, cand, q, sampled, seed, step, vec, out);
+        depths, next_token, next_sibling, cand, q, sampled, seed, step, out);
   });
 }
 
