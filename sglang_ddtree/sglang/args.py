@@ -12,8 +12,7 @@ Mapping (SGLang has no field for a tree budget, and a plugin cannot add one):
   back through adapters/registration.py alone: set_budget, flag_budget; the package's unit is B);
 - the budget and the round's other knobs are one round_config.RoundConfig, resolved once (`resolve_round`, in
   validate_server_args, which SGLang runs before handle_server_args) and published for the scheduler processes;
-- attention: with no --attention-backend, prefill on FlashInfer, verify and drafter on triton with the prefix
-  through the FlashInfer cascade where FlashInfer serves, else triton (`default_backends`);
+- attention: with no --attention-backend, triton (the CPU: torch_native; `default_backends`);
 - drafter block size: `--speculative-dflash-block-size`, else the drafter config's `block_size`, else 16.
   It is published as `speculative_dflash_block_size`, which the draft runner reads back (spec_algo.py).
 
@@ -305,38 +304,16 @@ def resolve_round(view, settings: Settings, block: int) -> RoundConfig:
 
 def default_backends(view) -> dict | None:
     """The attention fields a DDTREE server gets when the user gave no --attention-backend (else None), as
-    {ServerArgs field: value}. With both halves of a split given it is left to SGLang; a half given alone gets the
-    plugin's default backend for the other. Otherwise one default for every context length, no flag:
-    - the CPU: torch_native (SGLang's one CPU backend; DDTree verifies trees inside it);
-    - an MHA/GQA target where FlashInfer's prefill serves (its head dims, installed): SGLang's hybrid backend with
-      the prefill on FlashInfer (SPLIT: the first token as fast as DFLASH on flashinfer; triton's extend kernel
-      grows with the prompt), TARGET_VERIFY on triton by the decode mode (the tree kernel takes it; the prefix
-      through the FlashInfer cascade), the drafter on triton (its block attention through the same cascade:
-      settings' draft_attention `auto`), so no library plans on the host a round;
-    - else (MLA targets, other head dims, no FlashInfer): triton, the tree kernel verifying."""
+    {ServerArgs field: value}: the CPU's torch_native (SGLang's one CPU backend; DDTree verifies trees inside it),
+    else triton (MLA targets too: the tree kernel verifies, triton runs the other modes). With both halves of a
+    split given it is left to SGLang; a half given alone gets the default for the other."""
     if not is_ddtree(view) or getattr(view, "attention_backend", None):
         return None
-    prefill, decode = (getattr(view, f"{half}_attention_backend", None) for half in ("prefill", "decode"))
-    if prefill and decode:
+    if getattr(view, "prefill_attention_backend", None) and getattr(view, "decode_attention_backend", None):
         return None
     if str(getattr(view, "device", None) or "") == "cpu":
         return {"attention_backend": CPU_ATTENTION_BACKEND}
-    fields = {"attention_backend": DEFAULT_ATTENTION_BACKEND}
-    if prefill or decode or mla_dims(view) is not None:
-        return fields
-    d = head_dim(view)
-    shape = Shape("gqa", d, d, page_size=int(getattr(view, "page_size", None) or 1))
-    if prefixes.refusal(SPLIT["prefill_attention_backend"], shape) is not None:
-        return fields
-    fields.update(SPLIT)
-    if getattr(view, "speculative_draft_attention_backend", None):
-        del fields["speculative_draft_attention_backend"]  # the user's drafter backend stays
-    return fields
-
-
-# the default split of an MHA/GQA target where FlashInfer serves (default_backends)
-SPLIT = {"prefill_attention_backend": "flashinfer", "speculative_attention_mode": "decode",
-         "speculative_draft_attention_backend": DEFAULT_ATTENTION_BACKEND}
+    return {"attention_backend": DEFAULT_ATTENTION_BACKEND}
 
 
 def _reject(what: str, fix: str) -> None:

@@ -135,14 +135,13 @@ TABLE = (
              "until it has run on the GPU). An explicit `flashinfer` / `flashmla` / `fa3` that cannot serve is "
              "refused at start-up. The old name "
              "`SGLANG_DDTREE_MLA_PREFIX` is still read"),
-    Var("SGLANG_DDTREE_DRAFT_ATTENTION", "draft_attention", "choice", "auto", choices=("auto", "ddtree", "sglang"),
-        help="the drafter's attention over its context: `auto` (default): the verify's cascade (the "
-             "`SGLANG_DDTREE_PREFIX=auto` library over the context, our kernel over the block with every block query "
-             "seeing the whole block, merged by LSE; its schedule written on the device, so nothing is planned on "
-             "the host a round) wherever it can serve (drafters whose layers all attend bidirectionally), else the "
-             "draft backend's own kernel, said once in the log; `ddtree`: the cascade, refused at start-up where it "
-             "cannot serve; `sglang`: the draft backend's own kernel (on triton its extend kernel, whose time grows "
-             "with the context)"),
+    Var("SGLANG_DDTREE_DRAFT_ATTENTION", "draft_attention", "choice", "sglang", choices=("sglang", "ddtree", "auto"),
+        help="the drafter's attention over its context: `sglang` (default): the draft backend's own kernel (on "
+             "triton its extend kernel, whose time grows with the context); `ddtree`: the verify's cascade with "
+             "every block query seeing the whole block (the `SGLANG_DDTREE_PREFIX=auto` library over the context, "
+             "our kernel over the block, merged by LSE), for drafters whose layers all attend bidirectionally, "
+             "refused at start-up elsewhere; `auto`: `ddtree` where it can serve, else `sglang`. Opt-in until it "
+             "has run at short context"),
     Var("SGLANG_DDTREE_MLA_KV_MOVE", "mla_kv_move", "choice", "layers", choices=("layers", "one_launch"),
         help="how an MLA target's accepted KV moves: SGLang's per-layer move (default), or every layer in one "
              "launch per 256 rows (opt-in until it has run on the GPU)"),
@@ -178,7 +177,7 @@ class Settings:
     draft_graph_head: bool = True
     verify_attention: str = "auto"
     prefix: str = "auto"
-    draft_attention: str = "auto"  # the drafter's context attention: SGLang's backend, or DDTree's cascade
+    draft_attention: str = "sglang"  # the drafter's context attention: SGLang's backend, or DDTree's cascade
     mla_kv_move: str = "layers"
     tp_check: bool = False        # all-gather a hash of each round's tree and plan across TP ranks
     stage_times: int | None = None  # log per-stage round times every N rounds; None: off

@@ -138,34 +138,6 @@ def test_split_backends_judge_the_half_that_verifies(resolve, monkeypatch):
     assert resolve(*both).attention_backend != "flashinfer"  # both halves given: left to SGLang
 
 
-def test_default_prefills_on_flashinfer_where_it_serves(resolve, monkeypatch):
-    """No backend given, an MHA/GQA target whose head dim FlashInfer's prefill takes, FlashInfer importable: the
-    one default for every context length is SGLang's hybrid with the prefill on FlashInfer, TARGET_VERIFY on the
-    triton half (the decode mode) and the drafter on triton, and auto stays the default budget (the verify's
-    backend is triton). Anything the user gives wins: a drafter backend, a backend, a half of a split. Where
-    FlashInfer cannot serve (not installed, as on this machine; a head dim it lacks; an MLA target) the default is
-    triton alone, as before."""
-    from sglang_ddtree.attention import flashinfer
-    from sglang_ddtree.sglang import args
-
-    def attention(sa):
-        return (sa.attention_backend, sa.prefill_attention_backend, sa.speculative_attention_mode,
-                sa.speculative_draft_attention_backend)
-
-    assert attention(resolve())[:3] == ("triton", None, "prefill")  # FlashInfer not installed here
-    monkeypatch.setattr(flashinfer, "installed", lambda: True)
-    sa = resolve()
-    assert attention(sa) == ("triton", "flashinfer", "decode", "triton")
-    assert args.verify_backend_flag(sa) == "triton" and sa.speculative_num_draft_tokens == 64  # auto
-    assert attention(resolve("--speculative-draft-attention-backend", "flashinfer"))[1:] \
-        == ("flashinfer", "decode", "flashinfer")
-    assert attention(resolve("--attention-backend", "triton"))[:3] == ("triton", None, "prefill")
-    assert attention(resolve("--prefill-attention-backend", "triton"))[:3] == ("triton", "triton", "prefill")
-    assert attention(resolve(target=os.path.abspath(SHIPPED_MLA)))[:3] == ("triton", None, "prefill")
-    monkeypatch.setattr(args, "head_dim", lambda view: 32)
-    assert attention(resolve())[:3] == ("triton", None, "prefill")
-
-
 def test_dflash_is_untouched_by_the_plugin(resolve, monkeypatch):
     from sglang_ddtree.sglang import args
 
