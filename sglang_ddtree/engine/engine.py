@@ -178,11 +178,11 @@ class Engine:
                                                                else {"sampling_temperature": "drafter"}))
         return tuple(served[k] if _served(v) else v for k, v in given.items())
 
-    def round_config(self, method: str, budget: int, auto_budgets=(), anchor=None, keys: str = "draft",
-                     children: str = "top") -> RoundConfig:
-        """The round of `method` (arguments already checked): DDTree's and the lattice's from the arguments; the
-        chain's tree is the drafter's block (budget L, one candidate a depth), AR's the root alone, the walk's L
-        nodes of the selector's walk."""
+    def round_config(self, method: str, budget: int, auto_budgets=(), anchor=SERVED_TREE.anchor,
+                     keys: str = SERVED_TREE.keys, children: str = SERVED_TREE.children) -> RoundConfig:
+        """The round of `method` (arguments already checked; the tree's defaults the served one's, as generate's):
+        DDTree's and the lattice's from the arguments; the chain's tree is the drafter's block (budget L, one
+        candidate a depth), AR's the root alone, the walk's L nodes of the selector's walk."""
         L = self.block_size - 1
         fixed = dict(calibration=None, children="top")  # the engine's calibration: _checked_args' Calibration
         if method == "ddtree":
