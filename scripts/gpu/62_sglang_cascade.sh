@@ -31,8 +31,8 @@ ARGS[dd_draft_cascade_fi]="$DD --attention-backend flashinfer"; ENVS[dd_draft_ca
 # cascade (the long-context candidate of docs/SERVING.md)
 ARGS[dd_split]="$DD --prefill-attention-backend flashinfer --speculative-attention-mode decode
  --speculative-draft-attention-backend triton"; ENVS[dd_split]="SGLANG_DDTREE_DRAFT_ATTENTION=ddtree"
-# the served default, exactly as a user types it (the plugin's split: prefill on FlashInfer, verify and drafter on
-# triton, both through the cascade); every other server names its backend (triton where it names none)
+# the served default, exactly as a user types it (the plugin's default backends: args.default_backends); every other
+# server names its backend (triton where it names none)
 ARGS[dd_default]="$DD"
 for k in "${!ARGS[@]}"; do
   [ "$k" = dd_default ] || [[ "${ARGS[$k]}" == *--attention-backend* ]] || ARGS[$k]="${ARGS[$k]} --attention-backend triton"

@@ -36,8 +36,7 @@ b0=${BUDGETS%% *}
 [ "${RC_FLASHINFER:-1}" = 1 ] && S+=(--server "ddtree_b${b0}_flashinfer=--speculative-algorithm DDTREE --speculative-draft-model-path $D --speculative-num-draft-tokens $((b0 + 1)) --attention-backend flashinfer")
 DD="--speculative-algorithm DDTREE --speculative-draft-model-path $D"
 [ "${RC_AUTO:-1}" = 1 ] && S+=(--server "ddtree_auto=SGLANG_DDTREE_BUDGET=auto $DD")
-# exactly what a user types: no budget, no backend (the plugin's default: auto, the prefill on FlashInfer, verify and
-# drafter on triton with the prefix through the FlashInfer cascade)
+# exactly what a user types: no budget, no backend (the plugin's default budget and backends: args.default_backends)
 S+=(--server "ddtree_default=$DD")
 # the default with its drafter on flashinfer (its attention over the context, which on triton grows the round with
 # the context: round-cost-h200-2026-12-04-long-context.md), the target's modes still on triton
@@ -60,7 +59,7 @@ fi
 if [ $MLA = 0 ] && [ "${RC_FA3:-${GPU_FA3:-0}}" = 1 ]; then
   S+=(--server "dflash_fa3=--speculative-algorithm DFLASH --speculative-draft-model-path $D --attention-backend fa3")
   S+=(--server "ddtree_auto_fa3=SGLANG_DDTREE_BUDGET=auto $DD --attention-backend fa3")
-  # the default's split with the prefill on fa3 instead of FlashInfer (which prefill the default should take)
+  # ddtree_split with the prefill on fa3 instead of FlashInfer (which prefill a split default should take)
   S+=(--server "ddtree_split_fa3=$DD --attention-backend triton --prefill-attention-backend fa3 --speculative-attention-mode decode --speculative-draft-attention-backend triton")
 fi
 # RC_WINDOW (2048 by default; empty: none): DFLASH with its drafter's compact KV window
