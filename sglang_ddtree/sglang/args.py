@@ -449,23 +449,24 @@ def apply_ddtree_defaults(server_args) -> None:
     if steps is not None and int(steps) != 1:
         logger.warning("DDTREE: --speculative-num-steps %s overridden to 1 (one drafter pass proposes the whole "
                        "block; the tree's size is the budget, %d)", steps, budget)
-    server_args.speculative_num_steps = 1
-    server_args.speculative_eagle_topk = 1
+    sgl.write_args(server_args, speculative_num_steps=1, speculative_eagle_topk=1,
+                   speculative_dflash_block_size=block)
     sgl.set_budget(server_args, budget)
-    server_args.speculative_dflash_block_size = block
     sgl.resolve_draft_attention_backend(server_args)
+    later = {}
     if str(getattr(view, "device", None) or "") == "cpu":  # SGLang's DFlash picks a CUDA backend for the drafter
-        server_args.speculative_draft_attention_backend = CPU_ATTENTION_BACKEND
+        later["speculative_draft_attention_backend"] = CPU_ATTENTION_BACKEND
         if not sgl.cpu_overlap_supported() and not getattr(view, "disable_overlap_schedule", False):
             logger.warning("DDTREE: the overlap scheduler is off on the CPU with this SGLang (its overlap path records "
                            "CUDA streams)")
-            server_args.disable_overlap_schedule = True
+            later["disable_overlap_schedule"] = True
     if getattr(view, "max_running_requests", None) is None:
-        server_args.max_running_requests = DEFAULT_MAX_RUNNING_REQUESTS
+        later["max_running_requests"] = DEFAULT_MAX_RUNNING_REQUESTS
     if getattr(view, "enable_mixed_chunk", False):
         logger.warning("DDTREE: --enable-mixed-chunk overridden to off (SGLang's speculative decoding runs "
                        "without mixed chunked prefill)")
-        server_args.enable_mixed_chunk = False
+        later["enable_mixed_chunk"] = False
+    sgl.write_args(server_args, **later)
     logger.info("DDTREE: budget=%s (verify width %d), drafter block=%d, topk=%s",
                 f"auto {list(config.auto_budgets)}" if config.auto else budget, sgl.draft_tokens(budget), block,
                 config.topk or "min(budget, vocab)")

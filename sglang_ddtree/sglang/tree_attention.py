@@ -45,7 +45,7 @@ from sglang_ddtree.attention.prefixes import Shape
 
 from . import backends
 from .adapters import backend_override
-from .adapters.target_runner import Runner, is_target_verify
+from .adapters.target_runner import Runner, batch_rows, batch_tokens, cache_slots, is_target_verify
 from .settings import VARS
 
 logger = logging.getLogger("sglang_ddtree")
@@ -291,12 +291,12 @@ class TreeVerifyAttention:
         self.lib.grow(bs)
 
     def _metadata(self, forward_batch) -> None:
-        bs = int(forward_batch.batch_size)
+        bs, rows, lens = batch_rows(forward_batch)
         if bs > self.masks[self.n].shape[0]:
             self._grow(bs)
         self.lib.reserve(bs)
         width = self._width(forward_batch, bs) if self.lib.needs_width else None
-        self.lib.plan(self.req_to_token, forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs], width, bs)
+        self.lib.plan(self.req_to_token, rows, lens, width, bs)
         self.bs = bs
 
     def _width(self, forward_batch, bs: int) -> int:
@@ -304,7 +304,7 @@ class TreeVerifyAttention:
         metadata the padded batch (bs = the graph's) but the round's own, unpadded out_cache_loc, so rows of
         out_cache_loc / bs is no width (3 requests in the 4-request graph: 51 // 4 = 12, and the plan the graph
         reads would go stale)."""
-        tokens = int(forward_batch.positions.shape[0])
+        tokens = batch_tokens(forward_batch)
         if tokens % bs or tokens // bs not in self.masks:
             raise RuntimeError(f"DDTREE tree verify: {tokens} tokens for {bs} requests is no verify width of "
                                f"{self.widths}")
@@ -353,7 +353,7 @@ class TreeVerifyAttention:
         else:
             k3, v3 = k.view(-1, hkv, d), v.view(-1, hkv, layer.v_head_dim)
             if save_kv_cache:
-                self.sgl.store_kv(layer, forward_batch.out_cache_loc, k3, v3)
+                self.sgl.store_kv(layer, cache_slots(forward_batch), k3, v3)
             q = q.view(-1, hq, d)
         bs = self.bs
         rows = q.shape[0]
@@ -390,6 +390,6 @@ class TreeVerifyAttention:
             q_a, q_b = q.reshape(rows, hq, MLA_LATENT), q_rope.reshape(rows, hq, MLA_ROPE)
             k3 = torch.cat([k.reshape(rows, 1, MLA_LATENT), k_rope.reshape(rows, 1, MLA_ROPE)], dim=-1)
         if save_kv_cache:
-            self.sgl.store_kv(layer, forward_batch.out_cache_loc, k3, k3[..., :MLA_LATENT])
+            self.sgl.store_kv(layer, cache_slots(forward_batch), k3, k3[..., :MLA_LATENT])
         q_a, q_b = (t if t.stride(-1) == 1 else t.contiguous() for t in (q_a, q_b))
         return q3, q_a, q_b, k3, k3[..., :MLA_LATENT]

@@ -248,10 +248,6 @@ SGLANG_OBJECTS = {"batch", "forward_batch", "server_args", "model_runner", "runn
                   "draft_model_runner", "token_to_kv_pool", "req_to_token_pool", "attn_backend", "lm_head",
                   "logits_output", "target_out", "draft_out", "spec_info", "draft_input", "sampling_info", "req",
                   "reqs", "shard_indices"}
-# sglang/ modules outside adapters/ that still touch them, and why: args.py writes the argument mapping onto
-# SGLang's record (reads go through registration.read_view); the verify and drafter attention read a forward batch
-# (their owner moves them onto adapters/target_runner.py)
-NOT_YET = {"sglang/args.py", "sglang/tree_attention.py", "sglang/draft_attention.py"}
 
 
 def sglang_object_reads(source: str) -> list[str]:
@@ -270,14 +266,15 @@ def sglang_object_reads(source: str) -> list[str]:
 def test_only_the_adapters_read_sglangs_objects():
     seen, bad = 0, {}
     for name, path in modules().items():
-        if Path(name).parts[0] != "sglang" or Path(name).parts[:2] == ADAPTERS or name in NOT_YET:
+        if Path(name).parts[0] != "sglang" or Path(name).parts[:2] == ADAPTERS:
             continue
         seen += 1
         reads = sglang_object_reads(path.read_text())
         if reads:
             bad[name] = reads
     assert not bad, f"SGLang objects read outside sglang/adapters/ (add an adapter verb): {bad}"
-    assert seen >= 10 and all(f"sglang/{m}.py" in modules() for m in ("decode_round", "worker", "draft_head"))
+    served = ("decode_round", "worker", "draft_head", "args", "tree_attention", "draft_attention")
+    assert seen >= 10 and all(f"sglang/{m}.py" in modules() for m in served)
 
 
 def test_the_object_read_check_sees_a_read():

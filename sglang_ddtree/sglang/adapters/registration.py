@@ -129,6 +129,12 @@ def set_budget(server_args, budget: int) -> None:
     server_args.speculative_num_draft_tokens = draft_tokens(budget)
 
 
+def write_args(server_args, **fields) -> None:
+    """Server arguments onto the object SGLang handed the hook (read_view: writes always go there)."""
+    for name, value in fields.items():
+        setattr(server_args, name, value)
+
+
 def served_budget(server_args) -> int:
     """The budget the resolved server arguments carry."""
     return budget_of(read_view(server_args).speculative_num_draft_tokens)

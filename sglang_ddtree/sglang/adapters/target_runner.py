@@ -92,3 +92,20 @@ class Runner:
 
 def is_target_verify(forward_batch) -> bool:
     return forward_batch.forward_mode.is_target_verify()
+
+
+def batch_rows(forward_batch):
+    """(requests, their req_to_token rows, their prefix lengths) of a verify forward: at a graph replay the
+    graph's padded request count, the tensors cut to it."""
+    bs = int(forward_batch.batch_size)
+    return bs, forward_batch.req_pool_indices[:bs], forward_batch.seq_lens[:bs]
+
+
+def batch_tokens(forward_batch) -> int:
+    """The forward's (padded) token count: every request's verify width, summed."""
+    return int(forward_batch.positions.shape[0])
+
+
+def cache_slots(forward_batch):
+    """The KV slots SGLang gave this forward's tokens (the tree's), where their K/V are stored."""
+    return forward_batch.out_cache_loc
