@@ -82,6 +82,15 @@ def graph_us(fn, calls: int = 1, *, repeats: int = 100, max_seconds: float = 0.3
     return r["median_s"] * 1e6 / calls
 
 
+def warm_up(seconds: float = 0.5) -> None:
+    """Matrix products for `seconds`, so the clocks are up before the first timed kernel."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        a @ a
+    torch.cuda.synchronize()
+
+
 def host_us(fn, reps: int = 50, *, warmup: int = 1, sync_every: int = 1) -> float:
     """Median µs of the host's wall time in fn (its launches; the GPU is waited for only every `sync_every`
     calls, outside the timed part, so a deep queue does not stall the launches being timed)."""

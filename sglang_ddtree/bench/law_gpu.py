@@ -21,8 +21,9 @@ drawn_targets' bonus pass, the same 16-byte loads on one block, ~20 us.
   python -m sglang_ddtree.bench law_gpu --out law_gpu.json
   PYTHONPATH=.before python sglang_ddtree/bench/law_gpu.py --out before.json   # the older copy's kernel
 
-scripts/mk_before.sh REV makes .before/; run as a file, this module imports only sglang_ddtree's ops and _cli
-(both in older copies), so the copy on PYTHONPATH is the one timed.
+scripts/mk_before.sh REV makes .before/; run as a file, this module imports only sglang_ddtree's ops, _cli and bench.common
+(its capture_graph, time_fn and warm_up: a copy from this bench's commit on has them), so the copy on PYTHONPATH is
+the one timed.
 """
 from __future__ import annotations
 
@@ -37,14 +38,13 @@ import datetime  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
 from sglang_ddtree import _cli  # noqa: E402
+from sglang_ddtree.bench import common  # noqa: E402
 
 V_QWEN = 151936
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -57,54 +57,17 @@ LAWS = {  # name: (temperature, top_k, top_p, min_p), passes over the row
 def graph_us(fn, inner: int, replays: int) -> tuple[float, float]:
     """(median, min) µs a call: `inner` calls of fn captured in one CUDA graph, replayed `replays` times after
     warm-up, each replay timed by CUDA events."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) * 1e3 / inner)
+    graph = common.capture_graph(fn, inner)
+    r = common.time_fn(graph.replay, device=torch.device("cuda"), repeats=replays, warmup=3, max_seconds=float("inf"))
     del graph
-    return statistics.median(samples), min(samples)
+    return r["median_s"] * 1e6 / inner, r["min_s"] * 1e6 / inner
 
 
 def hbm_bandwidth() -> float:
     """Bytes/s of a 1 GiB device copy (read + write), timed eagerly: large enough that L2 holds none of it."""
     src = torch.randn(2 ** 28, device="cuda")
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        samples.append(a.elapsed_time(b) / 1e3)
-    return 2 * src.numel() * 4 / statistics.median(samples)
-
-
-def warm_up(seconds: float = 0.5) -> None:
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t0 = time.time()
-    while time.time() - t0 < seconds:
-        a @ a
-    torch.cuda.synchronize()
+    return 2 * src.numel() * 4 / common.time_fn(lambda: dst.copy_(src), device=src.device, repeats=10)["median_s"]
 
 
 def metadata() -> dict:
@@ -210,7 +173,7 @@ def main(argv=None) -> int:
     print(f"law_rows from {result['meta']['package']} ({result['meta']['package_revision']}), "
           f"{result['meta']['gpu']}")
     result["hbm_copy_TBps"] = hbm_bandwidth() / 1e12
-    warm_up()
+    common.warm_up()
     cases = []
     print(f"{'op':>13} {'dtype':>5} {'rows':>4} {'law':>10} {'us':>8} {'floor us':>8} {'x floor':>7} "
           f"{'copy TB/s':>9}  outputs")

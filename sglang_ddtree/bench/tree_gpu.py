@@ -26,19 +26,7 @@ V_QWEN = 151936
 
 def graph_time(fn, *, inner: int = 20, replays: int = 15) -> float:
     """Median seconds per fn() call from CUDA-graph replays of `inner` calls."""
-    g = common.capture_graph(fn, inner)
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3 / inner)
-    del g
-    return statistics.median(ts)
+    return common.graph_us(fn, inner, repeats=replays, max_seconds=float("inf")) / 1e6
 
 
 def clocks_while(fn, calls: int = 400) -> str:
@@ -54,14 +42,6 @@ def clocks_while(fn, calls: int = 400) -> str:
         q = repr(exc)
     torch.cuda.synchronize()
     return q
-
-
-def warm_up_gpu(seconds: float = 0.5) -> None:
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t0 = time.time()
-    while time.time() - t0 < seconds:
-        a @ a
-    torch.cuda.synchronize()
 
 
 def copy_bandwidth() -> float:
@@ -312,7 +292,7 @@ def main(argv=None) -> int:
     budgets = [8, 64, 256] if args.quick else [8, 16, 32, 64, 128, 256, 512]
     batches = [1, 64, 512] if args.quick else [1, 8, 64, 256, 512]
     result = {"meta": common.metadata(torch.device("cuda")), "copy_TBps": bw / 1e12}
-    warm_up_gpu()
+    common.warm_up()
     result["build"] = bench_build(gen, batches, budgets, L_DEFAULT, not args.no_pr_baseline)
     lp, ids = topk_inputs(64, L_DEFAULT, 64, 32000, gen)
     z = torch.zeros(64, dtype=torch.int64, device="cuda")
