@@ -26,7 +26,7 @@ def test_the_cuda_truncation_is_the_definition(anchor):
     built trees and on trees with every fault the fields can carry (test_budget.scrambled), at widths across the
     32-bit mask words."""
     import numpy as np
-    from gpu_tree_util import assert_trees_identical  # puts tests/core on the path
+    from gpu_tree_util import assert_identical  # puts tests/core on the path
 
     from sglang_ddtree.budget import truncate
     from sglang_ddtree.round import RoundOps
@@ -39,4 +39,4 @@ def test_the_cuda_truncation_is_the_definition(anchor):
         dev = tree.to("cuda")
         got = ops.truncate(dev, b)
         assert all(t.is_cuda and t.is_contiguous() for t in got.tensors().values())
-        assert_trees_identical(got, truncate(dev, b), f"trial {trial} budget {b}")
+        assert_identical(got, truncate(dev, b), f"trial {trial} budget {b}")

@@ -4,7 +4,7 @@ graph holds them), with the per-request anchor of the CUDA builder."""
 import pytest
 import torch
 
-from gpu_tree_util import assert_trees_identical, load
+from gpu_tree_util import assert_identical, load
 from sglang_ddtree import build_tree_from_topk
 from sglang_ddtree.bench.common import capture
 from sglang_ddtree.keys import Calibration, DraftKeys
@@ -72,4 +72,4 @@ def test_keys_and_anchored_build_inside_a_cuda_graph():
         check_keys(lp, ids, *DraftKeys(L, keys.calibration)(logits.cpu(), budget, "cpu", cpu_law))
         ref = build_tree_from_topk(lp.cpu(), ids.cpu(), budget, backend="reference", anchor="chain",
                                    anchored=cpu_law.greedy())
-        assert_trees_identical(out, ref, f"trial {trial}")
+        assert_identical(out, ref, f"trial {trial}")

@@ -25,6 +25,16 @@ def mixed_law(B):
                    torch.tensor(pick(0.95, 1.0, 1.0, 0.9, 1.0, 0.3)), torch.tensor(pick(0.0, 0.0, 0.0, 0.0, 0.0, 0.05)))
 
 
+def assert_rows_equal(got, want, context="", equal_nan=True):
+    """The CUDA op's rows against the CPU op's (or the definition's): argmax and boundary equal, lse within rounding
+    (NaN where the row is degenerate, unless equal_nan is False)."""
+    assert torch.equal(got.greedy.cpu(), want.greedy), f"{context}: argmax differs"
+    bad = (got.boundary.cpu() != want.boundary).nonzero()[:8].tolist()
+    assert not bad, f"{context}: boundary differs at {bad}"
+    torch.testing.assert_close(got.lse.cpu(), want.lse, rtol=1e-6, atol=1e-6, equal_nan=equal_nan,
+                               msg=lambda m: f"{context}: lse {m}")
+
+
 def on(law, dev):
     return NodeLaw(*(t.to(dev) for t in (law.temperatures, law.top_ks, law.top_ps, law.min_ps)))
 
@@ -46,10 +56,7 @@ def test_law_rows_equal_the_cpu_op(dtype, kind):
     x = x.to(dtype)
     law = mixed_law(B)
     want = law_rows(CPU, x, law)
-    got = law_rows(ops, x.cuda(), on(law, "cuda"))
-    assert torch.equal(got.greedy.cpu(), want.greedy)
-    assert torch.equal(got.boundary.cpu(), want.boundary), (got.boundary.cpu() != want.boundary).nonzero()[:8]
-    torch.testing.assert_close(got.lse.cpu(), want.lse, rtol=1e-6, atol=1e-6)
+    assert_rows_equal(law_rows(ops, x.cuda(), on(law, "cuda")), want, f"{kind} {dtype}", equal_nan=False)
     assert (want.boundary[~law.greedy()] != KEEP_ALL).any()
 
 
@@ -62,9 +69,7 @@ def test_law_rows_equal_the_definition_at_small_vocabularies():
         x = (torch.randn(6, 5, V, generator=g) * 2).to(torch.bfloat16)
         law = mixed_law(6)
         want = law_rows_torch(x, law)
-        got = law_rows(ops, x.cuda(), on(law, "cuda"))
-        assert torch.equal(got.boundary.cpu(), want.boundary) and torch.equal(got.greedy.cpu(), want.greedy), V
-        torch.testing.assert_close(got.lse.cpu(), want.lse, rtol=1e-6, atol=1e-6)
+        assert_rows_equal(law_rows(ops, x.cuda(), on(law, "cuda")), want, f"V {V}", equal_nan=False)
 
 
 def test_sample_rows_draw_inside_the_boundary():
@@ -101,15 +106,6 @@ def test_the_auto_budgets_tail_timer():
 
 
 # --- the kernel's split: a row over a cluster of up to 8 CTAs when rows are few (kernels/law_rows.cu) ------------
-
-def assert_rows_equal(got, want, context=""):
-    """The CUDA op's rows against the CPU op's (or the definition's): argmax and boundary equal, lse within rounding
-    (NaN where the row is degenerate)."""
-    assert torch.equal(got.greedy.cpu(), want.greedy), context
-    bad = (got.boundary.cpu() != want.boundary).nonzero()[:8].tolist()
-    assert not bad, f"{context}: boundary differs at {bad}"
-    torch.testing.assert_close(got.lse.cpu(), want.lse, rtol=1e-6, atol=1e-6, equal_nan=True, msg=context)
-
 
 def law_of(rows):
     """A NodeLaw of one (T, top_k, top_p, min_p) a request."""

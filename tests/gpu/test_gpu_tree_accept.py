@@ -5,11 +5,10 @@ Walk: == reference.walk_reference on real trees (targets that follow random path
 (first index on ties, NaN as maximum), the law of softmax(logits / T) at T > 0 (chi-square), determinism in
 (seed, step, node), and agreement with the CPU mirror of the RNG.
 """
-import numpy as np
 import pytest
 import torch
 
-from gpu_tree_util import load, random_topk
+from gpu_tree_util import draw, load, random_topk, seeded_cases
 from sglang_ddtree import accept_tree, build_tree_from_topk, flags as F
 from sglang_ddtree.sampling import sample_rows_torch
 from sglang_ddtree.reference import walk_reference
@@ -24,15 +23,15 @@ def walk_all(tokens, nt, ns, nn, target, L):
     return out
 
 
-def compare(tokens, nt, ns, nn, target, L):
+def compare(tokens, nt, ns, nn, target, L, case):
     ops = load()
     idx, length, bonus, flg = ops.accept_tree(tokens.cuda(), nt.cuda(), ns.cuda(), nn.cuda(), target.cuda(), L)
     idx, length, bonus, flg = idx.cpu(), length.cpu(), bonus.cpu(), flg.cpu()
     ref = walk_all(tokens.numpy(), nt.numpy(), ns.numpy(), nn.numpy(), target.numpy(), L)
     for b, (acc, bon, f) in enumerate(ref):
         want = acc + [-1] * (L + 1 - len(acc))
-        assert idx[b].tolist() == want and int(length[b]) == len(acc), f"request {b}"
-        assert int(bonus[b]) == bon and int(flg[b]) == f, f"request {b}: bonus/flags"
+        assert idx[b].tolist() == want and int(length[b]) == len(acc), f"{case} request {b}: accept index / length"
+        assert int(bonus[b]) == bon and int(flg[b]) == f, f"{case} request {b}: bonus / flags"
 
 
 def following_targets(rng, tree):
@@ -51,25 +50,20 @@ def following_targets(rng, tree):
 
 def test_walk_matches_oracle_on_real_trees():
     load()
-    rng = np.random.default_rng(5)
-    for it in range(60):
-        B, L = int(rng.integers(1, 65)), int(rng.integers(1, 17))
-        budget = int(rng.choice([1, 8, 32, 64, 128, 256]))
-        V = int(rng.choice([3, 50, 400]))
-        k = min(budget, V)
-        lp, ids = random_topk(rng, B, L, V, k, mode=["normal", "bf16", "ties", "peaked"][it % 4])
+    for it, rng, case in seeded_cases(5, 60):
+        B, L, budget, V = draw(rng, (1, 65), (1, 17), [1, 8, 32, 64, 128, 256], [3, 50, 400])
+        lp, ids = random_topk(rng, B, L, V, min(budget, V), mode=["normal", "bf16", "ties", "peaked"][it % 4])
         tree = build_tree_from_topk(lp.cuda(), ids.cuda(), budget, backend="cuda")
         target = following_targets(rng, tree)
         compare(tree.tokens.cpu(), tree.retrive_next_token.cpu(), tree.retrive_next_sibling.cpu(),
-                tree.num_nodes.cpu(), target, L)
+                tree.num_nodes.cpu(), target, L, case)
         res = accept_tree(tree, target.cuda(), backend="cuda")
         assert int(((res.flags & F.MALFORMED_TREE) != 0).sum()) == 0
 
 
 def test_walk_matches_oracle_on_malformed_trees():
-    rng = np.random.default_rng(6)
-    for it in range(200):
-        B, n, L = int(rng.integers(1, 33)), int(rng.integers(1, 70)), int(rng.integers(0, 12))
+    for it, rng, case in seeded_cases(6, 200):
+        B, n, L = draw(rng, (1, 33), (1, 70), (0, 12))
         tokens = torch.tensor(rng.integers(0, 3, (B, n)))
         nt = torch.tensor(rng.integers(-3, n + 3, (B, n)))
         ns = torch.tensor(rng.integers(-3, n + 3, (B, n)))
@@ -82,7 +76,7 @@ def test_walk_matches_oracle_on_malformed_trees():
         if it % 5 == 0:
             nt[:, 0] = torch.tensor(rng.integers(-10**12, 10**12, B))
         target = torch.tensor(rng.integers(0, 3, (B, n)))
-        compare(tokens, nt, ns, nn, target, L)
+        compare(tokens, nt, ns, nn, target, L, case)
 
 
 def test_sample_greedy_is_argmax_first_index():

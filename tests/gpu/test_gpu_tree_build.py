@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_tree_util import assert_trees_identical, load, random_topk
+from gpu_tree_util import assert_identical, cuda_matches, draw, load, random_topk, seeded_cases, seeded_requests
 from sglang_ddtree import build_tree, build_tree_from_topk, flags as F
 
 pytestmark = pytest.mark.gpu
@@ -22,29 +22,21 @@ def run_case(rng, B, L, V, k, budget, mode, anchor=None):
     lp, ids = random_topk(rng, B, L, V, k, mode=mode)
     roots = torch.tensor(rng.integers(0, max(V, 1), B))
     lens = torch.tensor(rng.integers(0, 100_000, B))
-    ref = build_tree_from_topk(lp, ids, budget, root_tokens=roots, seq_lens=lens, backend="reference",
-                               anchor=anchor)
-    gpu = build_tree_from_topk(lp.cuda(), ids.cuda(), budget, root_tokens=roots.cuda(), seq_lens=lens.cuda(),
-                               backend="cuda", anchor=anchor)
-    assert_trees_identical(gpu, ref, f"(B={B} L={L} V={V} k={k} budget={budget} mode={mode})")
-    return gpu
+    return cuda_matches(build_tree_from_topk, lp, ids, budget, root_tokens=roots, seq_lens=lens, anchor=anchor,
+                        context=f"(B={B} L={L} V={V} k={k} budget={budget} mode={mode})")
 
 
 @pytest.mark.parametrize("anchor", [None, "chain"])
 def test_cuda_builder_matches_oracle_10k_cases(anchor):
     load()
-    rng = np.random.default_rng(20261202)
-    cases = exhausted = 0
-    while cases < CASES:
-        B = int(rng.integers(1, 129))
-        L = int(rng.integers(1, 17))
-        budget = int(rng.choice([1, 2, 3, 8, 16, 31, 32, 33, 63, 64, 100, 128, 255, 256]))
-        V = int(rng.choice([2, 3, 5, 17, 64, 300, 2000]))
+
+    def case(rng, mode):
+        B, L, budget, V = draw(rng, (1, 129), (1, 17), [1, 2, 3, 8, 16, 31, 32, 33, 63, 64, 100, 128, 255, 256],
+                               [2, 3, 5, 17, 64, 300, 2000])
         k = min(int(rng.choice([budget, max(1, budget // 4), 1, 2, 4])), V)
-        tree = run_case(rng, B, L, V, k, budget, MODES[(cases // 7) % len(MODES)], anchor)
-        exhausted += int(((tree.flags & F.HEAP_EXHAUSTED) != 0).sum())
-        cases += B
-    assert exhausted > 0
+        return run_case(rng, B, L, V, k, budget, mode, anchor)
+
+    assert seeded_requests(20261202, CASES, MODES, case) > 0
 
 
 @pytest.mark.parametrize("budget,L,k,V", [(512, 16, 512, 4096), (511, 8, 64, 600), (1023, 32, 1023, 2000),
@@ -60,18 +52,11 @@ def test_large_budgets_and_depths(budget, L, k, V):
 def test_the_anchored_mask_matches_the_oracle():
     """anchored (bool [B]) anchors only the requests it marks, bit for bit the oracle's per-request trees."""
     load()
-    rng = np.random.default_rng(41)
-    for trial in range(200):
-        B, L = int(rng.integers(1, 33)), int(rng.integers(1, 17))
-        budget = int(rng.choice([1, 7, 15, 31, 63, 127]))
-        V = int(rng.choice([3, 64, 2000]))
-        k = min(budget, V)
-        lp, ids = random_topk(rng, B, L, V, k, mode=MODES[trial % len(MODES)])
-        mask = torch.tensor(rng.random(B) < 0.5)
-        ref = build_tree_from_topk(lp, ids, budget, backend="reference", anchor="chain", anchored=mask)
-        gpu = build_tree_from_topk(lp.cuda(), ids.cuda(), budget, backend="cuda", anchor="chain",
-                                   anchored=mask.cuda())
-        assert_trees_identical(gpu, ref, f"trial {trial}")
+    for trial, rng, case in seeded_cases(41, 200):
+        B, L, budget, V = draw(rng, (1, 33), (1, 17), [1, 7, 15, 31, 63, 127], [3, 64, 2000])
+        lp, ids = random_topk(rng, B, L, V, min(budget, V), mode=MODES[trial % len(MODES)])
+        cuda_matches(build_tree_from_topk, lp, ids, budget, anchor="chain", anchored=torch.tensor(rng.random(B) < 0.5),
+                     context=case)
 
 
 def test_forced_exact_ties_across_depths():
@@ -80,9 +65,7 @@ def test_forced_exact_ties_across_depths():
     lp = row.expand(3, 5, 6).contiguous()
     ids = torch.arange(6).expand(3, 5, 6).contiguous()
     for budget in (1, 5, 17, 64, 200, 512):
-        a = build_tree_from_topk(lp.cuda(), ids.cuda(), budget, backend="cuda")
-        b = build_tree_from_topk(lp, ids, budget, backend="reference")
-        assert_trees_identical(a, b, f"budget={budget}")
+        cuda_matches(build_tree_from_topk, lp, ids, budget, context=f"budget={budget}")
 
 
 def test_zero_weights_and_signed_zero():
@@ -91,9 +74,7 @@ def test_zero_weights_and_signed_zero():
     lp = torch.zeros(2, 4, 3)
     lp[1] = -0.0
     ids = torch.arange(3).expand(2, 4, 3).contiguous()
-    a = build_tree_from_topk(lp.cuda(), ids.cuda(), 30, backend="cuda")
-    b = build_tree_from_topk(lp, ids, 30, backend="reference")
-    assert_trees_identical(a, b)
+    cuda_matches(build_tree_from_topk, lp, ids, 30)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), "unsorted", "masked"])
@@ -108,9 +89,7 @@ def test_nonfinite_request_flagged_others_untouched(bad):
     else:
         lp[1, 2, 3] = bad
     for anchor in (None, "chain"):
-        a = build_tree_from_topk(lp.cuda(), ids.cuda(), 12, backend="cuda", anchor=anchor)
-        b = build_tree_from_topk(lp, ids, 12, backend="reference", anchor=anchor)
-        assert_trees_identical(a, b)
+        a = cuda_matches(build_tree_from_topk, lp, ids, 12, anchor=anchor, context=f"anchor={anchor}")
     want = {"unsorted": F.UNSORTED_INPUT, "masked": 0}.get(bad, F.NONFINITE_INPUT)
     f = a.flags.tolist()
     assert f[0] == f[2] == 0 and (f[1] & want) == want and (int(a.num_nodes[1]) == 1) == (want != 0)
@@ -127,7 +106,7 @@ def test_budget_zero_empty_batch_and_repeatability():
     lp, ids = random_topk(rng, 64, 15, 3000, 64, mode="bf16")
     first = build_tree_from_topk(lp.cuda(), ids.cuda(), 64, backend="cuda")
     for _ in range(5):
-        assert_trees_identical(build_tree_from_topk(lp.cuda(), ids.cuda(), 64, backend="cuda"), first)
+        assert_identical(build_tree_from_topk(lp.cuda(), ids.cuda(), 64, backend="cuda"), first)
 
 
 def test_end_to_end_from_logits_large_vocab():
@@ -138,4 +117,4 @@ def test_end_to_end_from_logits_large_vocab():
     tree = build_tree(logits, 64, backend="cuda")
     lp, ids = ops.topk_lse(logits.reshape(-1, 151936), 64)
     ref = build_tree_from_topk(lp.reshape(8, 15, 64).cpu(), ids.reshape(8, 15, 64).cpu(), 64, backend="reference")
-    assert_trees_identical(tree, ref)
+    assert_identical(tree, ref)

@@ -3,7 +3,7 @@ host sync: captured once in a CUDA graph, replayed on new inputs, it gives the e
 import pytest
 import torch
 
-from gpu_tree_util import assert_trees_identical, load
+from gpu_tree_util import assert_identical, assert_replay_equals_eager, load
 
 from sglang_ddtree.bench.common import capture
 
@@ -36,28 +36,7 @@ def fresh(gen):
 def test_tree_stage_graph_replay_equals_eager(temperature):
     ops = load()
     gen = torch.Generator(device="cuda").manual_seed(11)
-    static = fresh(gen)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            stage(ops, *static, temperature)  # warm-up (allocator, lazy init) outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = stage(ops, *static, temperature)
-    for _ in range(3):
-        new = fresh(gen)
-        for dst, src in zip(static, new):
-            dst.copy_(src)
-        g.replay()
-        torch.cuda.synchronize()
-        eager = stage(ops, *new, temperature)
-        for i, (a, b) in enumerate(zip(out, eager)):
-            a, b = a.cpu(), b.cpu()
-            if a.dtype == torch.float64:
-                a, b = a.view(torch.int64), b.view(torch.int64)
-            assert torch.equal(a, b), f"output {i} differs between graph replay and eager"
+    assert_replay_equals_eager(lambda *inputs: stage(ops, *inputs, temperature), lambda: fresh(gen))
 
 
 def test_public_api_graph_capture():
@@ -80,7 +59,7 @@ def test_public_api_graph_capture():
     g.replay()
     torch.cuda.synchronize()
     tree_e, res_e = run()
-    assert_trees_identical(tree_g, tree_e)
+    assert_identical(tree_g, tree_e)
     assert torch.equal(res_g.accept_index, res_e.accept_index) and torch.equal(res_g.bonus, res_e.bonus)
 
 

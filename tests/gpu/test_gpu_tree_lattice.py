@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_tree_util import assert_trees_identical, load
+from gpu_tree_util import (assert_identical, assert_replay_equals_eager, cuda_matches, draw, load, on, seeded_cases,
+                           seeded_requests)
 from treegen import LATTICE_MODES, random_lattice
 from sglang_ddtree import build_tree_from_lattice, build_tree_from_lattice_rows, build_tree_from_topk, flags as F
 from sglang_ddtree.lattice import lattice_logprobs
@@ -29,28 +30,21 @@ def rows(rng, B, L, K, mode):
 
 def run_case(rng, B, L, K, budget, mode, anchor, against="cpu"):
     lp, order, cand, roots, lens = rows(rng, B, L, K, mode)
-    want = build_tree_from_lattice_rows(lp, order, cand, budget, root_tokens=roots, seq_lens=lens, backend=against,
-                                        anchor=anchor)
-    got = build_tree_from_lattice_rows(lp.cuda(), order.cuda(), cand.cuda(), budget, root_tokens=roots.cuda(),
-                                       seq_lens=lens.cuda(), backend="cuda", anchor=anchor)
-    assert_trees_identical(got, want, f"(B={B} L={L} K={K} budget={budget} mode={mode} anchor={anchor})")
-    return got
+    return cuda_matches(build_tree_from_lattice_rows, lp, order, cand, budget, root_tokens=roots, seq_lens=lens,
+                        anchor=anchor, oracle=against,
+                        context=f"(B={B} L={L} K={K} budget={budget} mode={mode} anchor={anchor})")
 
 
 @pytest.mark.parametrize("anchor", [None, "chain"])
 def test_cuda_lattice_builder_matches_cpu_builder(anchor):
     load()
-    rng = np.random.default_rng(20261206)
-    cases = exhausted = 0
-    while cases < CASES:
-        B = int(rng.integers(1, 65))
-        L = int(rng.choice([1, 2, 3, 7, 15]))
-        K = int(rng.choice([1, 2, 3, 4, 8, 16, 32]))
-        budget = int(rng.choice([0, 1, 2, 3, 7, 15, 31, 32, 33, 63, 64, 100, 255]))
-        tree = run_case(rng, B, L, K, budget, LATTICE_MODES[(cases // 7) % len(LATTICE_MODES)], anchor)
-        exhausted += int(((tree.flags & F.HEAP_EXHAUSTED) != 0).sum())
-        cases += B
-    assert exhausted > 0
+
+    def case(rng, mode):
+        B, L, K, budget = draw(rng, (1, 65), [1, 2, 3, 7, 15], [1, 2, 3, 4, 8, 16, 32],
+                               [0, 1, 2, 3, 7, 15, 31, 32, 33, 63, 64, 100, 255])
+        return run_case(rng, B, L, K, budget, mode, anchor)
+
+    assert seeded_requests(20261206, CASES, LATTICE_MODES, case) > 0
 
 
 @pytest.mark.parametrize("budget,L,K", [(1023, 15, 16), (511, 31, 8), (255, 15, 64), (700, 3, 40), (63, 2, 1)])
@@ -65,27 +59,21 @@ def test_large_budgets_and_the_global_memory_table(budget, L, K):
 
 def test_small_cases_match_the_oracle():
     load()
-    rng = np.random.default_rng(7)
-    for i in range(60):
-        run_case(rng, 4, int(rng.integers(1, 6)), int(rng.integers(1, 7)), int(rng.integers(0, 40)),
-                 LATTICE_MODES[i % len(LATTICE_MODES)], [None, "chain"][i % 2], against="reference")
+    for i, rng, _ in seeded_cases(7, 60):
+        L, K, budget = draw(rng, (1, 6), (1, 7), (0, 40))
+        run_case(rng, 4, L, K, budget, LATTICE_MODES[i % len(LATTICE_MODES)], [None, "chain"][i % 2],
+                 against="reference")
 
 
 def test_the_anchored_mask_matches_the_oracle():
     """anchored (bool [B], docs/DESIGN.md §3.11) in the CUDA lattice builder: only the marked requests anchored,
     bit for bit the oracle's per-request trees, shared and global tables."""
     load()
-    rng = np.random.default_rng(45)
-    for trial in range(120):
-        B, L = int(rng.integers(1, 17)), int(rng.choice([1, 3, 7, 15]))
-        K, budget = int(rng.choice([1, 3, 8, 16, 40])), int(rng.choice([1, 7, 31, 63, 255]))
+    for trial, rng, case in seeded_cases(45, 120):
+        B, L, K, budget = draw(rng, (1, 17), [1, 3, 7, 15], [1, 3, 8, 16, 40], [1, 7, 31, 63, 255])
         lp, order, cand, roots, lens = rows(rng, B, L, K, LATTICE_MODES[trial % len(LATTICE_MODES)])
-        mask = torch.tensor(rng.random(B) < 0.5)
-        want = build_tree_from_lattice_rows(lp, order, cand, budget, root_tokens=roots, seq_lens=lens,
-                                            backend="reference", anchor="chain", anchored=mask)
-        got = build_tree_from_lattice_rows(lp.cuda(), order.cuda(), cand.cuda(), budget, root_tokens=roots.cuda(),
-                                           seq_lens=lens.cuda(), backend="cuda", anchor="chain", anchored=mask.cuda())
-        assert_trees_identical(got, want, f"trial {trial}")
+        cuda_matches(build_tree_from_lattice_rows, lp, order, cand, budget, root_tokens=roots, seq_lens=lens,
+                     anchor="chain", anchored=torch.tensor(rng.random(B) < 0.5), context=case)
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "unsorted", "order", "masked"])
@@ -104,12 +92,9 @@ def test_flags_match_and_others_untouched(bad):
         lp[1, 2, 3, 2:] = float("-inf")
     op = torch.ops.sglang_ddtree.build_tree_from_lattice
     for chain in (0, 4):
-        a = op(lp.cuda(), order.cuda(), cand.cuda(), roots.cuda(), lens.cuda(), 20, chain)
-        b = op(lp, order, cand, roots, lens, 20, chain)
-        for x, y in zip(a, b):
-            x = x.cpu()
-            assert torch.equal(x.view(torch.int64) if x.dtype == torch.float64 else x,
-                               y.view(torch.int64) if y.dtype == torch.float64 else y)
+        args = (lp, order, cand, roots, lens, 20, chain)
+        a = op(*on("cuda", args))
+        assert_identical(a, op(*args), f"chain {chain}")
     want = {"nan": F.NONFINITE_INPUT, "inf": F.NONFINITE_INPUT, "unsorted": F.UNSORTED_INPUT,
             "order": F.UNSORTED_INPUT, "masked": 0}[bad]
     f = a[-1].tolist()
@@ -127,7 +112,7 @@ def test_dflash1_lattice_is_the_topk_tree_on_cuda():
         for anchor in (None, "chain"):
             got = build_tree_from_lattice_rows(lp, order, cand.cuda(), budget, backend="cuda", anchor=anchor)
             want = build_tree_from_topk(lp[:, :, 0].contiguous(), ids, budget, backend="cuda", anchor=anchor)
-            assert_trees_identical(got, want, f"budget={budget} anchor={anchor}")
+            assert_identical(got, want, f"budget={budget} anchor={anchor}")
 
 
 def test_stage1_on_cuda_matches_the_cpu():
@@ -156,7 +141,7 @@ def test_end_to_end_on_cuda_matches_the_oracle_on_its_rows():
         tree = build_tree_from_lattice(cand, scores, 64, temperature=temperature, backend="cuda", anchor=anchor)
         lp, order = lattice_logprobs(scores, temperature)
         ref = build_tree_from_lattice_rows(lp.cpu(), order.cpu(), cand.cpu(), 64, backend="reference", anchor=anchor)
-        assert_trees_identical(tree, ref, f"anchor={anchor}")
+        assert_identical(tree, ref, f"anchor={anchor}")
 
 
 def test_lattice_stage_graph_replay_equals_eager():
@@ -176,20 +161,4 @@ def test_lattice_stage_graph_replay_equals_eager():
         return build_tree_from_lattice(cand, scores, budget, temperature=temperature, root_tokens=roots,
                                        seq_lens=lens, backend="cuda", anchor="chain")
 
-    static = fresh()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            run(*static)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = run(*static)
-    for _ in range(3):
-        new = fresh()
-        for dst, src in zip(static, new):
-            dst.copy_(src)
-        g.replay()
-        torch.cuda.synchronize()
-        assert_trees_identical(out, run(*new))
+    assert_replay_equals_eager(run, fresh)

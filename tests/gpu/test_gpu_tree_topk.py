@@ -37,23 +37,32 @@ def make_rows(kind: str, R: int, V: int, dtype, gen):
     return x.to(dtype)
 
 
-def check(logits, k):
+def kinds(V):
+    """The row kinds a vocabulary takes ('masked' keeps the first 1024 tokens)."""
+    return ("normal", "ties", "peaked", "masked") if V >= 1024 else ("normal", "ties")
+
+
+def check(logits, k, scale=None, kind=""):
+    """The op's (lp, ids) on logits (times a per-row scale) against the canonical definition: the same ids, lp =
+    z - logsumexp(z) of z = scale * x within 2 ulp of the float32 log-normaliser plus 1 ulp of lp (twice that with a
+    scale, whose product rounds again), -inf where the definition's is."""
     ops = load()
-    lp, ids = ops.topk_lse(logits, k)
-    ref_lp, ref_ids = topk_logprobs_torch(logits, k)
+    lp, ids = ops.topk_lse(logits, k, scale)
+    ref_lp, ref_ids = topk_logprobs_torch(logits, k, scale)
     assert lp.dtype == torch.float32 and ids.dtype == torch.int64 and lp.shape == (logits.shape[0], k)
-    assert torch.equal(ids, ref_ids), f"ids differ in rows {(ids != ref_ids).any(1).nonzero().flatten()[:8].tolist()}"
-    x64 = logits.double()
-    lse64 = torch.logsumexp(x64, -1, keepdim=True)
-    top = torch.gather(logits.float(), 1, ids).double()
+    assert torch.equal(ids, ref_ids), \
+        f"ids differ in rows {(ids != ref_ids).any(1).nonzero().flatten()[:8].tolist()} ({kind})"
+    z64, top, slack = logits.double(), torch.gather(logits.float(), 1, ids), 1
+    if scale is not None:
+        z64, top, slack = z64 * scale.double()[:, None], top * scale[:, None], 2
+    lse64, top = torch.logsumexp(z64, -1, keepdim=True), top.double()
     ulp_lse = torch.from_numpy(np.spacing(np.abs(lse64.cpu().numpy()).astype(np.float32)).astype(np.float64)).cuda()
     ulp_lp = torch.from_numpy(np.spacing(np.abs(lp.cpu().numpy())).astype(np.float64)).cuda()
     err = (lp.double() - (top - lse64)).abs()
     finite = torch.isfinite(top)
-    bound = 2 * ulp_lse + ulp_lp
-    worst = (err - bound)[finite].max().item() if finite.any() else -1.0
-    assert worst <= 0, f"lp off by more than 2 ulp of the log-normaliser: excess {worst}"
-    assert torch.equal(torch.isneginf(lp), torch.isneginf(ref_lp))
+    worst = (err - slack * (2 * ulp_lse + ulp_lp))[finite].max().item() if finite.any() else -1.0
+    assert worst <= 0, f"lp off by more than {slack * 2} ulp of the log-normaliser: excess {worst} ({kind})"
+    assert torch.equal(torch.isneginf(lp), torch.isneginf(ref_lp)), kind
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,8 +70,8 @@ def check(logits, k):
                                    (2, 151937, 100), (7, 5, 5), (9, 33, 7), (130, 4096, 1024), (1, 1, 1)])
 def test_topk_lse_matches_canonical(dtype, R, V, k):
     gen = torch.Generator(device="cuda").manual_seed(R * 7 + V + k)
-    for kind in ("normal", "ties", "peaked", "masked") if V >= 1024 else ("normal", "ties"):
-        check(make_rows(kind, R, V, dtype, gen), k)
+    for kind in kinds(V):
+        check(make_rows(kind, R, V, dtype, gen), k, kind=kind)
 
 
 @pytest.mark.parametrize("kind", ["equal", "ascending"])
@@ -98,22 +107,10 @@ def test_topk_lse_scaled_rows_match_the_cpu_stage(dtype, R, V, k):
     the raw logits' canonical ids, lp = scale * x - logsumexp(scale * x) within 2 ulp of the float64 value."""
     ops = load()
     gen = torch.Generator(device="cuda").manual_seed(R + V + k)
-    for kind in ("normal", "ties", "peaked", "masked") if V >= 1024 else ("normal", "ties"):
+    for kind in kinds(V):
         x = make_rows(kind, R, V, dtype, gen)
         scale = torch.exp(torch.randn(R, generator=gen, device="cuda")).float()  # 0.1 to 10, one per row
-        lp, ids = ops.topk_lse(x, k, scale)
-        ref_lp, ref_ids = topk_logprobs_torch(x, k, scale)
-        assert torch.equal(ids, ref_ids), f"ids differ in rows {(ids != ref_ids).any(1).nonzero().flatten()[:8]}"
-        z64 = x.double() * scale.double()[:, None]
-        lse64 = torch.logsumexp(z64, -1, keepdim=True)
-        top = (torch.gather(x.float(), 1, ids) * scale[:, None]).double()
-        ulp_lse = torch.from_numpy(np.spacing(np.abs(lse64.cpu().numpy()).astype(np.float32)).astype(np.float64)).cuda()
-        ulp_lp = torch.from_numpy(np.spacing(np.abs(lp.cpu().numpy())).astype(np.float64)).cuda()
-        err = (lp.double() - (top - lse64)).abs()
-        finite = torch.isfinite(top)
-        worst = (err - (4 * ulp_lse + 2 * ulp_lp))[finite].max().item() if finite.any() else -1.0
-        assert worst <= 0, f"lp off by more than the bound: excess {worst} ({kind})"
-        assert torch.equal(torch.isneginf(lp), torch.isneginf(ref_lp))
+        check(x, k, scale, kind)
     ones = torch.ones(R, device="cuda")
     x = make_rows("normal", R, V, dtype, gen)
     assert all(torch.equal(a, b) for a, b in zip(ops.topk_lse(x, k, ones), ops.topk_lse(x, k)))
