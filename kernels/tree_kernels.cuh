@@ -1,7 +1,7 @@
 // Host-side entry points of the CUDA tree stage (top-k + log-normaliser, best-first build, truncation, accept
-// walk, per-row sampling). Plain C++ (no CUDA syntax), so both the .cu files and the torch binding
-// (kernels/torch_cuda/tree.cpp, compiled by the host compiler) include it. Every launcher enqueues on
-// `stream`, never synchronises, and returns cudaGetLastError() of its launches.
+// walk, per-row sampling). Plain C++ (no CUDA syntax), so both the .cu files and the torch bindings
+// (kernels/torch_cuda/tree.cpp and accept.cpp, compiled by the host compiler) include it. Every launcher enqueues
+// on `stream`, never synchronises, and returns cudaGetLastError() of its launches.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // Tree verify attention (docs/DESIGN.md §5): the n tree queries of each request over its paged prefix KV
 // (no mask) and its own tree KV (ancestor bitset mask), one online softmax per (row tile, prefix chunk).
-// Pure CUDA, no torch headers; kernels/torch_cuda/verify_attn.cpp binds it.
+// Pure CUDA, no torch headers; kernels/torch_cuda/attention.cpp binds it.
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>

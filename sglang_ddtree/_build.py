@@ -1,19 +1,22 @@
 """Compiling and loading the native extension (JIT through torch.utils.cpp_extension, cached).
 
-Two shared libraries register implementations of the ops that `ops.py` declares:
-  * sglang_ddtree_cpu  — kernels/cpu/*.cpp, built on any machine with a C++ compiler;
-  * sglang_ddtree_cuda — kernels/*.cu + kernels/torch_cuda/*.cpp, built only where torch has CUDA and
-    nvcc exists.
-They carry no Python module: they register into the torch dispatcher on load (TORCH_LIBRARY_IMPL), so
-the ops stay visible to CUDA-graph capture and torch.compile. The C++ standard is torch's choice (C++17 up to
-torch 2.13, C++20 from 2.14, whose headers refuse anything older), so no -std flag is passed here.
+Shared libraries register implementations of the ops that `ops.py` declares:
+  * sglang_ddtree_cpu — kernels/cpu/*.cpp, built on any machine with a C++ compiler;
+  * sglang_ddtree_cuda_FAMILY — one per op family of CUDA_FAMILIES (its kernels/*.cu and the torch_cuda/*.cpp that
+    binds them), built only where torch has CUDA and nvcc exists. Per family, as FlashInfer's JIT builds per module,
+    so that an edit rebuilds only the families it touches, not every kernel.
+They carry no Python module: they register into the torch dispatcher on load (TORCH_LIBRARY_IMPL; several libraries
+may each register CUDA implementations, one op in one library only), so the ops stay visible to CUDA-graph capture
+and torch.compile. The C++ standard is torch's choice (C++17 up to torch 2.13, C++20 from 2.14, whose headers refuse
+anything older), so no -std flag is passed here.
 
 The cache: each library is built into its own folder of TORCH_EXTENSIONS_DIR (torch's default folder when unset)
-named by a key over everything that makes two builds differ — the sources' and headers' contents, the flags,
-torch's and Python's versions, the compiler — and nothing else, so checkouts and environments on one machine share
-a build when these are equal and never overwrite each other's (torch's own cache keyed one fixed name by the
-checkout's paths: two checkouts rebuilt it in turn). A folder whose library exists is loaded without asking torch
-(torch would rerun ninja, which rebuilds when the source paths differ); every build is announced on stderr.
+named by a key over everything that makes two builds differ — its sources' contents and those of the headers they
+include, the flags, torch's and Python's versions, the compiler — and nothing else, so checkouts and environments on
+one machine share a build when these are equal and never overwrite each other's (torch's own cache keyed one fixed
+name by the checkout's paths: two checkouts rebuilt it in turn). A folder whose library exists is loaded without
+asking torch (torch would rerun ninja, which rebuilds when the source paths differ); every build is announced on
+stderr.
 """
 from __future__ import annotations
 
@@ -21,16 +24,24 @@ import dataclasses
 import functools
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
-_KEY_SCHEME = "1"  # bump when the key's contents change meaning
-_HEADERS = ("*.h", "*.hpp", "*.cuh")
+_KEY_SCHEME = "2"  # bump when the key's contents change meaning
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 # No fast-math and no FP contraction: the builder's float64 path weights must match the oracle.
 CPU_FLAGS = {"extra_cflags": ["-O3", "-fno-fast-math", "-ffp-contract=off", "-fopenmp"],
              "extra_ldflags": ["-fopenmp"]}
+# The CUDA op families: each one library of its kernels and the binding file that registers their ops (paths inside
+# kernels/). A family binds only its own kernels' launchers, so each library links on its own.
+CUDA_FAMILIES = {
+    "tree": ("topk_lse.cu", "tree_build.cu", "tree_truncate.cu", "torch_cuda/tree.cpp"),
+    "accept": ("tree_accept.cu", "tree_rejection.cu", "law_rows.cu", "torch_cuda/accept.cpp"),
+    "attention": ("verify_attn.cu", "fa2_schedule.cu", "mla_schedule.cu", "torch_cuda/attention.cpp"),
+}
 
 
 def kernels_dir() -> Path:
@@ -73,13 +84,34 @@ def cpu_library() -> Library:
                    tuple(sorted((kdir / "cpu").glob("*.cpp"))), CPU_FLAGS)
 
 
-def cuda_library() -> Library:
+def cuda_library(family: str) -> Library:
     kdir = kernels_dir()
-    sources = sorted(kdir.glob("*.cu")) + sorted((kdir / "torch_cuda").glob("*.cpp"))
     flags = {"extra_cflags": ["-O3"],
              "extra_cuda_cflags": ["-O3", "--expt-relaxed-constexpr", "-lineinfo", *cuda_arch_flags()]}
-    return Library("sglang_ddtree_cuda", "the CUDA kernels, about a minute of nvcc, once", kdir, tuple(sources),
-                   flags, cuda=True)
+    return Library(f"sglang_ddtree_cuda_{family}", f"the CUDA {family} ops with nvcc, once", kdir,
+                   tuple(kdir / path for path in CUDA_FAMILIES[family]), flags, cuda=True)
+
+
+def cuda_libraries() -> list[Library]:
+    return [cuda_library(family) for family in CUDA_FAMILIES]
+
+
+def included(sources, kdir: Path) -> list[Path]:
+    """The headers inside kernels/ that `sources` include, transitively: each `#include "..."` resolved as the
+    compiler does (the including file's folder, then kernels/, the include path). What resolves to no file there (a
+    system or toolkit header) is left out: it belongs to the compiler and torch, whose versions the key holds."""
+    found, todo = set(), list(sources)
+    while todo:
+        src = todo.pop()
+        for name in _INCLUDE.findall(src.read_text(errors="replace")):
+            for base in (src.parent, kdir):
+                path = Path(os.path.normpath(base / name))
+                if path.is_file() and path.is_relative_to(kdir):
+                    if path not in found:
+                        found.add(path)
+                        todo.append(path)
+                    break
+    return sorted(found)
 
 
 def _tool_version(command: list[str]) -> str:
@@ -102,14 +134,14 @@ def _compilers(cuda: bool) -> list[str]:
 
 
 def cache_key(lib: Library) -> str:
-    """16 hex digits over what makes two builds of `lib` differ: every source's and header's path inside kernels/
-    and contents, the flags, torch (version, commit, CUDA), Python, the machine and the compilers' versions; never
-    the checkout's own path."""
+    """16 hex digits over what makes two builds of `lib` differ: its sources' and included headers' paths inside
+    kernels/ and contents, the flags, torch (version, commit, CUDA), Python, the machine and the compilers' versions;
+    never the checkout's own path, nor a file `lib` does not compile or include."""
     import platform
 
     import torch
 
-    files = sorted({*lib.sources, *(p for pattern in _HEADERS for p in lib.kdir.rglob(pattern))})
+    files = sorted({*lib.sources, *included(lib.sources, lib.kdir)})
     h = hashlib.sha256()
 
     def put(*parts) -> None:
@@ -169,9 +201,15 @@ def cuda_arch_flags() -> list[str]:
 
 @functools.cache
 def load_cuda() -> None:
+    """The CPU library, then every CUDA family's, side by side: each family is its own ninja run, so a cold build
+    takes as long as its slowest family rather than their sum."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("the CUDA extension needs a CUDA build of torch and a visible GPU")
     load_cpu()
-    load(cuda_library())
+    libs = cuda_libraries()
+    with ThreadPoolExecutor(len(libs)) as pool:
+        list(pool.map(load, libs))  # raises the first family's error

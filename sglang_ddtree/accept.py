@@ -15,7 +15,7 @@ from . import ops
 from .tree import TreeBatch
 
 
-MAX_DEPTH_LIMIT = (1 << 20) - 1  # the CUDA walk's bound (kernels/torch_cuda/tree.cpp); accept_index is [B, L+1]
+MAX_DEPTH_LIMIT = (1 << 20) - 1  # the CUDA walk's bound (kernels/torch_cuda/accept.cpp); accept_index is [B, L+1]
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ rc=0
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 
 if has build; then
-  python3 -c "import time; t=time.time(); from sglang_ddtree import _build; _build.load_cuda(); print(f'cuda library {time.time()-t:.1f}s')" \
+  python3 -c "import time; t=time.time(); from sglang_ddtree import _build; _build.load_cuda(); print(f'cuda libraries {time.time()-t:.1f}s')" \
     2>&1 | tee "$STEP_OUT/build.log" | tail -5
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "BUILD FAILED"; exit 1; }
 fi

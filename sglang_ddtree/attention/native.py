@@ -89,7 +89,7 @@ def attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tr
         return fallback.attend_ragged(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree, mask_bits,
                                       sm_scale)
     _check_ragged_dims(q, q_pe, k_cache, v_cache)
-    ops.ensure_backend("cuda")  # the op exists only once the CUDA library is loaded (a cached check after the first)
+    ops.ensure_backend("cuda")  # the op exists only once the CUDA libraries are loaded (a cached check after the first)
     return ops.op("verify_attn_ragged")(q, q_pe, k_cache, v_cache, kv_indptr, kv_indices, k_tree, v_tree,
                                         mask_bits, float(sm_scale), int(num_splits))
 

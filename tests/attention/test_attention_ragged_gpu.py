@@ -110,8 +110,8 @@ def test_op_refuses_a_head_dim_it_has_no_instance_for_without_crashing():
     """The raw op, head dim 96, in a child process: on the H200 this call crashed the process with SIGSEGV
     (2026-12-04, twice: fresh, and after torch had formatted a number into an error of its own, so not a lazily
     initialised formatting state) while the op's one-literal checks raised; attend_ragged refuses it in Python.
-    The check now formats its message with snprintf into one C string (kernels/torch_cuda/verify_attn.cpp):
-    this test passes when that form raises."""
+    The check now formats its message with snprintf into one C string (ddtree::refuse, kernels/torch_cuda/checks.h,
+    which every CUDA binding's argument checks use): this test passes when that form raises."""
     code = """
 import sys, torch
 sys.path.insert(0, "tests/attention")

@@ -1,14 +1,16 @@
-// CUDA bindings of sglang_ddtree::verify_attn / verify_attn_ragged / merge_attn_states (schemas in
-// sglang_ddtree/ops.py): shape/stride checks, output and split-workspace allocation, launch on the current stream.
+// CUDA bindings of the attention family's ops (schemas in sglang_ddtree/ops.py): verify_attn, verify_attn_ragged,
+// merge_attn_states, gather_prefix_slots (kernels/verify_attn.cu), fa2_schedule, mla_schedule (fa2_schedule.cu,
+// mla_schedule.cu): shape/stride checks (checks.h), output and split-workspace allocation, launch on the current
+// stream.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 #include <tuple>
 
+#include "checks.h"
 #include "mla_schedule.h"
 #include "verify_attn.cuh"
 
@@ -18,18 +20,26 @@ extern "C" int32_t aoti_torch_get_current_cuda_stream(int32_t device_index, void
 
 namespace {
 
+using ddtree::is_cuda_contiguous;
+using ddtree::is_cuda_index;
+using ddtree::refuse;
+
 cudaStream_t current_stream(const at::Tensor& t) {
   void* stream = nullptr;
   TORCH_CHECK(aoti_torch_get_current_cuda_stream(t.get_device(), &stream) == 0, "no current CUDA stream");
   return static_cast<cudaStream_t>(stream);
 }
 
+void check_launch(cudaError_t err, const char* op) {
+  if (err != cudaSuccess) refuse("%s launch failed: %s", op, cudaGetErrorString(err));
+}
+
 void check_rows(const at::Tensor& t, const char* name, at::ScalarType dtype) {
-  TORCH_CHECK(t.is_cuda() && t.scalar_type() == dtype, name, " must be a CUDA ", c10::toString(dtype),
-              " tensor (like q_a)");
-  TORCH_CHECK(t.dim() == 3 && t.stride(2) == 1, name, " must be 3-D with a contiguous last dimension");
-  TORCH_CHECK(t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0, name, " strides must be multiples of 8 elements");
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
+  if (!t.is_cuda() || t.scalar_type() != dtype)
+    refuse("%s must be a CUDA %s tensor (like q_a)", name, c10::toString(dtype));
+  if (t.dim() != 3 || t.stride(2) != 1) refuse("%s must be 3-D with a contiguous last dimension", name);
+  if (t.stride(0) % 8 != 0 || t.stride(1) % 8 != 0) refuse("%s strides must be multiples of 8 elements", name);
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) refuse("%s must be 16-byte aligned", name);
 }
 
 struct Launch {
@@ -64,16 +74,10 @@ Launch prepare(const at::Tensor& q_a, const std::optional<at::Tensor>& q_b, cons
                 "verify_attn MLA: values must be the latent part (a view) of the keys");
     TORCH_CHECK(q_b->size(0) == T && q_b->size(1) == Hq, "q_b must match q_a in T and heads");
   } else {
-    if (!(ddtree::verify_attn_gqa_head_dim(static_cast<int>(Da)) && Dv == Da && k_cache.size(2) == Da)) {
-      // Formatted here into one C string: with the number passed to TORCH_CHECK (c10::str's ostream path) this
-      // check crashed the process on the H200 instead of raising, while one-literal checks raise
-      // (docs/benchmarks/ragged-op-segv-h200-2026-12-04.txt); test_attention_ragged_gpu.py decides whether
-      // this form raises.
-      char msg[160];
-      std::snprintf(msg, sizeof msg, "verify_attn GQA takes head dim 32, 64, 128 or 256 with equal key and value "
-                    "dims, got %lld", static_cast<long long>(Da));
-      TORCH_CHECK(false, static_cast<const char*>(msg));
-    }
+    // refuse(), not TORCH_CHECK with the number (checks.h); test_attention_ragged_gpu.py checks that it raises
+    if (!(ddtree::verify_attn_gqa_head_dim(static_cast<int>(Da)) && Dv == Da && k_cache.size(2) == Da))
+      refuse("verify_attn GQA takes head dim 32, 64, 128 or 256 with equal key and value dims, got %lld",
+             static_cast<long long>(Da));
   }
   TORCH_CHECK(Hkv >= 1 && Hq % Hkv == 0, "query heads must be a multiple of KV heads");
   TORCH_CHECK(v_cache.size(1) == Hkv && k_tree.size(1) == Hkv && v_tree.size(1) == Hkv, "KV head counts differ");
@@ -116,8 +120,7 @@ std::tuple<at::Tensor, at::Tensor> run(Launch& L, const at::Tensor& q_a) {
     L.lse_part = at::empty({parts, rows}, q_a.options().dtype(at::kFloat));
     p.o_part = L.o_part.data_ptr<float>(), p.lse_part = L.lse_part.data_ptr<float>();
   }
-  const cudaError_t err = ddtree::launch_verify_attn(p, L.layout, L.head_dim, L.fp16, current_stream(q_a));
-  TORCH_CHECK(err == cudaSuccess, "verify_attn launch failed: ", cudaGetErrorString(err));
+  check_launch(ddtree::launch_verify_attn(p, L.layout, L.head_dim, L.fp16, current_stream(q_a)), "verify_attn");
   return {L.out, L.lse};
 }
 
@@ -132,8 +135,7 @@ std::tuple<at::Tensor, at::Tensor> verify_attn(const at::Tensor& q_a, const std:
                   page_table.stride(1) == 1,
               "page_table must be CUDA int32 [B, pages] with contiguous rows");
   const int64_t B = page_table.size(0);
-  TORCH_CHECK(prefix_lens.is_cuda() && prefix_lens.scalar_type() == at::kInt && prefix_lens.is_contiguous() &&
-                  prefix_lens.numel() == B,
+  TORCH_CHECK(is_cuda_contiguous(prefix_lens, at::kInt) && prefix_lens.numel() == B,
               "prefix_lens must be CUDA int32 [B]");
   TORCH_CHECK(page_size >= 1 && num_splits >= 0 && kv_chunk >= 1, "bad page_size / num_splits / kv_chunk");
   TORCH_CHECK(kv_chunk % (q_b.has_value() ? 32 : 64) == 0, "kv_chunk must be a multiple of the key tile");
@@ -157,12 +159,9 @@ std::tuple<at::Tensor, at::Tensor> verify_attn_ragged(const at::Tensor& q_a, con
                                                       const at::Tensor& k_tree, const at::Tensor& v_tree,
                                                       const at::Tensor& mask_bits, double sm_scale,
                                                       int64_t num_splits) {
-  TORCH_CHECK(kv_indptr.is_cuda() && kv_indptr.scalar_type() == at::kInt && kv_indptr.is_contiguous() &&
-                  kv_indptr.numel() >= 2,
+  TORCH_CHECK(is_cuda_contiguous(kv_indptr, at::kInt) && kv_indptr.numel() >= 2,
               "kv_indptr must be contiguous CUDA int32 [B + 1]");
-  TORCH_CHECK(kv_indices.is_cuda() && kv_indices.is_contiguous() &&
-                  (kv_indices.scalar_type() == at::kInt || kv_indices.scalar_type() == at::kLong),
-              "kv_indices must be contiguous CUDA int32 or int64");
+  TORCH_CHECK(is_cuda_index(kv_indices), "kv_indices must be contiguous CUDA int32 or int64");
   TORCH_CHECK(num_splits >= 1 && num_splits <= 1024, "num_splits must be in [1, 1024]");
   const int64_t B = kv_indptr.numel() - 1;
   const c10::DeviceGuard guard(q_a.device());
@@ -191,11 +190,11 @@ std::tuple<at::Tensor, at::Tensor> merge_attn_states(const at::Tensor& o_a, cons
   const c10::DeviceGuard guard(o_a.device());
   at::Tensor out = at::empty_like(a);
   at::Tensor lse = at::empty(lse_a.sizes(), la.options());
-  const cudaError_t err = ddtree::launch_merge_states(
-      a.data_ptr(), la.data_ptr<float>(), static_cast<float>(scale_a), b.data_ptr(), lb.data_ptr<float>(),
-      static_cast<float>(scale_b), rows, static_cast<int>(D), out.data_ptr(), lse.data_ptr<float>(),
-      o_a.scalar_type() == at::kHalf, current_stream(o_a));
-  TORCH_CHECK(err == cudaSuccess, "merge_attn_states launch failed: ", cudaGetErrorString(err));
+  check_launch(ddtree::launch_merge_states(a.data_ptr(), la.data_ptr<float>(), static_cast<float>(scale_a),
+                                           b.data_ptr(), lb.data_ptr<float>(), static_cast<float>(scale_b), rows,
+                                           static_cast<int>(D), out.data_ptr(), lse.data_ptr<float>(),
+                                           o_a.scalar_type() == at::kHalf, current_stream(o_a)),
+               "merge_attn_states");
   return {out, lse};
 }
 
@@ -203,73 +202,65 @@ void gather_prefix_slots(const at::Tensor& req_to_token, const at::Tensor& rows,
                          at::Tensor& indptr, at::Tensor& indices) {
   TORCH_CHECK(req_to_token.is_cuda() && req_to_token.scalar_type() == at::kInt && req_to_token.dim() == 2 &&
                   req_to_token.stride(1) == 1, "req_to_token must be CUDA int32 [rows, context] with contiguous rows");
-  auto int_vec = [](const at::Tensor& t) {
-    return t.is_cuda() && t.dim() == 1 && t.is_contiguous() && (t.scalar_type() == at::kInt || t.scalar_type() == at::kLong);
-  };
-  TORCH_CHECK(int_vec(rows) && int_vec(lens) && rows.numel() == lens.numel(), "rows and lens must be CUDA int [B]");
+  TORCH_CHECK(is_cuda_index(rows) && rows.dim() == 1 && is_cuda_index(lens) && lens.dim() == 1 &&
+                  rows.numel() == lens.numel(), "rows and lens must be CUDA int [B]");
   const int64_t B = rows.numel();
-  TORCH_CHECK(indptr.is_cuda() && indptr.scalar_type() == at::kInt && indptr.is_contiguous() && indptr.numel() >= B + 1,
+  TORCH_CHECK(is_cuda_contiguous(indptr, at::kInt) && indptr.numel() >= B + 1,
               "indptr must be contiguous CUDA int32 with at least B + 1 entries");
-  TORCH_CHECK(indices.is_cuda() && indices.scalar_type() == at::kInt && indices.is_contiguous() &&
-                  indices.numel() >= B * req_to_token.size(1),
+  TORCH_CHECK(is_cuda_contiguous(indices, at::kInt) && indices.numel() >= B * req_to_token.size(1),
               "indices must be contiguous CUDA int32 with at least B * context entries");
   const c10::DeviceGuard guard(rows.device());
-  const cudaError_t err = ddtree::launch_gather_prefix_slots(
-      req_to_token.data_ptr<int32_t>(), req_to_token.stride(0), rows.data_ptr(), rows.scalar_type() == at::kLong,
-      lens.data_ptr(), lens.scalar_type() == at::kLong, static_cast<int>(B), indptr.data_ptr<int32_t>(),
-      indices.data_ptr<int32_t>(), current_stream(rows));
-  TORCH_CHECK(err == cudaSuccess, "gather_prefix_slots launch failed: ", cudaGetErrorString(err));
+  check_launch(ddtree::launch_gather_prefix_slots(
+                   req_to_token.data_ptr<int32_t>(), req_to_token.stride(0), rows.data_ptr(),
+                   rows.scalar_type() == at::kLong, lens.data_ptr(), lens.scalar_type() == at::kLong,
+                   static_cast<int>(B), indptr.data_ptr<int32_t>(), indices.data_ptr<int32_t>(), current_stream(rows)),
+               "gather_prefix_slots");
 }
 
 void fa2_schedule(const at::Tensor& lens, int64_t n, int64_t tiles, int64_t kmax, int64_t min_chunk, at::Tensor& valid,
                   at::Tensor& o_indptr, at::Tensor& merge_indptr, at::Tensor& chunk) {
-  TORCH_CHECK(lens.is_cuda() && lens.dim() == 1 && lens.is_contiguous() &&
-                  (lens.scalar_type() == at::kInt || lens.scalar_type() == at::kLong), "lens must be CUDA int [bs]");
+  TORCH_CHECK(is_cuda_index(lens) && lens.dim() == 1, "lens must be CUDA int [bs]");
   const int64_t bs = lens.numel();
   TORCH_CHECK(n >= 1 && tiles >= 1 && kmax >= 1 && min_chunk >= 1, "n, tiles, kmax and min_chunk must be >= 1");
-  TORCH_CHECK(valid.is_cuda() && valid.scalar_type() == at::kBool && valid.is_contiguous() &&
-                  valid.numel() == bs * tiles * kmax, "valid must be contiguous CUDA bool [bs * tiles * kmax]");
+  TORCH_CHECK(is_cuda_contiguous(valid, at::kBool) && valid.numel() == bs * tiles * kmax,
+              "valid must be contiguous CUDA bool [bs * tiles * kmax]");
   for (const at::Tensor* t : {&o_indptr, &merge_indptr, &chunk})
-    TORCH_CHECK(t->is_cuda() && t->scalar_type() == at::kInt && t->is_contiguous(), "indptrs and chunk must be CUDA int32");
+    TORCH_CHECK(is_cuda_contiguous(*t, at::kInt), "indptrs and chunk must be CUDA int32");
   TORCH_CHECK(o_indptr.numel() == bs + 1 && merge_indptr.numel() == bs * n + 1 && chunk.numel() == 1,
               "o_indptr [bs + 1], merge_indptr [bs * n + 1], chunk [1]");
   TORCH_CHECK(bs * n < (int64_t{1} << 31) && valid.numel() < (int64_t{1} << 31), "schedule too large");
   if (bs == 0) return;
   const c10::DeviceGuard guard(lens.device());
-  const cudaError_t err = ddtree::launch_fa2_schedule(
-      lens.data_ptr(), lens.scalar_type() == at::kLong, static_cast<int>(bs), static_cast<int>(n),
-      static_cast<int>(tiles), static_cast<int>(kmax), static_cast<int>(min_chunk), valid.data_ptr<bool>(),
-      static_cast<int>(valid.numel()), o_indptr.data_ptr<int32_t>(), merge_indptr.data_ptr<int32_t>(),
-      chunk.data_ptr<int32_t>(), current_stream(lens));
-  TORCH_CHECK(err == cudaSuccess, "fa2_schedule launch failed: ", cudaGetErrorString(err));
+  check_launch(ddtree::launch_fa2_schedule(
+                   lens.data_ptr(), lens.scalar_type() == at::kLong, static_cast<int>(bs), static_cast<int>(n),
+                   static_cast<int>(tiles), static_cast<int>(kmax), static_cast<int>(min_chunk),
+                   valid.data_ptr<bool>(), static_cast<int>(valid.numel()), o_indptr.data_ptr<int32_t>(),
+                   merge_indptr.data_ptr<int32_t>(), chunk.data_ptr<int32_t>(), current_stream(lens)),
+               "fa2_schedule");
 }
 
 void mla_schedule(const at::Tensor& lens, const at::Tensor& kv_indptr, int64_t n, int64_t heads, int64_t cluster_size,
                   int64_t clusters, int64_t max_works, int64_t merge_slots, at::IntArrayRef offsets, at::Tensor& ws) {
   for (const at::Tensor* t : {&lens, &kv_indptr})
-    TORCH_CHECK(t->is_cuda() && t->dim() == 1 && t->is_contiguous() &&
-                    (t->scalar_type() == at::kInt || t->scalar_type() == at::kLong),
-                "lens and kv_indptr must be CUDA int");
+    TORCH_CHECK(is_cuda_index(*t) && t->dim() == 1, "lens and kv_indptr must be CUDA int");
   const int64_t bs = lens.numel();
   TORCH_CHECK(kv_indptr.numel() >= bs, "kv_indptr needs an entry a request");
   TORCH_CHECK(n >= 1 && heads >= 1 && cluster_size >= 1 && clusters >= 1, "n, heads and clusters must be >= 1");
-  TORCH_CHECK(ws.is_cuda() && ws.scalar_type() == at::kInt && ws.dim() == 1 && ws.is_contiguous(),
-              "ws must be a contiguous CUDA int32 [size]");
+  TORCH_CHECK(is_cuda_contiguous(ws, at::kInt) && ws.dim() == 1, "ws must be a contiguous CUDA int32 [size]");
   const ddtree::MlaShape shape{n, heads, cluster_size, clusters};
   // the rule's bounds (kernels/mla_schedule.h): this many works and merges always fit
-  TORCH_CHECK(shape.tiles() * bs + 2 * clusters <= max_works && cluster_size * clusters <= merge_slots,
-              "mla_schedule: ", bs, " requests may need more works or merges than the plan holds");
+  if (!(shape.tiles() * bs + 2 * clusters <= max_works && cluster_size * clusters <= merge_slots))
+    refuse("mla_schedule: %lld requests may need more works or merges than the plan holds", static_cast<long long>(bs));
   ddtree::MlaScheduleOut out;
   TORCH_CHECK(offsets.size() == 14 && ddtree::mla_schedule_view(ws.data_ptr<int32_t>(), ws.numel(), offsets.data(),
                                                                 max_works, merge_slots, clusters, &out),
               "mla_schedule: 14 array offsets inside the workspace");
   if (bs == 0) return;
   const c10::DeviceGuard guard(lens.device());
-  const cudaError_t err = ddtree::launch_mla_schedule(lens.data_ptr(), lens.scalar_type() == at::kLong,
-                                                      kv_indptr.data_ptr(), kv_indptr.scalar_type() == at::kLong,
-                                                      static_cast<int>(bs), shape, merge_slots, out,
-                                                      current_stream(lens));
-  TORCH_CHECK(err == cudaSuccess, "mla_schedule launch failed: ", cudaGetErrorString(err));
+  check_launch(ddtree::launch_mla_schedule(lens.data_ptr(), lens.scalar_type() == at::kLong, kv_indptr.data_ptr(),
+                                           kv_indptr.scalar_type() == at::kLong, static_cast<int>(bs), shape,
+                                           merge_slots, out, current_stream(lens)),
+               "mla_schedule");
 }
 
 }  // namespace
