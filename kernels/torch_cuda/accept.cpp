@@ -2,16 +2,7 @@
 // sample_rows, law_rows, draw_tree, drawn_targets (kernels/tree_accept.cu, law_rows.cu, tree_rejection.cu). Thin:
 // check arguments (checks.h), allocate outputs, call the launchers on the current stream; no host synchronisation,
 // so a decode round built from these ops can be captured in a CUDA graph.
-#if defined(__has_include)
-#if !__has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
-// CPU-only torch wheels (CI's compile check) lack this generated header; torch's documented escape hatch.
-#define C10_CUDA_NO_CMAKE_CONFIGURE_FILE
-#endif
-#endif
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <initializer_list>
@@ -22,6 +13,7 @@
 
 #include "check_logits.h"
 #include "checks.h"
+#include "cuda_stream.h"
 #include "tree_commit.cuh"
 #include "tree_constants.h"
 #include "tree_kernels.cuh"

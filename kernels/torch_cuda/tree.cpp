@@ -3,16 +3,7 @@
 // arguments (checks.h), allocate outputs, call the launchers on the current stream (c10::cuda::getCurrentCUDAStream,
 // the stream at::cuda::getCurrentCUDAStream returns; ATen/cuda/CUDAContext.h needs cuSPARSE headers). No host
 // synchronisation anywhere, so a decode round built from these ops can be captured in a CUDA graph.
-#if defined(__has_include)
-#if !__has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
-// CPU-only torch wheels (CI's compile check) lack this generated header; torch's documented escape hatch.
-#define C10_CUDA_NO_CMAKE_CONFIGURE_FILE
-#endif
-#endif
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -21,6 +12,7 @@
 
 #include "check_logits.h"
 #include "checks.h"
+#include "cuda_stream.h"
 #include "tree_kernels.cuh"
 #include "tree_truncate_io.h"
 
