@@ -112,11 +112,7 @@ class CascadePrefix(PrefixAttention):
     def __init__(self, target: Target):
         super().__init__(target)
         self.no_prefix = torch.zeros(int(target.max_bs) + 1, dtype=torch.int32, device=self.device)
-        self.kv_indices = torch.zeros(0, dtype=torch.int32, device=self.device)
-
-    def reserve(self, bs: int) -> None:
-        if self.kv_indices.numel() < 1:  # the tail reads no prefix: an empty list (one entry, never read)
-            self.kv_indices = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.kv_indices = torch.zeros(1, dtype=torch.int32, device=self.device)  # the tail reads none: never read
 
     def grow(self, bs: int) -> None:
         self.no_prefix = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)
