@@ -257,13 +257,13 @@ class DecodeRound:
         if self.auto is not None:
             self.auto.interrupt()
 
-    def _penalty_counts(self, batch, vocab: int, device):
+    def _penalty_counts(self, batch, vocab: int):
         """The request rows' output counts (penalties.PenaltyCounts) when a request of the batch has a penalty
         or min_new_tokens, else None (no host work)."""
         if not self.sgl.penalized(batch):
             return None
         if self.penalty_counts is None:
-            self.penalty_counts = penalties.PenaltyCounts(self.sgl.req_to_token().shape[0], vocab, device)
+            self.penalty_counts = penalties.PenaltyCounts(self.sgl.req_to_token().shape[0], vocab, self.device)
         return self.penalty_counts
 
     def decode(self, batch, on_publish, grammar_barrier=None):
@@ -356,7 +356,7 @@ class _ServerRound(RoundHost):
         """As the plain server adjusts the next token's: penalties, grammar, bias, processors."""
         sgl, batch = self.sgl, self.batch
         flat = logits.view(-1, logits.shape[-1])
-        self.counts = self.dr._penalty_counts(batch, logits.shape[-1], self.view.seq_lens.device)
+        self.counts = self.dr._penalty_counts(batch, logits.shape[-1])
         if self.counts is not None:
             reqs = sgl.penalty_requests(batch)
             self.rows = self.counts.begin(reqs, self.view.seq_lens, tree.tokens[:, 0])
