@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..calibration import FILE as CALIBRATION_FILE
-from ..round_config import AUTO_LADDER
+from ..round_config import AUTO_LADDER, RoundConfig
 from ..sizes import verify_width
 
 # The auto budget weighs predicted tokens against each width's round cost. On a CPU a tree of n nodes costs about
@@ -33,8 +33,9 @@ def served_default(engine, costs: str) -> dict:
     L = engine.block_size - 1
     ladder = tuple(sorted({L, *AUTO_LADDER}))
     calibrated = engine.draft_dir is not None and os.path.exists(os.path.join(engine.draft_dir, CALIBRATION_FILE))
-    served = {"method": "ddtree", "anchor": "chain", "budget": "auto", "auto_budgets": ladder, "keys": "law",
-              "children": "drawn", "draft_temperature": "drafter" if calibrated else None,
+    tree = RoundConfig()  # the served tree's anchor, keys and children
+    served = {"method": "ddtree", "anchor": tree.anchor, "budget": "auto", "auto_budgets": ladder, "keys": tree.keys,
+              "children": tree.children, "draft_temperature": "drafter" if calibrated else None,
               "drawn_shape": "drafter" if calibrated else None}
     if costs == "h200" and all(verify_width(b) in H200_GRAPH_MS[1] for b in ladder):
         served["round_cost"] = "h200"  # resolved per batch by the caller; another block size measures here
